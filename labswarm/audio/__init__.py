@@ -1,0 +1,1 @@
+"""Audio: loading and segmenting (``io``), augmentations (``transforms``), feature extractors (``features``)."""

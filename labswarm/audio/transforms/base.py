@@ -1,0 +1,113 @@
+"""Transformation (data augmentation) base class and registry.
+
+A transformation maps a mono float32 waveform to another one. Every parameter lives in its config model, and
+any randomness comes only from the ``seed`` carried by the sample, so a sample's output is identical on any
+worker (same library versions).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+
+from labswarm.errors import ConfigError, TransformError
+from labswarm.plugin import PluginConfig
+from labswarm.registry import Registry
+
+#: Every transformation class, by ``name``.
+TRANSFORMATIONS: Registry = Registry("transformation")
+
+
+class TransformationConfig(PluginConfig):
+    """Base config of a transformation; subclasses add the parameters (in SI-ish units: Hz, dB, semitones)."""
+
+
+class Transformation(ABC):
+    """Base of every transformation; owns the invariants, subclasses implement :meth:`apply`.
+
+    Class attributes:
+        name: the registry name used in YAML.
+        config_model: the pydantic model of the parameters.
+        version: bumped when the output for the same parameters changes; part of the feature-store key.
+    """
+
+    name: ClassVar[str]
+    config_model: ClassVar[type[TransformationConfig]] = TransformationConfig
+    version: ClassVar[int] = 1
+
+    def __init__(self, config: TransformationConfig | None = None) -> None:
+        self.config = config if config is not None else self.config_model(name=self.name)
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | TransformationConfig) -> Transformation:
+        """Build the registered transformation a spec (``{name: ..., **params}`` or a config) names.
+
+        Raises:
+            ConfigError: unknown name or invalid parameters.
+        """
+        from pydantic import ValidationError
+
+        from labswarm.audio import transforms as _builtin  # noqa: F401  (registers the built-in classes)
+
+        if isinstance(spec, TransformationConfig):
+            return TRANSFORMATIONS.get(spec.name)(spec)
+        name = spec.get("name") if isinstance(spec, Mapping) else None
+        impl = TRANSFORMATIONS.get(str(name))
+        try:
+            config = impl.config_model.model_validate(dict(spec))
+        except ValidationError as exc:
+            raise ConfigError(
+                [(".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()], source=f"{name}"
+            ) from None
+        return impl(config)
+
+    def spec(self) -> dict[str, Any]:
+        """The JSON-serializable spec ``{name, **params}``; ``from_spec(t.spec())`` rebuilds ``t``."""
+        return self.config.model_dump(mode="json")
+
+    def __call__(self, y: np.ndarray, sr: int, seed: int = 0) -> np.ndarray:
+        """Apply the transformation.
+
+        Args:
+            y: mono waveform, float32 array ``(n_samples,)``, nominally in [-1, 1].
+            sr: sample rate of ``y`` in Hz.
+            seed: the sample's seed; the only source of randomness.
+
+        Returns:
+            float32 array ``(n_out,)`` at the same sample rate; ``n_out == n_samples`` unless the transformation
+            changes duration (time stretch).
+
+        Raises:
+            TransformError: empty or non-finite input, or the underlying library failed.
+        """
+        y = np.asarray(y)
+        if y.ndim != 1 or y.size == 0:
+            raise TransformError(f"{self.name}: expected a non-empty mono waveform, got shape {y.shape}")
+        if not np.all(np.isfinite(y)):
+            raise TransformError(f"{self.name}: input waveform has NaN or infinite values")
+        rng = np.random.default_rng(seed)
+        try:
+            out = self.apply(y.astype(np.float32, copy=False), int(sr), rng)
+        except TransformError:
+            raise
+        except Exception as exc:  # a library failure on this waveform fails this sample only
+            raise TransformError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
+        out = np.ascontiguousarray(out, dtype=np.float32)
+        if out.ndim != 1 or out.size == 0 or not np.all(np.isfinite(out)):
+            raise TransformError(f"{self.name}: produced an invalid waveform (shape {out.shape})")
+        return out
+
+    @abstractmethod
+    def apply(self, y: np.ndarray, sr: int, rng: np.random.Generator) -> np.ndarray:
+        """Transform ``y`` (float32 ``(n_samples,)``, at ``sr`` Hz); draw any randomness from ``rng`` only."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.spec()})"
+
+
+def register_transformation(cls: type[Transformation]) -> type[Transformation]:
+    """Class decorator: register a :class:`Transformation` under its ``name``."""
+    return TRANSFORMATIONS.register(cls)

@@ -1,0 +1,76 @@
+"""labswarm's exceptions: one root, a shallow tree.
+
+::
+
+    LabswarmError                 anything labswarm raises on purpose
+    ├── ConfigError               an invalid experiment or setting; carries (path, reason) pairs
+    ├── DatasetError              a dataset that cannot be read (labels CSV, demo-set sources)
+    ├── AudioError                one audio file that cannot be loaded, decoded or segmented
+    ├── TransformError            an augmentation that cannot be applied to a waveform
+    ├── FeatureError              a feature extractor that cannot run on a waveform
+    └── StoreError                the feature store cannot read or write
+
+Third-party errors are translated at the boundary (``raise AudioError(...) from exc``) so callers catch only
+these. A per-sample error (``AudioError``, ``TransformError``, ``FeatureError``) fails that one sample; the
+others go on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+
+class LabswarmError(Exception):
+    """Root of every error labswarm raises on purpose."""
+
+
+class ConfigError(LabswarmError):
+    """An invalid configuration.
+
+    Attributes:
+        errors: ``(path, reason)`` pairs; ``path`` is the dotted location in the YAML, e.g.
+            ``transformations.2.semitones``, or ``""`` for the whole document.
+    """
+
+    def __init__(self, errors: Iterable[tuple[str, str]] | str, *, source: str | None = None) -> None:
+        if isinstance(errors, str):
+            errors = [("", errors)]
+        self.errors: list[tuple[str, str]] = list(errors)
+        self.source = source
+        lines = [f"{path or '<root>'}: {reason}" for path, reason in self.errors]
+        head = f"invalid configuration{f' in {source}' if source else ''}"
+        super().__init__(head + ":\n  " + "\n  ".join(lines))
+
+
+class DatasetError(LabswarmError):
+    """A dataset (labels CSV, folder, demo-set sources) that cannot be read or built."""
+
+
+class SampleError(LabswarmError):
+    """Base of the errors that fail one sample and nothing else."""
+
+
+class AudioError(SampleError):
+    """An audio file that is missing, corrupt, empty, of an unsupported format, or shorter than the segment."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class TransformError(SampleError):
+    """A transformation (augmentation) that cannot be applied to a waveform."""
+
+
+class FeatureError(SampleError):
+    """A feature extractor that cannot run on a waveform."""
+
+
+class StoreError(LabswarmError):
+    """The feature store cannot read or write an entry."""
+
+
+def format_loc(loc: Sequence[str | int]) -> str:
+    """Join a pydantic error location into the dotted YAML path used by :class:`ConfigError`."""
+    return ".".join(str(part) for part in loc)

@@ -1,0 +1,67 @@
+"""The shared base of pluggable parts configured from YAML: a ``name`` plus a pydantic config model.
+
+A YAML item ``{name: pitch_shift, semitones: 2}`` is validated by the config model of the class registered as
+``pitch_shift``; errors keep their location (``transformations.1.semitones``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from labswarm.registry import Registry
+
+
+class PluginConfig(BaseModel):
+    """Base of every plugin's config model: frozen, unknown keys rejected, ``name`` selects the class."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+
+
+def validate_plugin_specs(items: Any, registry: Registry, title: str) -> list[PluginConfig]:
+    """Validate a list of ``{name: ..., **params}`` mappings against ``registry``.
+
+    Meant to be called from a pydantic ``mode="before"`` field validator: raises a ``ValidationError`` whose
+    locations are ``(index, field)``, which pydantic prefixes with the field name.
+
+    Raises:
+        pydantic.ValidationError: an item is not a mapping, names an unknown class, or has invalid params.
+    """
+    if isinstance(items, Mapping) or not isinstance(items, Sequence) or isinstance(items, str):
+        raise ValueError(f"must be a list of {registry.kind}s, each a mapping with a `name`")
+    out: list[PluginConfig] = []
+    errors: list[InitErrorDetails] = []
+    for index, item in enumerate(items):
+        if isinstance(item, PluginConfig):
+            out.append(item)
+            continue
+        if not isinstance(item, Mapping):
+            errors.append(_error((index,), f"must be a mapping with a `name`, got {type(item).__name__}", item))
+            continue
+        name = item.get("name")
+        if not isinstance(name, str) or name not in registry:
+            known = ", ".join(registry.names())
+            errors.append(_error((index, "name"), f"unknown {registry.kind} {name!r}; known: {known}", name))
+            continue
+        model: type[PluginConfig] = registry.get(name).config_model
+        try:
+            out.append(model.model_validate(dict(item)))
+        except ValidationError as exc:
+            for err in exc.errors():
+                errors.append(_error((index, *err["loc"]), err["msg"], err.get("input")))
+    if errors:
+        raise ValidationError.from_exception_data(title, errors)
+    return out
+
+
+def _error(loc: tuple[int | str, ...], message: str, value: Any) -> InitErrorDetails:
+    return InitErrorDetails(
+        type=PydanticCustomError("plugin_config", "{reason}", {"reason": message}),
+        loc=loc,
+        input=value,
+    )
