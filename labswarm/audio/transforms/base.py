@@ -32,11 +32,14 @@ class Transformation(ABC):
         name: the registry name used in YAML.
         config_model: the pydantic model of the parameters.
         version: bumped when the output for the same parameters changes; part of the feature-store key.
+        random: whether the output depends on the seed. A deterministic transformation's store key leaves the
+            seed out, so its output is shared by every experiment and sample order that uses it.
     """
 
     name: ClassVar[str]
     config_model: ClassVar[type[TransformationConfig]] = TransformationConfig
     version: ClassVar[int] = 1
+    random: ClassVar[bool] = True
 
     def __init__(self, config: TransformationConfig | None = None) -> None:
         self.config = config if config is not None else self.config_model(name=self.name)

@@ -12,6 +12,7 @@ class Identity(Transformation):
     """Returns the waveform unchanged (the un-augmented sample)."""
 
     name = "identity"
+    random = False
 
     def apply(self, y: np.ndarray, sr: int, rng: np.random.Generator) -> np.ndarray:
         return y

@@ -1,0 +1,101 @@
+"""Loading audio: decode, mix to mono, cut a segment, resample.
+
+Decoding is libsndfile's (PyPI ``soundfile``): WAV, FLAC, Ogg Vorbis, Opus, MP3 and the other formats it
+lists in ``soundfile.available_formats()``. Resampling is librosa's (``soxr_hq``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from labswarm.errors import AudioError
+
+#: A segment may end this many seconds past the end of the file before it counts as "past the end":
+#: container durations are rounded, and a 10-s clip is sometimes a few samples short.
+END_TOLERANCE_S = 0.01
+
+
+def audio_info(path: str | Path) -> tuple[int, int]:
+    """``(n_frames, sample_rate_hz)`` of an audio file, read from its header.
+
+    Raises:
+        AudioError: the file is missing, unreadable, of an unsupported format, or holds no frames.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise AudioError(str(path), "file not found")
+    try:
+        info = sf.info(str(path))
+    except (sf.LibsndfileError, RuntimeError, OSError) as exc:
+        reason = "empty file" if path.stat().st_size == 0 else f"unreadable or unsupported format ({exc})"
+        raise AudioError(str(path), reason) from exc
+    if info.frames <= 0:
+        raise AudioError(str(path), "no audio frames (zero-length audio)")
+    return int(info.frames), int(info.samplerate)
+
+
+def load_segment(
+    path: str | Path,
+    sr: int,
+    start: float = 0.0,
+    duration: float | None = None,
+    *,
+    pad: bool = False,
+) -> np.ndarray:
+    """Load ``[start, start + duration)`` seconds of a file as a mono waveform at ``sr`` Hz.
+
+    Args:
+        path: audio file.
+        sr: target sample rate in Hz; the segment is resampled when the file's rate differs.
+        start: segment start in seconds (>= 0).
+        duration: segment length in seconds; ``None`` reads to the end of the file.
+        pad: when the file ends before the segment does, zero-pad instead of failing.
+
+    Returns:
+        float32 array ``(n,)`` in [-1, 1], ``n = round(duration * sr)`` when ``duration`` is given. Channels
+        are averaged.
+
+    Raises:
+        AudioError: missing, empty, corrupt or unsupported file; a segment that starts at or past the end of
+            the file, or (unless ``pad``) ends more than :data:`END_TOLERANCE_S` past it.
+    """
+    path = Path(path)
+    if start < 0 or (duration is not None and duration <= 0):
+        raise AudioError(str(path), f"invalid segment start={start} s, duration={duration} s")
+    n_frames, native_sr = audio_info(path)
+    first = round(start * native_sr)
+    if first >= n_frames:
+        raise AudioError(
+            str(path), f"segment starts at {start:.3f} s, past the end of the file ({n_frames / native_sr:.3f} s)"
+        )
+    if duration is None:
+        last = n_frames
+    else:
+        last = first + round(duration * native_sr)
+        overrun = (last - n_frames) / native_sr
+        if overrun > END_TOLERANCE_S and not pad:
+            raise AudioError(
+                str(path),
+                f"segment {start:.3f}-{start + duration:.3f} s ends past the end of the file "
+                f"({n_frames / native_sr:.3f} s)",
+            )
+    try:
+        data = sf.read(str(path), start=first, stop=min(last, n_frames), dtype="float32", always_2d=True)[0]
+    except (sf.LibsndfileError, RuntimeError, OSError, ValueError) as exc:
+        raise AudioError(str(path), f"cannot decode audio ({exc})") from exc
+    if data.shape[0] == 0:
+        raise AudioError(str(path), "decoded no audio frames")
+    y = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
+    if not np.all(np.isfinite(y)):
+        raise AudioError(str(path), "decoded audio has NaN or infinite values")
+    if native_sr != sr:
+        import librosa
+
+        y = librosa.resample(y, orig_sr=native_sr, target_sr=sr, res_type="soxr_hq")
+    if duration is not None:
+        n = round(duration * sr)
+        y = y[:n] if y.shape[0] >= n else np.pad(y, (0, n - y.shape[0]))
+    return np.ascontiguousarray(y, dtype=np.float32)

@@ -1,0 +1,121 @@
+"""The ``labswarm`` command line (typer + rich)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from labswarm.errors import ConfigError, LabswarmError
+
+app = typer.Typer(help="Distribute the feature computation of audio deep-learning experiments.", no_args_is_help=True)
+console = Console()
+err = Console(stderr=True)
+
+
+def _fail(exc: LabswarmError, code: int = 1) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {exc}", highlight=False)
+    return typer.Exit(code)
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]:>7.1f} samples/s"),
+        TextColumn("[red]{task.fields[failed]} failed"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+@app.command("demo-data")
+def demo_data(
+    out_dir: Annotated[Path, typer.Argument(help="Folder to write <label>/*.wav and labels.csv into.")],
+    per_class: Annotated[int, typer.Option(min=1, help="Clips per class (music, speech, noise).")] = 100,
+    seed: Annotated[int, typer.Option(help="Seed: the same seed builds the same set.")] = 0,
+    jobs: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+) -> None:
+    """Build the music / speech / noise demo set of 10-s clips from audio that Debian packages carry."""
+    from labswarm.datasets.demo import build_demo_set
+
+    with _progress() as progress:
+        task = progress.add_task("demo set", total=3 * per_class, rate=0.0, failed=0)
+
+        def update(done: int, total: int) -> None:
+            elapsed = progress.tasks[task].elapsed or 1e-9
+            progress.update(task, completed=done, total=total, rate=done / elapsed)
+
+        try:
+            summary = build_demo_set(out_dir, per_class=per_class, seed=seed, jobs=jobs, progress=update)
+        except LabswarmError as exc:
+            raise _fail(exc) from None
+    counts = ", ".join(f"{label} {n} ({summary.n_sources[label]} sources)" for label, n in summary.counts.items())
+    console.print(f"demo set in [bold]{summary.out_dir}[/]: {counts}; {summary.seconds:.1f} s")
+
+
+@app.command()
+def features(
+    experiment: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
+    jobs: Annotated[int, typer.Option(min=1, help="Worker processes (default: all cores).")] = 0,
+) -> None:
+    """Compute every sample × transformation of an experiment on this machine (skips what the store has)."""
+    from labswarm.config import load_experiment
+    from labswarm.local import run_local
+    from labswarm.sample import count_samples
+
+    try:
+        config = load_experiment(experiment)
+        total = count_samples(config)
+    except ConfigError as exc:
+        raise _fail(exc, 2) from None
+    except LabswarmError as exc:
+        raise _fail(exc) from None
+    with _progress() as progress:
+        task = progress.add_task(config.name, total=total, rate=0.0, failed=0)
+        state = {"done": 0, "failed": 0}
+
+        def update(result) -> None:
+            state["done"] += 1
+            state["failed"] += result.status == "failed"
+            elapsed = progress.tasks[task].elapsed or 1e-9
+            progress.update(task, completed=state["done"], rate=state["done"] / elapsed, failed=state["failed"])
+
+        try:
+            summary = run_local(config, jobs or None, on_result=update)
+        except LabswarmError as exc:
+            raise _fail(exc) from None
+    print_summary(summary)
+    if summary.failed == summary.total and summary.total:
+        raise typer.Exit(1)
+
+
+def print_summary(summary) -> None:
+    """Print a run summary: counts, rate, store size and the failures with their reasons."""
+    table = Table(title=f"{summary.experiment}: {summary.total} samples in {summary.seconds:.1f} s", show_header=False)
+    table.add_row("computed", str(summary.computed))
+    table.add_row("cached", str(summary.cached))
+    table.add_row("failed", f"[red]{summary.failed}[/]" if summary.failed else "0")
+    rate = summary.computed / summary.seconds if summary.seconds else 0.0
+    table.add_row("computed/s", f"{rate:.1f}")
+    if summary.store is not None:
+        table.add_row("store", f"{summary.store.entries} entries, {summary.store.bytes / 1e6:.1f} MB")
+    console.print(table)
+    if summary.failures:
+        console.print("[bold red]failures:[/]")
+        for sample_id, reason in summary.failures[:50]:
+            console.print(f"  {sample_id}: {reason}", highlight=False, markup=False)
+        if len(summary.failures) > 50:
+            console.print(f"  ... and {len(summary.failures) - 50} more")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,197 @@
+"""The experiment configuration: a pydantic model loaded from YAML.
+
+An experiment names its dataset, the transformations every clip is expanded with (identity included when
+wanted), the feature extractors, and the feature store::
+
+    name: music_speech_noise
+    seed: 0
+    dataset: {root: ../data/demo, labels: labels.csv, sample_rate: 22050, segment: {start: 0.0, duration: 10.0}}
+    transformations: [{name: identity}, {name: pitch_shift, semitones: 2}]
+    features: [{name: mel, n_mels: 128}, {name: mfcc, n_mfcc: 20}]
+    store: {root: ../data/store}
+
+Unknown keys and bad values raise :class:`~labswarm.errors.ConfigError` with the dotted path of each field
+(``transformations.1.semitones``) and the reason. Relative paths in a YAML file are relative to that file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator
+
+from labswarm.audio.features.base import EXTRACTORS, FeatureConfig
+from labswarm.audio.transforms.base import TRANSFORMATIONS, TransformationConfig
+from labswarm.errors import ConfigError, format_loc
+from labswarm.plugin import validate_plugin_specs
+
+#: Experiment names become queue names (``labswarm.<name>``) and folder names: keep them to this pattern.
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SegmentConfig(_Strict):
+    """Which part of each clip is used.
+
+    Attributes:
+        start: segment start in seconds.
+        duration: segment length in seconds; ``None`` uses the clip to its end.
+        pad: zero-pad clips that end before the segment does, instead of failing them.
+    """
+
+    start: float = Field(0.0, ge=0.0)
+    duration: float | None = Field(10.0, gt=0.0)
+    pad: bool = False
+
+
+class DatasetConfig(_Strict):
+    """Where the samples come from: a folder of audio files and a labels CSV (``path,label[,source]``).
+
+    Attributes:
+        root: folder the CSV's paths are relative to.
+        labels: the labels CSV, relative to ``root`` unless absolute.
+        sample_rate: rate in Hz every clip is resampled to before transformations and features.
+        segment: the part of each clip used.
+    """
+
+    root: Path
+    labels: Path = Path("labels.csv")
+    sample_rate: int = Field(22050, ge=1000, le=192000)
+    segment: SegmentConfig = SegmentConfig()
+
+    @property
+    def labels_path(self) -> Path:
+        """The labels CSV's full path."""
+        return self.labels if self.labels.is_absolute() else self.root / self.labels
+
+
+class StoreConfig(_Strict):
+    """The feature store.
+
+    Attributes:
+        root: a local or shared (NFS) directory, the same path on every worker.
+    """
+
+    root: Path
+
+
+class ExperimentConfig(_Strict):
+    """One experiment: dataset × transformations → features in a store.
+
+    Attributes:
+        name: lower-case identifier (``[a-z0-9][a-z0-9_.-]*``, at most 64 characters).
+        description: free text.
+        seed: seed of everything random (per-sample seeds derive from it).
+        dataset: see :class:`DatasetConfig`.
+        transformations: every clip yields one sample per transformation, in this order.
+        features: the extractors computed for each sample; their ``output`` names must be unique.
+        store: see :class:`StoreConfig`.
+    """
+
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = ""
+    seed: int = Field(0, ge=0)
+    dataset: DatasetConfig
+    transformations: list[SerializeAsAny[TransformationConfig]] = Field(
+        default_factory=lambda: [TransformationConfig(name="identity")], min_length=1
+    )
+    features: list[SerializeAsAny[FeatureConfig]] = Field(min_length=1)
+    store: StoreConfig
+
+    @field_validator("transformations", mode="before")
+    @classmethod
+    def _transformations(cls, value: Any) -> Any:
+        import labswarm.audio.transforms  # noqa: F401  (registers the built-ins)
+
+        specs = validate_plugin_specs(value, TRANSFORMATIONS, "transformations")
+        seen: dict[str, int] = {}
+        for index, spec in enumerate(specs):
+            key = json.dumps(spec.model_dump(mode="json"), sort_keys=True)
+            if key in seen:
+                raise ValueError(f"item {index} repeats item {seen[key]} ({spec.name}): each must differ")
+            seen[key] = index
+        return specs
+
+    @field_validator("features", mode="before")
+    @classmethod
+    def _features(cls, value: Any) -> Any:
+        import labswarm.audio.features  # noqa: F401  (registers the built-ins)
+
+        specs = validate_plugin_specs(value, EXTRACTORS, "features")
+        seen: dict[str, int] = {}
+        for index, spec in enumerate(specs):
+            out = spec.output_name
+            if out in seen:
+                raise ValueError(
+                    f"item {index} has the same output name {out!r} as item {seen[out]}: "
+                    "set `output` to tell them apart"
+                )
+            seen[out] = index
+        return specs
+
+    def fingerprint(self) -> str:
+        """A 16-hex-digit hash of the whole configuration (canonical JSON), e.g. to name trained models."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+    def resolve_paths(self, base: Path) -> ExperimentConfig:
+        """A copy whose relative dataset and store paths are made absolute against ``base``."""
+        dataset = self.dataset.model_copy(update={"root": _absolute(self.dataset.root, base)})
+        store = self.store.model_copy(update={"root": _absolute(self.store.root, base)})
+        return self.model_copy(update={"dataset": dataset, "store": store})
+
+
+def _absolute(path: Path, base: Path) -> Path:
+    return path if path.is_absolute() else (base / path).resolve()
+
+
+def parse_experiment(data: Mapping[str, Any] | str, *, base_dir: Path | None = None, source: str | None = None):
+    """Validate an experiment from a mapping or YAML/JSON text.
+
+    Args:
+        data: the configuration, as a mapping or as YAML (JSON is YAML) text.
+        base_dir: relative paths are resolved against it; ``None`` keeps them as written.
+        source: where the text came from, for error messages.
+
+    Returns:
+        The validated :class:`ExperimentConfig`.
+
+    Raises:
+        ConfigError: YAML syntax error, or every invalid field with its dotted path and the reason.
+    """
+    if isinstance(data, str):
+        try:
+            data = yaml.safe_load(data)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            raise ConfigError([("", f"invalid YAML: {where}{getattr(exc, 'problem', exc)}")], source=source) from exc
+    if not isinstance(data, Mapping):
+        raise ConfigError([("", f"expected a mapping at the top level, got {type(data).__name__}")], source=source)
+    try:
+        config = ExperimentConfig.model_validate(dict(data))
+    except ValidationError as exc:
+        raise ConfigError([(format_loc(e["loc"]), e["msg"]) for e in exc.errors()], source=source) from None
+    return config.resolve_paths(base_dir) if base_dir is not None else config
+
+
+def load_experiment(path: str | Path) -> ExperimentConfig:
+    """Load and validate an experiment YAML file; relative paths are relative to the file's folder.
+
+    Raises:
+        ConfigError: the file cannot be read, or it is invalid (see :func:`parse_experiment`).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([("", f"cannot read {path}: {exc.strerror or exc}")], source=str(path)) from exc
+    return parse_experiment(text, base_dir=path.resolve().parent, source=str(path))

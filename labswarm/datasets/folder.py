@@ -1,0 +1,81 @@
+"""A dataset as a folder of audio files plus a labels CSV.
+
+The CSV has a header and the columns ``path`` (relative to the dataset root, or absolute), ``label``, and
+optionally ``source``: the id of the underlying recording, so that clips cut from one recording are kept on
+one side of a train/test split. Without ``source``, each file is its own source.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from labswarm.errors import DatasetError
+
+#: Columns the labels CSV must have.
+REQUIRED_COLUMNS = ("path", "label")
+
+
+@dataclass(frozen=True, slots=True)
+class Clip:
+    """One audio file of a dataset.
+
+    Attributes:
+        clip_id: the path as written in the CSV (stable across machines; part of sample ids).
+        path: the absolute path of the audio file.
+        label: class label.
+        source: id of the underlying recording.
+    """
+
+    clip_id: str
+    path: str
+    label: str
+    source: str
+
+
+def iter_clips(root: str | Path, labels: str | Path) -> Iterator[Clip]:
+    """Stream the clips of a labels CSV, in file order.
+
+    Args:
+        root: folder that relative paths are resolved against.
+        labels: the CSV file.
+
+    Raises:
+        DatasetError: the CSV is missing or unreadable, lacks a required column, or a row has an empty path or
+            label (the message gives the row's line number). Audio files are not opened here: a missing audio
+            file fails its own samples later with an ``AudioError``.
+    """
+    root, labels = Path(root), Path(labels)
+    try:
+        handle = labels.open(newline="", encoding="utf-8")
+    except OSError as exc:
+        raise DatasetError(f"cannot read labels CSV {labels}: {exc.strerror or exc}") from exc
+    with handle:
+        reader = csv.DictReader(handle)
+        columns = reader.fieldnames or []
+        missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+        if missing:
+            raise DatasetError(f"{labels}: missing column(s) {', '.join(missing)}; found {', '.join(columns)}")
+        for row in reader:
+            line = reader.line_num
+            clip_id = (row.get("path") or "").strip()
+            label = (row.get("label") or "").strip()
+            if not clip_id or not label:
+                raise DatasetError(f"{labels}, line {line}: empty path or label")
+            path = Path(clip_id)
+            full = path if path.is_absolute() else root / path
+            source = (row.get("source") or "").strip() or clip_id
+            yield Clip(clip_id=clip_id, path=str(full), label=label, source=source)
+
+
+def read_clips(root: str | Path, labels: str | Path) -> list[Clip]:
+    """All clips of a labels CSV (see :func:`iter_clips`); raises ``DatasetError`` on a repeated path."""
+    clips = list(iter_clips(root, labels))
+    seen: set[str] = set()
+    for clip in clips:
+        if clip.clip_id in seen:
+            raise DatasetError(f"{labels}: path {clip.clip_id!r} is listed twice")
+        seen.add(clip.clip_id)
+    return clips

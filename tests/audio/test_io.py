@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import write_tone
+
+from labswarm.audio.io import audio_info, load_segment
+from labswarm.errors import AudioError
+
+
+def test_load_segment_mono_resampled(tmp_path: Path) -> None:
+    path = write_tone(tmp_path / "a.wav", freq=440, seconds=3.0, sr=44100, channels=2)
+    y = load_segment(path, 22050, start=1.0, duration=1.5)
+    assert y.dtype == np.float32 and y.shape == (int(1.5 * 22050),)
+    spectrum = np.abs(np.fft.rfft(y))
+    assert abs(np.argmax(spectrum) * 22050 / y.size - 440) < 2
+
+
+@pytest.mark.parametrize("suffix,subtype", [(".flac", "PCM_16"), (".ogg", "VORBIS")])
+def test_other_formats(tmp_path: Path, suffix: str, subtype: str) -> None:
+    path = write_tone(tmp_path / f"a{suffix}", seconds=1.0, subtype=subtype)
+    assert audio_info(path) == (22050, 22050)
+    assert load_segment(path, 22050, 0.0, 1.0).shape == (22050,)
+
+
+def test_whole_file_and_padding(tmp_path: Path) -> None:
+    path = write_tone(tmp_path / "a.wav", seconds=1.0)
+    assert load_segment(path, 22050, 0.0, None).shape == (22050,)
+    padded = load_segment(path, 22050, 0.5, 1.0, pad=True)
+    assert padded.shape == (22050,) and np.all(padded[11025 + 10:] == 0)
+
+
+@pytest.mark.parametrize(
+    "make,reason",
+    [
+        (lambda p: p, "file not found"),
+        (lambda p: (p.write_bytes(b""), p)[1], "empty file"),
+        (lambda p: (p.write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunkjunkjunk" * 10), p)[1], "unreadable"),
+        (lambda p: (p.write_text("not audio at all " * 100), p)[1], "unreadable"),
+    ],
+)
+def test_bad_files_raise_audio_error_naming_file(tmp_path: Path, make, reason: str) -> None:
+    path = make(tmp_path / "bad.wav")
+    with pytest.raises(AudioError, match=reason) as info:
+        load_segment(path, 22050, 0.0, 1.0)
+    assert info.value.path == str(path)
+
+
+def test_zero_frames_wav(tmp_path: Path) -> None:
+    import soundfile as sf
+
+    path = tmp_path / "zero.wav"
+    sf.write(path, np.zeros(0, np.float32), 22050)
+    with pytest.raises(AudioError, match="zero-length"):
+        load_segment(path, 22050)
+
+
+def test_segment_past_the_end(tmp_path: Path) -> None:
+    path = write_tone(tmp_path / "a.wav", seconds=1.0)
+    with pytest.raises(AudioError, match="past the end"):
+        load_segment(path, 22050, 2.0, 1.0)
+    with pytest.raises(AudioError, match="ends past the end"):
+        load_segment(path, 22050, 0.5, 1.0)
