@@ -98,6 +98,85 @@ def features(
         raise typer.Exit(1)
 
 
+@app.command()
+def run(
+    experiment: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
+    workers: Annotated[int, typer.Option(min=0, help="Local workers to start (0: use running ones).")] = 2,
+    concurrency: Annotated[int, typer.Option(min=1, help="Pool processes per worker.")] = 1,
+    broker: Annotated[str | None, typer.Option(help="Broker URL (amqp://...); default: embedded SQLite.")] = None,
+    manager: Annotated[str | None, typer.Option(help="Submit to this running manager instead.")] = None,
+    rate: Annotated[float | None, typer.Option(min=0.001, help="Publish rate in tasks/s.")] = None,
+) -> None:
+    """Run an experiment distributed over workers: embedded manager and broker unless URLs are given."""
+    from labswarm.config import load_experiment
+    from labswarm.run import run_experiment
+    from labswarm.settings import load_settings
+
+    try:
+        config = load_experiment(experiment)
+    except ConfigError as exc:
+        raise _fail(exc, 2) from None
+    settings = load_settings()
+    with _progress() as progress:
+        task = progress.add_task(config.name, total=None, rate=0.0, failed=0)
+
+        def update(p: dict) -> None:
+            progress.update(task, total=p["total"], completed=p["finished"], rate=p["samples_per_s"],
+                            failed=p["failed"])
+
+        try:
+            result = run_experiment(config, workers=workers, concurrency=concurrency, broker_url=broker,
+                                    manager_url=manager, rate=rate, settings=settings, on_progress=update)
+        except LabswarmError as exc:
+            raise _fail(exc) from None
+    p = result.progress
+    table = Table(title=f"{config.name}: session {p['id']} {p['status']} in {result.seconds:.1f} s", show_header=False)
+    for key in ("total", "done", "cached", "failed", "republished"):
+        table.add_row(key, str(p[key]))
+    table.add_row("done/s", f"{p['samples_per_s']:.1f}")
+    console.print(table)
+    for failure in result.failures[:50]:
+        console.print(f"  {failure['sample_id']}: {failure['reason']}", highlight=False, markup=False)
+    if p["status"] != "completed":
+        raise typer.Exit(1)
+
+
+@app.command()
+def worker(
+    experiment: Annotated[str, typer.Option(help="Experiment whose queue to consume.")],
+    manager: Annotated[str, typer.Option(help="Manager URL.")],
+    broker: Annotated[str | None, typer.Option(help="Broker URL override.")] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Pool processes.")] = 1,
+    loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "WARNING",
+) -> None:
+    """Run a Celery worker on one experiment's queue (fetches the configuration from the manager)."""
+    from labswarm.queue.worker import run_worker
+    from labswarm.settings import load_settings
+
+    try:
+        run_worker(experiment, manager, broker_url=broker, concurrency=concurrency,
+                   token=load_settings().api_token, loglevel=loglevel)
+    except LabswarmError as exc:
+        raise _fail(exc) from None
+
+
+@app.command("manager")
+def manager_cmd(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    broker: Annotated[str | None, typer.Option(help="Broker URL (default: LABSWARM_BROKER_URL or embedded).")] = None,
+    database: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the state database.")] = None,
+) -> None:
+    """Serve the manager API (OpenAPI docs at /docs)."""
+    import uvicorn
+
+    from labswarm.manager.api import create_app
+    from labswarm.settings import load_settings
+
+    settings = load_settings(broker_url=broker, database_url=database)
+    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+
+
 def print_summary(summary) -> None:
     """Print a run summary: counts, rate, store size and the failures with their reasons."""
     table = Table(title=f"{summary.experiment}: {summary.total} samples in {summary.seconds:.1f} s", show_header=False)

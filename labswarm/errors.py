@@ -8,7 +8,8 @@
     ├── AudioError                one audio file that cannot be loaded, decoded or segmented
     ├── TransformError            an augmentation that cannot be applied to a waveform
     ├── FeatureError              a feature extractor that cannot run on a waveform
-    └── StoreError                the feature store cannot read or write
+    ├── StoreError                the feature store cannot read or write
+    └── ManagerError              the manager API refused a request or cannot be reached
 
 Third-party errors are translated at the boundary (``raise AudioError(...) from exc``) so callers catch only
 these. A per-sample error (``AudioError``, ``TransformError``, ``FeatureError``) fails that one sample; the
@@ -69,6 +70,20 @@ class FeatureError(SampleError):
 
 class StoreError(LabswarmError):
     """The feature store cannot read or write an entry."""
+
+
+class ManagerError(LabswarmError):
+    """The manager API answered with an error, or could not be reached.
+
+    Attributes:
+        status: the HTTP status code, or ``None`` when the manager could not be reached.
+        detail: the manager's explanation (a string, or the list of field errors of a 422).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, detail: object = None) -> None:
+        self.status = status
+        self.detail = detail
+        super().__init__(message)
 
 
 def format_loc(loc: Sequence[str | int]) -> str:

@@ -44,8 +44,8 @@ class AddNoise(Transformation):
     scaled by ``sqrt(P_signal / (P_noise * 10**(snr_db / 10)))`` with both powers measured on this clip, so the
     SNR does not vary with the noise realisation.
 
-    A silent input (zero power) is returned unchanged: at any SNR the noise power it calls for is zero. This
-    keeps silent clips computable (they are not failures) and is the only output consistent with the ratio.
+    A silent input (zero power) is returned unchanged rather than raising: the noise power an SNR calls for is
+    then zero, and a silent clip stays a computable sample instead of a failed one.
     """
 
     name = "add_noise"
@@ -61,7 +61,7 @@ class AddNoise(Transformation):
         """Add noise to ``y`` (float32 ``(n,)`` at ``sr`` Hz); returns float32 ``(n,)``.
 
         Raises:
-            TransformError: the noise file cannot be read, or is silent.
+            TransformError: the noise file cannot be read or is silent, or the stretch drawn from it is silent.
         """
         signal_power = mean_square(y)
         if signal_power == 0.0:
@@ -71,6 +71,8 @@ class AddNoise(Transformation):
         else:
             noise = colored_noise(y.size, COLOR_EXPONENTS[self.config.color], rng)
         noise_power = mean_square(noise)
+        if noise_power == 0.0:  # only a file's all-zero stretch could do this; generated noise never does
+            raise TransformError(f"{self.name}: the noise drawn for this clip is silent")
         scale = np.sqrt(signal_power / (noise_power * 10.0 ** (self.config.snr_db / 10.0)))
         return y + np.float32(scale) * noise
 
@@ -121,7 +123,7 @@ def colored_noise(n: int, beta: float, rng: np.random.Generator) -> np.ndarray:
     """
     if beta == 0.0:
         return rng.standard_normal(n, dtype=np.float32)
-    size = scipy.fft.next_fast_len(n, real=True)
+    size = scipy.fft.next_fast_len(max(n, 2), real=True)  # 2 at least: one bin besides the zeroed DC
     spectrum = scipy.fft.rfft(rng.standard_normal(size, dtype=np.float32))
     freqs = np.arange(spectrum.size, dtype=np.float32)
     freqs[0] = 1.0

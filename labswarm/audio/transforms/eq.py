@@ -56,9 +56,7 @@ def peaking_sos(freq_hz: float, gain_db: float, q: float, sr: int) -> np.ndarray
     alpha = math.sin(w0) / (2.0 * q)
     cos_w0 = math.cos(w0)
     a0 = 1.0 + alpha / amp
-    return np.array(
-        [1.0 + alpha * amp, -2.0 * cos_w0, 1.0 - alpha * amp, a0, -2.0 * cos_w0, 1.0 - alpha / amp]
-    ) / a0
+    return np.array([1.0 + alpha * amp, -2.0 * cos_w0, 1.0 - alpha * amp, a0, -2.0 * cos_w0, 1.0 - alpha / amp]) / a0
 
 
 @register_transformation

@@ -1,0 +1,38 @@
+"""Time stretch: change the tempo (and duration) without changing the pitch."""
+
+from __future__ import annotations
+
+import librosa
+import numpy as np
+from pydantic import Field
+
+from labswarm.audio.transforms.base import Transformation, TransformationConfig, register_transformation
+
+
+class TimeStretchConfig(TransformationConfig):
+    """Parameters of :class:`TimeStretch`.
+
+    Attributes:
+        rate: speed factor, in [0.1, 10] (audiomentations' bounds): above 1 is faster and shorter, below 1
+            slower and longer. The output has ``round(n / rate)`` samples, so the bounds keep it within 10× the
+            input.
+    """
+
+    rate: float = Field(ge=0.1, le=10.0)
+
+
+@register_transformation
+class TimeStretch(Transformation):
+    """Phase-vocoder time stretch (:func:`librosa.effects.time_stretch`, STFT ``n_fft=2048``, hop 512).
+
+    The output length is ``round(n_samples / rate)``: this transformation changes the duration. Deterministic.
+    """
+
+    name = "time_stretch"
+    config_model = TimeStretchConfig
+    random = False
+    config: TimeStretchConfig
+
+    def apply(self, y: np.ndarray, sr: int, rng: np.random.Generator) -> np.ndarray:
+        """Stretch ``y`` (float32 ``(n,)``); returns float32 ``(round(n / rate),)``."""
+        return librosa.effects.time_stretch(y, rate=self.config.rate)

@@ -1,0 +1,113 @@
+"""A small client of the manager's HTTP API (httpx), used by workers, the CLI and the health controller."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from labswarm.errors import ManagerError
+
+
+class ManagerClient:
+    """Calls the manager API; every error becomes a :class:`~labswarm.errors.ManagerError`.
+
+    Args:
+        url: the manager's base URL, e.g. ``http://127.0.0.1:8000``.
+        token: the API token (``LABSWARM_API_TOKEN``) sent as ``Authorization: Bearer``.
+        timeout: seconds per request.
+        transport: an httpx transport (tests).
+    """
+
+    def __init__(self, url: str, token: str | None = None, timeout: float = 10.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> ManagerClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ManagerError(f"cannot reach the manager at {self.url}: {exc}") from exc
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("detail")
+            except ValueError:
+                detail = response.text
+            raise ManagerError(f"{method} {path}: HTTP {response.status_code}: {_describe(detail)}",
+                               status=response.status_code, detail=detail)
+        return response.json() if response.content else None
+
+    # experiments
+    def post_experiment(self, config: Mapping[str, Any] | str) -> dict:
+        """Register (or update) an experiment from a mapping or YAML text; returns its description."""
+        if isinstance(config, str):
+            return self._call("POST", "/experiments", content=config, headers={"Content-Type": "application/yaml"})
+        return self._call("POST", "/experiments", json=dict(config))
+
+    def experiment_config(self, name: str) -> dict:
+        """The validated configuration of an experiment (what a worker fetches once)."""
+        return self._call("GET", f"/experiments/{name}/config")
+
+    def settings(self) -> dict:
+        """The manager's worker-facing settings (broker URL, report interval)."""
+        return self._call("GET", "/settings")
+
+    # sessions
+    def start_session(self, experiment: str, rate: float | None = None) -> dict:
+        """Start a session of ``experiment``; ``rate`` in tasks/s."""
+        body = {} if rate is None else {"rate": rate}
+        return self._call("POST", f"/experiments/{experiment}/sessions", json=body)
+
+    def session(self, session_id: str) -> dict:
+        """A session's progress."""
+        return self._call("GET", f"/sessions/{session_id}")
+
+    def sessions(self) -> list[dict]:
+        """Every session, newest first."""
+        return self._call("GET", "/sessions")
+
+    def set_rate(self, session_id: str, rate: float) -> dict:
+        """Set a session's publish rate in tasks/s."""
+        return self._call("PUT", f"/sessions/{session_id}/rate", json={"rate": rate})
+
+    def pause(self, session_id: str) -> dict:
+        return self._call("POST", f"/sessions/{session_id}/pause")
+
+    def resume(self, session_id: str) -> dict:
+        return self._call("POST", f"/sessions/{session_id}/resume")
+
+    def cancel(self, session_id: str) -> dict:
+        return self._call("POST", f"/sessions/{session_id}/cancel")
+
+    def failures(self, session_id: str) -> list[dict]:
+        """Failed samples of a session with their reasons."""
+        return self._call("GET", f"/sessions/{session_id}/failures")
+
+    # worker side
+    def report(self, session_id: str, outcomes: Sequence[Mapping[str, Any]]) -> None:
+        """Send a batch of sample outcomes ``{sample_id, status, reason, seconds}``."""
+        self._call("POST", f"/sessions/{session_id}/outcomes", json={"outcomes": list(outcomes)})
+
+    def redelivered(self, session_id: str, sample_id: str) -> bool:
+        """Record a broker redelivery of a sample; ``False`` when it exhausted its attempts (do not run it)."""
+        return bool(self._call("POST", f"/sessions/{session_id}/redeliveries", json={"sample_id": sample_id})["run"])
+
+
+def _describe(detail: Any) -> str:
+    if isinstance(detail, list):
+        return "; ".join(f"{d.get('path', '')}: {d.get('reason', d)}" if isinstance(d, dict) else str(d)
+                         for d in detail)
+    return str(detail)

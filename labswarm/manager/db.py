@@ -1,0 +1,98 @@
+"""The manager's persistent state (SQLAlchemy): experiments, sessions and the per-sample ledger.
+
+SQLite by default (WAL mode: a commit costs ~0.8 ms instead of ~8 ms), PostgreSQL by URL. The ledger has one
+row per published sample; its status is the truth of a session's progress, together with the feature store.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, create_engine, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+
+def utcnow() -> datetime:
+    """Now, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ExperimentRow(Base):
+    """A registered experiment: its validated configuration as JSON."""
+
+    __tablename__ = "experiments"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    config: Mapped[dict] = mapped_column(JSON)
+    fingerprint: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SessionRow(Base):
+    """One run of an experiment.
+
+    ``status``: ``running`` (publishing or waiting for outcomes), ``paused``, ``completed``, ``cancelled``,
+    ``failed`` (the session itself failed, e.g. unreadable dataset; ``error`` says why). ``cursor`` is the index
+    in the experiment's sample stream of the next sample to publish: a restarted manager resumes there.
+    """
+
+    __tablename__ = "sessions"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    experiment: Mapped[str] = mapped_column(ForeignKey("experiments.name"), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    rate: Mapped[float] = mapped_column(Float)
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    cursor: Mapped[int] = mapped_column(Integer, default=0)
+    published: Mapped[int] = mapped_column(Integer, default=0)
+    republished: Mapped[int] = mapped_column(Integer, default=0)
+    fingerprint: Mapped[str] = mapped_column(String(32))
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+
+class SampleRow(Base):
+    """The ledger: one sample of a session, its status and delivery attempts.
+
+    ``status``: ``published`` (no outcome yet), ``done`` (computed by a worker), ``cached`` (already in the
+    store), ``failed`` (``reason`` says why).
+    """
+
+    __tablename__ = "samples"
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"), primary_key=True)
+    sample_id: Mapped[str] = mapped_column(String(512), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=1)
+    seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (Index("ix_samples_session_status", "session_id", "status"),)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` with the tables created; SQLite gets WAL mode and a busy timeout."""
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record) -> None:  # pragma: no cover - trivial
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+    else:
+        engine = create_engine(url, pool_pre_ping=True)
+    Base.metadata.create_all(engine)
+    return engine
+
+
+def make_sessionmaker(engine: Engine) -> sessionmaker:
+    """A session factory whose objects stay readable after commit."""
+    return sessionmaker(bind=engine, expire_on_commit=False)

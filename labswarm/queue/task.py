@@ -1,0 +1,118 @@
+"""The compute task and the per-process worker state.
+
+A task message is ``(session_id, sample)``: one sample as a small JSON mapping (no configuration, no audio).
+Each worker process builds its :class:`~labswarm.pipeline.features.FeaturesBlock` once, from the configuration
+the worker fetched from the manager at start-up. The task is idempotent (a sample already in the store is a
+no-op), so at-least-once delivery gives exactly-once results.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from celery import Celery, Task
+
+from labswarm.client import ManagerClient
+from labswarm.config import ExperimentConfig
+from labswarm.errors import ManagerError
+from labswarm.pipeline.features import FeaturesBlock, SampleResult
+from labswarm.queue.app import TASK_NAME
+from labswarm.queue.reporter import Reporter
+from labswarm.sample import Sample
+
+log = logging.getLogger(__name__)
+
+#: Runs of one sample inside a task when the failure is transient (the feature store, e.g. an NFS hiccup).
+STORE_RETRIES = 3
+#: Seconds before the first in-task retry; doubled each time.
+RETRY_DELAY = 0.5
+
+
+@dataclass
+class WorkerState:
+    """What a worker process needs: the experiment, its features block, and the outcome reporter.
+
+    Built in the worker's main process before the pool forks (``config``, ``manager_url``); ``block`` and
+    ``reporter`` are created lazily in each pool process (threads and open files do not survive a fork).
+    """
+
+    config: ExperimentConfig
+    manager_url: str
+    token: str | None = None
+    report_interval: float = 0.25
+    block: FeaturesBlock | None = field(default=None, repr=False)
+    reporter: Reporter | None = field(default=None, repr=False)
+    client: ManagerClient | None = field(default=None, repr=False)
+
+    def ensure(self) -> None:
+        """Build the features block, the manager client and the reporter of this process once."""
+        if self.block is None:
+            self.block = FeaturesBlock(self.config)
+        if self.client is None:
+            self.client = ManagerClient(self.manager_url, self.token)
+        if self.reporter is None:
+            self.reporter = Reporter(self.client, self.report_interval)
+
+    def close(self) -> None:
+        """Flush the outcomes not yet reported."""
+        if self.reporter is not None:
+            self.reporter.close()
+            self.reporter = None
+
+
+_state: WorkerState | None = None
+
+
+def set_worker_state(state: WorkerState | None) -> None:
+    """Install the state this process's tasks use (called by ``labswarm worker`` before the pool starts)."""
+    global _state
+    _state = state
+
+
+def worker_state() -> WorkerState:
+    """The state of this worker process.
+
+    Raises:
+        RuntimeError: the process is not a labswarm worker (no state installed).
+    """
+    if _state is None:
+        raise RuntimeError("this process is not a labswarm worker: no experiment configuration installed")
+    _state.ensure()
+    return _state
+
+
+def run_sample(block: FeaturesBlock, sample: Sample) -> SampleResult:
+    """Process a sample, retrying transient store failures :data:`STORE_RETRIES` times with backoff."""
+    delay = RETRY_DELAY
+    for attempt in range(1, STORE_RETRIES + 1):
+        result = block.process(sample)
+        if result.status != "failed" or not (result.reason or "").startswith("StoreError") or attempt == STORE_RETRIES:
+            return result
+        log.warning("sample %s: %s; retrying in %.1f s", sample.id, result.reason, delay)
+        time.sleep(delay)
+        delay *= 2
+    return result
+
+
+def compute(task: Task, session_id: str, sample: dict) -> str:
+    """The body of the ``labswarm.compute`` task; returns the outcome's status."""
+    state = worker_state()
+    if (task.request.delivery_info or {}).get("redelivered"):
+        # the broker gave this message back after a worker was lost: count it against the sample's attempts,
+        # so a sample that kills every worker is recorded as failed instead of looping forever
+        try:
+            if not state.client.redelivered(session_id, sample["id"]):
+                return "abandoned"
+        except ManagerError as exc:
+            log.warning("cannot record the redelivery of %s: %s", sample.get("id"), exc)
+    result = run_sample(state.block, Sample.from_dict(sample))
+    state.reporter.add(session_id, {"sample_id": result.sample_id, "status": result.status,
+                                    "reason": result.reason, "seconds": round(result.seconds, 4)})
+    return result.status
+
+
+def register(app: Celery) -> None:
+    """Register the ``labswarm.compute`` task on ``app``."""
+    app.task(name=TASK_NAME, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)(compute)

@@ -1,0 +1,74 @@
+"""``labswarm worker``: a Celery worker bound to one experiment's queue.
+
+It fetches the experiment's configuration and the broker URL from the manager once, imports the audio
+libraries before the pool forks (so each pool process starts warm), and each pool process builds its features
+block once, with one maths thread (N single-threaded processes beat N multi-threaded ones on N cores).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from celery import signals
+
+from labswarm.client import ManagerClient
+from labswarm.config import ExperimentConfig
+from labswarm.queue.app import experiment_queue, make_celery, queue_name
+from labswarm.queue.task import WorkerState, set_worker_state, worker_state
+
+
+def _process_init(**_kwargs) -> None:
+    from labswarm.local import limit_threads
+
+    limit_threads(1)
+    worker_state()  # builds the features block, client and reporter of this pool process
+
+
+def _process_shutdown(**_kwargs) -> None:
+    from labswarm.queue import task
+
+    if task._state is not None:
+        task._state.close()
+
+
+def run_worker(
+    experiment: str,
+    manager_url: str,
+    *,
+    broker_url: str | None = None,
+    concurrency: int = 1,
+    token: str | None = None,
+    loglevel: str = "WARNING",
+) -> None:
+    """Run a worker until it is stopped (SIGTERM: warm shutdown, finishing the running tasks).
+
+    Args:
+        experiment: the experiment whose queue to consume.
+        manager_url: the manager's base URL.
+        broker_url: override the broker URL the manager advertises.
+        concurrency: pool processes.
+        token: the manager's API token.
+        loglevel: Celery log level.
+
+    Raises:
+        ManagerError: the manager cannot be reached or does not know the experiment.
+    """
+    client = ManagerClient(manager_url, token)
+    config = ExperimentConfig.model_validate(client.experiment_config(experiment))
+    settings = client.settings()
+    client.close()
+    app = make_celery(broker_url or settings["broker_url"])
+    app.conf.task_queues = [experiment_queue(experiment)]
+    set_worker_state(WorkerState(config, manager_url, token, float(settings.get("report_interval", 0.25))))
+    # import the heavy libraries (and build extractors once) before the pool forks
+    from labswarm.pipeline.features import FeaturesBlock
+
+    FeaturesBlock(config)
+    signals.worker_process_init.connect(_process_init, weak=False)
+    signals.worker_process_shutdown.connect(_process_shutdown, weak=False)
+    name = f"labswarm-{experiment}-{os.getpid()}@{socket.gethostname()}"
+    app.worker_main([
+        "worker", "-Q", queue_name(experiment), "-c", str(concurrency), "-P", "prefork", "-n", name,
+        "--loglevel", loglevel, "--without-gossip", "--without-mingle", "--without-heartbeat",
+    ])
