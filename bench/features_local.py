@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 import tempfile
 import time
@@ -128,12 +129,18 @@ def main() -> None:
     from labswarm.audio.io import load_segment
 
     clips = [load_segment(s.path, 22050, 0.0, 10.0) for s in samples[:: len(config.transformations)][:10]]
-    rows = compare([np.asarray(c) for c in clips], 22050)
-    print("\n| transformation | labswarm ms/clip | audiomentations ms/clip | speed ratio |")
+    # a worker process owns one core: pin, as bench/transforms_vs_audiomentations.py does by default
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        rows = compare([np.asarray(c) for c in clips], 22050)
+    finally:
+        os.sched_setaffinity(0, cpus)
+    print("\n| transformation | labswarm ms/clip | audiomentations ms/clip | time ratio (< 1: labswarm faster) |")
     print("|---|---:|---:|---:|")
     for row in rows:
-        print(f"| {row['transformation']} | {row['labswarm_ms']:.1f} | {row['audiomentations_ms']:.1f} "
-              f"| {row['ratio']:.2f}x |")
+        print(f"| {row['transformation']} | {row['labswarm_ms']:.2f} | {row['audiomentations_ms']:.2f} "
+              f"| {row['ratio']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -146,7 +146,11 @@ class ExperimentConfig(_Strict):
         """A copy whose relative dataset and store paths are made absolute against ``base``."""
         dataset = self.dataset.model_copy(update={"root": _absolute(self.dataset.root, base)})
         store = self.store.model_copy(update={"root": _absolute(self.store.root, base)})
-        return self.model_copy(update={"dataset": dataset, "store": store})
+        transformations = [
+            t.model_copy(update={"file": str(_absolute(Path(t.file), base))}) if getattr(t, "file", None) else t
+            for t in self.transformations
+        ]
+        return self.model_copy(update={"dataset": dataset, "store": store, "transformations": transformations})
 
 
 def _absolute(path: Path, base: Path) -> Path:

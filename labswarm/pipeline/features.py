@@ -92,7 +92,7 @@ class FeaturesBlock:
             start=sample.start,
             duration=sample.duration,
             pad=dataset.segment.pad,
-            transformation=transform.spec(),
+            transformation=transform.key_spec(),
             transformation_version=transform.version,
             seed=sample.seed if transform.random else None,
         )

@@ -27,8 +27,9 @@ class AddNoiseConfig(TransformationConfig):
         color: spectrum of the generated Gaussian noise: ``white`` (flat), ``pink`` (power ~ 1/f, -3 dB per
             octave) or ``brown`` (power ~ 1/f², -6 dB per octave). Ignored when ``file`` is given.
         file: an audio file to take the noise from instead (any format soundfile reads; mixed down to mono,
-            resampled to the clip's rate, looped to the clip's length from a seeded random offset). Relative
-            paths are relative to the worker's working directory.
+            resampled to the clip's rate, looped to the clip's length from a seeded random offset). In an
+            experiment YAML a relative path is relative to the YAML file's folder. The file's content identity
+            is part of the feature-store key (:meth:`AddNoise.key_spec`), so replacing it recomputes.
     """
 
     snr_db: float = Field(ge=-30.0, le=100.0)
@@ -56,6 +57,24 @@ class AddNoise(Transformation):
     def __init__(self, config: AddNoiseConfig | None = None) -> None:
         super().__init__(config)
         self._file_noise: dict[int, np.ndarray] = {}
+
+    def key_spec(self) -> dict:
+        """The spec plus, with a noise file, that file's identity (size, mtime, content digest).
+
+        Raises:
+            TransformError: the noise file is missing or unreadable.
+        """
+        spec = self.spec()
+        if self.config.file is not None:
+            from labswarm.errors import AudioError
+            from labswarm.store.keys import audio_identity
+
+            try:
+                ident = audio_identity(self.config.file)
+            except AudioError as exc:
+                raise TransformError(f"{self.name}: noise file {exc}") from exc
+            spec["file_identity"] = [ident.size, ident.mtime_ns, ident.digest]
+        return spec
 
     def apply(self, y: np.ndarray, sr: int, rng: np.random.Generator) -> np.ndarray:
         """Add noise to ``y`` (float32 ``(n,)`` at ``sr`` Hz); returns float32 ``(n,)``.

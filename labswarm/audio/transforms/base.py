@@ -71,6 +71,11 @@ class Transformation(ABC):
         """The JSON-serializable spec ``{name, **params}``; ``from_spec(t.spec())`` rebuilds ``t``."""
         return self.config.model_dump(mode="json")
 
+    def key_spec(self) -> dict[str, Any]:
+        """What identifies this transformation's output in the feature-store key: :meth:`spec`, plus, in
+        transformations that read files (noise), the identity of those files' contents."""
+        return self.spec()
+
     def __call__(self, y: np.ndarray, sr: int, seed: int = 0) -> np.ndarray:
         """Apply the transformation.
 
@@ -89,7 +94,7 @@ class Transformation(ABC):
         y = np.asarray(y)
         if y.ndim != 1 or y.size == 0:
             raise TransformError(f"{self.name}: expected a non-empty mono waveform, got shape {y.shape}")
-        if not np.all(np.isfinite(y)):
+        if not _all_finite(y):
             raise TransformError(f"{self.name}: input waveform has NaN or infinite values")
         rng = np.random.default_rng(seed)
         try:
@@ -99,7 +104,7 @@ class Transformation(ABC):
         except Exception as exc:  # a library failure on this waveform fails this sample only
             raise TransformError(f"{self.name}: {type(exc).__name__}: {exc}") from exc
         out = np.ascontiguousarray(out, dtype=np.float32)
-        if out.ndim != 1 or out.size == 0 or not np.all(np.isfinite(out)):
+        if out.ndim != 1 or out.size == 0 or not _all_finite(out):
             raise TransformError(f"{self.name}: produced an invalid waveform (shape {out.shape})")
         return out
 
@@ -109,6 +114,11 @@ class Transformation(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec()})"
+
+
+def _all_finite(x: np.ndarray) -> bool:
+    """Whether every value is finite: one float64 sum (NaN and inf propagate), ~5x cheaper than ``isfinite``."""
+    return bool(np.isfinite(np.add.reduce(x, dtype=np.float64)))
 
 
 def register_transformation(cls: type[Transformation]) -> type[Transformation]:

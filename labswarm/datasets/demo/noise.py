@@ -89,7 +89,7 @@ def render_hum(params: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
     x = dsp.hum(n, float(rng.choice([50.0, 60.0])), rng)
     if rng.random() < 0.3:
         x = x * _gusts(n, rng)
-    return x + np.float32(10 ** (rng.uniform(-40, -15) / 20)) * dsp.coloured_noise(n, float(rng.uniform(0, 2)), rng)
+    return x + np.float32(10 ** (rng.uniform(-30, -6) / 20)) * dsp.coloured_noise(n, float(rng.uniform(0, 2)), rng)
 
 
 def _scatter(sounds: Sequence[np.ndarray], rng: np.random.Generator) -> np.ndarray:

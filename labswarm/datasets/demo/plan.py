@@ -116,7 +116,7 @@ def plan_clips(catalog: Catalog, per_class: int, seed: int) -> list[Recipe]:
         for i in range(per_class):
             band = bands[int(rng.choice(len(bands), p=band_p))]
             kind, source, params = planners[label](catalog, rng, band)
-            bed = str(rng.choice(["noise", "hum"], p=[0.75, 0.25])) if rng.random() < 0.3 else None
+            bed = str(rng.choice(["noise", "hum"], p=[0.75, 0.25])) if rng.random() < 0.2 else None
             recipes.append(
                 Recipe(
                     clip_id=f"{label}_{i:04d}",
@@ -128,7 +128,7 @@ def plan_clips(catalog: Catalog, per_class: int, seed: int) -> list[Recipe]:
                     band_hz=band,
                     peak_dbfs=round(float(rng.uniform(-12.0, -1.0)), 2),
                     bed=bed,
-                    bed_snr_db=round(float(rng.uniform(8.0, 30.0)), 1),
+                    bed_snr_db=round(float(rng.uniform(12.0, 35.0)), 1),
                     rt60=round(float(rng.uniform(0.2, 1.2)), 2) if rng.random() < 0.25 else None,
                 )
             )
@@ -208,7 +208,7 @@ def _plan_speech(catalog: Catalog, rng: np.random.Generator, band: int | None) -
 
 def _plan_music(catalog: Catalog, rng: np.random.Generator, band: int | None) -> Plan:
     src = catalog.sources
-    weights = {"moh": 0.5, "midi": 0.3, "loop": 0.2} if band == 8000 else {"midi": 0.65, "loop": 0.35}
+    weights = {"moh": 0.45, "midi": 0.4, "loop": 0.15} if band == 8000 else {"midi": 0.7, "loop": 0.3}
     kind = _choose(rng, weights)
     if kind == "moh":
         path = _pick(rng, src.moh)
@@ -227,7 +227,7 @@ def _plan_music(catalog: Catalog, rng: np.random.Generator, band: int | None) ->
 
 def _plan_noise(catalog: Catalog, rng: np.random.Generator, band: int | None) -> Plan:
     src = catalog.sources
-    kind = _choose(rng, {"opensfx": 0.35, "samples": 0.25, "coloured": 0.2, "hum": 0.12, "alsa": 0.08})
+    kind = _choose(rng, {"opensfx": 0.35, "samples": 0.25, "coloured": 0.24, "hum": 0.08, "alsa": 0.08})
     if kind == "opensfx":
         pool = int(rng.integers(SFX_POOLS))
         return kind, f"opensfx/pool{pool:02d}", {"cat": str(src.opensfx_cat), "pool": pool, "n_pools": SFX_POOLS}

@@ -76,6 +76,7 @@ _SONIC_NOISE = (
 )
 _SONIC_MUSIC = ("loop_", "guit_", "ambi_piano", "ambi_choir")
 _LMMS_MUSIC = ("beats", "bassloops", "latin", "stringsnpads")
+_LMMS_SINGLE_DRUM = ("rave_hihat", "rave_kick", "rave_snare")  # one drum, not a groove
 _LMMS_NOISE = ("effects", "misc")
 
 
@@ -166,7 +167,7 @@ def discover_sources(root: str | Path = "/") -> DemoSources:
         midi=_files(base, "usr/share/games/openttd/baseset/openmsx/*.mid", "usr/share/planetblupi/music/*.mid"),
         soundfonts=_files(base, "usr/share/sounds/sf2/TimGM6mb.sf2", "usr/share/sounds/sf3/MuseScore_General_Lite.sf3"),
         music_loops=tuple(p for p in sonic if _is_sonic_music(p.stem))
-        + tuple(p for p in lmms if p.parent.name in _LMMS_MUSIC),
+        + tuple(p for p in lmms if p.parent.name in _LMMS_MUSIC and not p.stem.startswith(_LMMS_SINGLE_DRUM)),
         noise_samples=tuple(p for p in sonic if p.stem.startswith(_SONIC_NOISE))
         + tuple(p for p in lmms if p.parent.name in _LMMS_NOISE),
         opensfx_cat=base / "usr/share/games/openttd/baseset/opensfx/opensfx.cat",
