@@ -1,0 +1,1 @@
+"""The health controller: monitors → time series → one controller per session → the session's publish rate."""

@@ -1,0 +1,75 @@
+"""The control laws against a simulated queue and workers (labswarm.health.plant), with a 5-s stats lag."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from labswarm.errors import ConfigError
+from labswarm.health.controllers import Observation, make_controller
+from labswarm.health.plant import QueuePlant, simulate
+
+
+def _window(trace: dict, start: float, end: float) -> dict:
+    mask = (trace["t"] >= start) & (trace["t"] < end)
+    return {k: v[mask] for k, v in trace.items()}
+
+
+def test_pi_converges_from_a_flood_and_holds_the_band() -> None:
+    plant = QueuePlant(capacity=10, workers=2, lag=5, jitter=0.1)
+    trace = simulate(make_controller({"name": "pi"}), plant, 200, rate=500)
+    late = _window(trace, 100, 200)
+    target = 3.0 * 20  # target_seconds x consume rate
+    assert np.all(np.abs(late["depth"] - target) < 0.5 * target), late["depth"]
+    # after convergence the publish rate is within 15 % of the consume rate
+    assert abs(np.mean(late["rate"]) - 20) < 0.15 * 20
+    # no sustained oscillation: the rate's spread stays small
+    assert np.std(late["rate"]) < 0.15 * 20
+
+
+def test_pi_follows_worker_loss_and_gain() -> None:
+    plant = QueuePlant(capacity=10, workers=2, lag=5)
+    trace = simulate(make_controller({"name": "pi"}), plant, 420, rate=20, events={140: 1, 280: 4})
+    one = _window(trace, 220, 280)
+    four = _window(trace, 360, 420)
+    assert abs(np.mean(one["rate"]) - 10) < 1.5
+    assert abs(np.mean(four["rate"]) - 40) < 6
+    assert np.all(four["depth"] < 3 * 120)
+
+
+@pytest.mark.parametrize("name", ["pi", "aimd"])
+def test_bounds_are_respected(name: str) -> None:
+    controller = make_controller({"name": name, "min_rate": 2.0, "max_rate": 15.0})
+    trace = simulate(controller, QueuePlant(capacity=10, workers=4, lag=2), 120, rate=5)
+    assert trace["rate"].min() >= 2.0 and trace["rate"].max() <= 15.0
+    assert trace["rate"].max() == pytest.approx(15.0)  # 40/s of workers: it rises to the cap
+
+
+def test_aimd_keeps_the_queue_bounded_and_the_workers_busy() -> None:
+    plant = QueuePlant(capacity=10, workers=2, lag=5)
+    trace = simulate(make_controller({"name": "aimd"}), plant, 300, rate=20)
+    late = _window(trace, 100, 300)
+    assert late["depth"].max() < 400
+    assert np.mean(late["rate"]) > 0.7 * 20
+
+
+def test_deadband_leaves_the_rate_alone() -> None:
+    controller = make_controller({"name": "aimd", "deadband": 0.2})
+    obs = Observation(t=0.0, depth=33.0, consume_rate=10.0, consumers=2, rate=10.0)  # target 30: inside 20 %
+    assert controller.update(obs) == 10.0
+    assert controller.update(Observation(t=1.0, depth=33.0, consume_rate=10.0, consumers=2, rate=10.0)) == 10.0
+
+
+def test_target_depth_floor() -> None:
+    controller = make_controller({"name": "pi", "min_depth": 4})
+    assert controller.target_depth(Observation(0, 0, 0.0, consumers=8, rate=1, prefetch=1)) == 16
+    assert controller.target_depth(Observation(0, 0, 0.5, consumers=1, rate=1)) == 4
+    assert controller.target_depth(Observation(0, 0, 50.0, consumers=1, rate=1)) == 150
+
+
+def test_unknown_and_invalid_controllers() -> None:
+    with pytest.raises(ConfigError, match="known: aimd, pi"):
+        make_controller({"name": "pid"})
+    with pytest.raises(ValidationError):
+        make_controller({"name": "pi", "min_rate": 10, "max_rate": 1})
