@@ -1,0 +1,142 @@
+"""The control loop: every period, observe each running session, ask its controller, set its publish rate.
+
+Depth comes from the RabbitMQ management API when there is one (messages ready in the session's queue), else
+from the session ledger (samples published without an outcome, less the ones the workers hold). The consume
+and publish rates come from the manager's counters (fresher than the management API's ~5-s statistics).
+Each decision is appended to ``<log_dir>/health-<session>.jsonl`` (for ``labswarm health plot``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labswarm.errors import ManagerError
+from labswarm.health.controllers import Controller, Observation, make_controller
+from labswarm.health.monitors import ManagerMonitor, QueueStats, RabbitMQMonitor
+from labswarm.health.series import TimeSeries
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SessionTrack:
+    """The time series and the controller of one session."""
+
+    controller: Controller
+    published: TimeSeries = field(default_factory=TimeSeries)
+    finished: TimeSeries = field(default_factory=TimeSeries)
+    depth: TimeSeries = field(default_factory=TimeSeries)
+    rate: TimeSeries = field(default_factory=TimeSeries)
+
+
+class HealthLoop:
+    """Steers the publish rate of every running session.
+
+    Args:
+        manager: the manager monitor (reads sessions, sets rates).
+        rabbitmq: the broker monitor, or ``None`` to estimate depth from the ledger.
+        controller: spec of the controller each session gets (``{name: pi}`` by default).
+        period: seconds between decisions.
+        window: seconds the publish and consume rates are measured over.
+        consumers: worker processes assumed per session when the broker cannot say (ledger mode).
+        log_dir: where each session's decisions are written as JSON lines; ``None`` writes none.
+        clock: monotonic clock in seconds (tests).
+    """
+
+    def __init__(self, manager: ManagerMonitor, rabbitmq: RabbitMQMonitor | None = None, *,
+                 controller: dict[str, Any] | None = None, period: float = 1.0, window: float = 5.0,
+                 consumers: int = 1, log_dir: Path | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.manager = manager
+        self.rabbitmq = rabbitmq
+        self.controller_spec = controller or {"name": "pi"}
+        make_controller(self.controller_spec)  # fail now on a bad spec
+        self.period = period
+        self.window = window
+        self.consumers = consumers
+        self.log_dir = log_dir
+        self.clock = clock
+        self.tracks: dict[str, SessionTrack] = {}
+        self._t0 = clock()
+
+    def observe(self, session: dict[str, Any], queue: QueueStats | None, track: SessionTrack, t: float) -> Observation:
+        """Build the controller's observation of one session from the manager's progress and the broker's stats."""
+        track.published.append(t, session["published"])
+        track.finished.append(t, session["finished"])
+        consume = track.finished.rate(self.window)
+        publish = track.published.rate(self.window)
+        if queue is not None:
+            depth, consumers = float(queue.ready), max(queue.consumers, 1)
+        else:
+            consumers = self.consumers
+            depth = float(max(0, session["pending"] - consumers))
+        track.depth.append(t, depth)
+        unpublished = session["total"] - (session["published"] - session.get("republished", 0)) - session["cached"]
+        return Observation(
+            t=t, depth=depth, consume_rate=0.0 if math.isnan(consume) else consume, consumers=consumers,
+            rate=float(session["rate"]), publish_rate=None if math.isnan(publish) else publish,
+            backlog=max(0, unpublished) + session["pending"],
+        )
+
+    async def tick(self) -> dict[str, float]:
+        """One control period: returns the new rate of each running session."""
+        sessions = [s for s in await self.manager.sessions() if s["status"] == "running"]
+        queues: dict[str, QueueStats] | None = None
+        if self.rabbitmq is not None and sessions:
+            try:
+                queues = await self.rabbitmq.poll()
+            except ManagerError as exc:
+                log.warning("broker statistics unavailable, estimating depth from the ledger: %s", exc)
+        t = self.clock()
+        decisions = {}
+        for session in sessions:
+            track = self.tracks.get(session["id"])
+            if track is None:
+                track = self.tracks[session["id"]] = SessionTrack(make_controller(self.controller_spec))
+            queue = queues.get(session["queue"]) if queues is not None else None
+            obs = self.observe(session, queue, track, t)
+            new = track.controller.update(obs)
+            track.rate.append(t, new)
+            if abs(new - obs.rate) > 0.01 * obs.rate:
+                try:
+                    await self.manager.set_rate(session["id"], new)
+                except ManagerError as exc:
+                    log.warning("cannot set the rate of session %s: %s", session["id"], exc)
+                    continue
+            decisions[session["id"]] = new
+            self._record(session, obs, new)
+        for gone in set(self.tracks) - {s["id"] for s in sessions}:
+            del self.tracks[gone]
+        return decisions
+
+    def _record(self, session: dict[str, Any], obs: Observation, new: float) -> None:
+        if self.log_dir is None:
+            return
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        line = {"t": round(obs.t - self._t0, 3), "wall": time.time(), "depth": obs.depth,
+                "consume_rate": obs.consume_rate, "publish_rate": obs.publish_rate, "rate": obs.rate,
+                "new_rate": new, "consumers": obs.consumers, "finished": session["finished"],
+                "total": session["total"]}
+        with open(self.log_dir / f"health-{session['id']}.jsonl", "a") as handle:
+            handle.write(json.dumps(line) + "\n")
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Tick every ``period`` seconds until ``stop`` is set; a failing tick is logged, not fatal."""
+        stop = stop or asyncio.Event()
+        while not stop.is_set():
+            started = self.clock()
+            try:
+                await self.tick()
+            except ManagerError as exc:
+                log.warning("health tick failed: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), max(0.0, self.period - (self.clock() - started)))

@@ -1,0 +1,130 @@
+"""Monitors: poll the RabbitMQ management API and the manager API (asyncio + httpx).
+
+The management API's statistics refresh every ~5 s, and some fields are null right after a broker boot: every
+field here defaults to 0 / ``None`` instead of failing. The manager's ledger is fresher (outcomes arrive every
+~0.25 s) and is used for the consume rate whenever it is there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from labswarm.errors import ManagerError
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One queue as the broker sees it.
+
+    Attributes:
+        name: queue name.
+        ready: messages waiting for a consumer.
+        unacked: messages delivered and not yet acknowledged (tasks running).
+        consumers: consumers (worker processes fetching) on the queue.
+        publish_rate, deliver_rate, ack_rate: messages/s, as averaged by the management API (None if absent).
+    """
+
+    name: str
+    ready: int
+    unacked: int
+    consumers: int
+    publish_rate: float | None = None
+    deliver_rate: float | None = None
+    ack_rate: float | None = None
+
+
+def _rate(stats: dict[str, Any] | None, key: str) -> float | None:
+    if not stats:
+        return None
+    details = stats.get(f"{key}_details") or {}
+    value = details.get("rate")
+    return float(value) if value is not None else None
+
+
+class RabbitMQMonitor:
+    """Reads every ``labswarm.*`` queue's depth, consumers and rates from the RabbitMQ management API.
+
+    Args:
+        api_url: e.g. ``http://guest:guest@localhost:15672`` (credentials in the URL, or ``auth``).
+        vhost: the virtual host of the queues.
+        auth: ``(user, password)`` when not in the URL.
+        client: an ``httpx.AsyncClient`` to use (tests); one is created otherwise.
+    """
+
+    COLUMNS = ("name,messages_ready,messages_unacknowledged,consumers,message_stats.publish_details,"
+               "message_stats.deliver_get_details,message_stats.ack_details")
+
+    def __init__(self, api_url: str, vhost: str = "/", auth: tuple[str, str] | None = None,
+                 client: httpx.AsyncClient | None = None) -> None:
+        url = httpx.URL(api_url)
+        if auth is None and url.username:
+            auth = (url.username, url.password or "")
+        self.base = str(url.copy_with(username=None, password=None)).rstrip("/")
+        self.vhost = vhost
+        self._client = client or httpx.AsyncClient(auth=auth or ("guest", "guest"), timeout=5.0)
+
+    async def poll(self) -> dict[str, QueueStats]:
+        """Stats of every labswarm queue, by name.
+
+        Raises:
+            ManagerError: the management API cannot be reached or answers an error.
+        """
+        url = f"{self.base}/api/queues/{quote(self.vhost, safe='')}"
+        try:
+            response = await self._client.get(url, params={"columns": self.COLUMNS})
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise ManagerError(f"RabbitMQ management API at {self.base}: {exc}") from exc
+        out = {}
+        for q in response.json():
+            name = q.get("name", "")
+            if not name.startswith("labswarm."):
+                continue
+            stats = q.get("message_stats")
+            out[name] = QueueStats(
+                name=name, ready=int(q.get("messages_ready") or 0), unacked=int(q.get("messages_unacknowledged") or 0),
+                consumers=int(q.get("consumers") or 0), publish_rate=_rate(stats, "publish"),
+                deliver_rate=_rate(stats, "deliver_get"), ack_rate=_rate(stats, "ack"),
+            )
+        return out
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+class ManagerMonitor:
+    """Reads every session's progress from the manager and sets publish rates.
+
+    Args:
+        url: the manager's base URL.
+        token: the manager's API token (needed to set rates when it has one).
+        client: an ``httpx.AsyncClient`` to use (tests).
+    """
+
+    def __init__(self, url: str, token: str | None = None, client: httpx.AsyncClient | None = None) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.url = url.rstrip("/")
+        self._client = client or httpx.AsyncClient(base_url=self.url, headers=headers, timeout=5.0)
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = await self._client.request(method, path, **kwargs)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise ManagerError(f"manager at {self.url}: {exc}") from exc
+        return response.json()
+
+    async def sessions(self) -> list[dict[str, Any]]:
+        """Progress of every session (``GET /sessions``)."""
+        return await self._call("GET", "/sessions")
+
+    async def set_rate(self, session_id: str, rate: float) -> None:
+        """``PUT /sessions/{id}/rate``."""
+        await self._call("PUT", f"/sessions/{session_id}/rate", json={"rate": rate})
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
