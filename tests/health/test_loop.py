@@ -1,0 +1,41 @@
+"""The control loop against a real manager over HTTP (embedded broker, no workers), and the plot."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from conftest import experiment_dict
+
+from labswarm.client import ManagerClient
+from labswarm.health.loop import HealthLoop
+from labswarm.health.monitors import ManagerMonitor
+from labswarm.health.plot import plot_session
+from labswarm.manager.api import create_app
+from labswarm.manager.server import EmbeddedServer
+from labswarm.settings import Settings
+
+
+def test_loop_lowers_the_rate_of_a_flooding_session_and_logs_it(tone_dataset: Path, tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path / "home")
+    with EmbeddedServer(create_app(settings)) as server, ManagerClient(server.url) as client:
+        client.post_experiment(experiment_dict(tone_dataset, tmp_path / "store", name="flood"))
+        session = client.start_session("flood", rate=1.0)  # slow: it stays running, with no worker to consume
+
+        async def run() -> dict:
+            loop = HealthLoop(ManagerMonitor(server.url), None, period=0.2, log_dir=tmp_path / "health")
+            decisions = {}
+            for _ in range(3):
+                decisions = await loop.tick()
+                await asyncio.sleep(0.3)
+            await loop.manager.aclose()
+            return decisions
+
+        decisions = asyncio.run(run())
+        assert session["id"] in decisions
+        # nothing is consumed: the controller holds the rate at its floor, and the manager applies it
+        assert client.session(session["id"])["rate"] == decisions[session["id"]] < 1.0
+        client.cancel(session["id"])
+    log = tmp_path / "health" / f"health-{session['id']}.jsonl"
+    png = plot_session(log, tmp_path / "plot.png")
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
