@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,29 +87,7 @@ def build_demo_set(
     catalog = Catalog.from_sources(discover_sources())
     recipes = plan_clips(catalog, per_class, seed)
     _prepare(out, recipes)
-    soundfonts = [str(p) for p in catalog.sources.soundfonts]
-    done = 0
-    if jobs == 1:
-        _init_worker(soundfonts)
-        for recipe in recipes:
-            write_clip(recipe, out)
-            done += 1
-            if progress is not None:
-                progress(done, len(recipes))
-    else:
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(soundfonts,)) as pool:
-            pending: set[Future[str]] = {pool.submit(write_clip, r, out) for r in recipes}
-            while pending:
-                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    error = future.exception()
-                    if error is not None:
-                        pool.shutdown(wait=True, cancel_futures=True)
-                        raise error
-                    done += 1
-                    if progress is not None:
-                        progress(done, len(recipes))
+    _render_all(recipes, out, jobs, [str(p) for p in catalog.sources.soundfonts], progress)
     _write_labels(out / "labels.csv", recipes)
     return DemoSummary(
         out_dir=out,
@@ -116,6 +95,46 @@ def build_demo_set(
         n_sources={label: len({r.source for r in recipes if r.label == label}) for label in LABELS},
         seconds=time.perf_counter() - started,
     )
+
+
+def _render_all(
+    recipes: Sequence[Recipe],
+    out: Path,
+    jobs: int,
+    soundfonts: list[str],
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    """Write every clip, in this process (``jobs == 1``) or in a pool; the first error stops the build."""
+    total = len(recipes)
+    if jobs == 1:
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(1):  # restored on exit: this is the caller's process
+            music.preload_soundfonts(soundfonts)
+            try:
+                for done, recipe in enumerate(recipes, 1):
+                    write_clip(recipe, out)
+                    if progress is not None:
+                        progress(done, total)
+            finally:
+                music.release_soundfonts()
+        return
+    ctx = multiprocessing.get_context("spawn")
+    done = 0
+    with ProcessPoolExecutor(jobs, mp_context=ctx, initializer=_init_worker, initargs=(soundfonts,)) as pool:
+        pending: set[Future[str]] = {pool.submit(write_clip, r, out) for r in recipes}
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                error = future.exception()
+                if error is not None:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    if isinstance(error, BrokenProcessPool):
+                        raise DatasetError(f"a demo-set worker process died: {error}") from error
+                    raise error
+                done += 1
+                if progress is not None:
+                    progress(done, total)
 
 
 def render_clip(recipe: Recipe) -> np.ndarray:
@@ -143,22 +162,29 @@ def render_clip(recipe: Recipe) -> np.ndarray:
         elif recipe.bed == "noise":
             x = dsp.mix(x, dsp.coloured_noise(x.size, float(rng.uniform(0.0, 2.0)), rng), recipe.bed_snr_db)
         return dsp.to_pcm16(dsp.band_limit(x, recipe.band_hz), recipe.peak_dbfs)
-    except DatasetError as exc:
+    except (DatasetError, ValueError, RuntimeError, OSError) as exc:
         raise DatasetError(f"{recipe.clip_id} ({recipe.kind}, {recipe.source}): {exc}") from exc
 
 
 def write_clip(recipe: Recipe, out_dir: Path) -> str:
-    """Render ``recipe`` and write it atomically to ``out_dir / recipe.path``; returns that relative path."""
+    """Render ``recipe`` and write it atomically to ``out_dir / recipe.path``; returns that relative path.
+
+    Raises:
+        DatasetError: the clip cannot be rendered or written.
+    """
     pcm = render_clip(recipe)
     path = out_dir / recipe.path
     part = path.with_name(path.name + ".part")
-    soundfile.write(str(part), pcm, dsp.SAMPLE_RATE, subtype="PCM_16", format="WAV")
-    os.replace(part, path)
+    try:
+        soundfile.write(str(part), pcm, dsp.SAMPLE_RATE, subtype="PCM_16", format="WAV")
+        os.replace(part, path)
+    except (soundfile.LibsndfileError, RuntimeError, OSError) as exc:
+        raise DatasetError(f"cannot write {path}: {exc}") from exc
     return recipe.path
 
 
 def _init_worker(soundfonts: Sequence[str]) -> None:
-    """Per process: one BLAS/OpenMP thread, soundfonts loaded once."""
+    """Per worker process, for its lifetime: one BLAS/OpenMP thread, soundfonts loaded once."""
     global _thread_limits
     from threadpoolctl import threadpool_limits
 

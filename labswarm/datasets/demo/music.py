@@ -14,6 +14,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
+from scipy import signal
 
 from labswarm.datasets.demo import dsp
 from labswarm.errors import DatasetError
@@ -50,6 +51,12 @@ def preload_soundfonts(paths: Sequence[str]) -> None:
             if synth.sfload(path) < 0:
                 raise DatasetError(f"FluidSynth cannot load soundfont {path}")
             _anchors[path] = synth
+
+
+def release_soundfonts() -> None:
+    """Free the soundfonts :func:`preload_soundfonts` holds (a few hundred MB for the MuseScore one)."""
+    while _anchors:
+        _anchors.popitem()[1].delete()
 
 
 @lru_cache(maxsize=64)
@@ -118,8 +125,9 @@ def _render_window(
         def program(channel: int, number: int) -> None:
             bank = 128 if channel == 9 else 0
             number = number if channel == 9 else swap.get(number, number)
-            if synth.program_select(channel, sfid, bank, number) < 0:
-                synth.program_select(channel, sfid, bank, 0)
+            if synth.sfpreset_name(sfid, bank, number) is None:  # e.g. a drum kit this soundfont lacks
+                number = 0
+            synth.program_select(channel, sfid, bank, number)
 
         for channel in range(16):
             program(channel, 0)
@@ -168,13 +176,27 @@ def render_moh(params: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
     return dsp.fit_length(dsp.resample(x, MOH_RATE, dsp.SAMPLE_RATE), dsp.CLIP_SAMPLES, rng)
 
 
-def render_loop(params: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
-    """A music loop at a random speed, repeated to fill the clip from a random phase.
+def render_loops(params: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
+    """One to three loops of a pool layered in time (a groove, a bass line, a pad), repeated to fill the clip.
+
+    Each layer is stretched to the first one's duration times a power of two, so that bars line up; the
+    stretch also shifts its pitch, by at most half an octave.
 
     Params:
-        path: the loop (FLAC or Ogg).
+        paths: the pool's loop files (FLAC or Ogg).
     """
-    x = dsp.change_speed(dsp.load(params["path"]), float(rng.uniform(0.9, 1.12)))
+    paths: list[str] = params["paths"]
+    n_layers = min(len(paths), int(rng.choice([1, 2, 3], p=[0.1, 0.35, 0.55])))
+    chosen = [paths[int(i)] for i in rng.choice(len(paths), size=n_layers, replace=False)]
+    base = dsp.load(chosen[0])
+    bar = max(1, int(base.size / rng.uniform(0.9, 1.12)))
+    x = np.zeros(dsp.CLIP_SAMPLES + 8 * bar, np.float32)
+    for path in chosen:
+        layer = dsp.load(path)
+        n = max(1, round(bar * 2.0 ** round(np.log2(layer.size / bar))))
+        layer = signal.resample(layer, n).astype(np.float32)  # FFT resampling keeps a loop seamless
+        reps = -(-x.size // n)
+        x += np.tile(layer, reps)[: x.size] * np.float32(10 ** (rng.uniform(-9, 0) / 20))
     return dsp.fit_length(x, dsp.CLIP_SAMPLES, rng)
 
 
@@ -182,5 +204,5 @@ def render_loop(params: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
 RENDERERS: dict[str, Callable[[dict[str, Any], np.random.Generator], np.ndarray]] = {
     "midi": render_midi,
     "moh": render_moh,
-    "loop": render_loop,
+    "loops": render_loops,
 }

@@ -17,12 +17,17 @@ from labswarm.datasets.demo import dsp
 from labswarm.datasets.demo.opensfx import read_cat
 from labswarm.errors import DatasetError
 
+#: opensfx entries that are musical stings, not noise.
+_MUSICAL_SFX = frozenset({"Good Year", "Bad Year"})
+
 
 @lru_cache(maxsize=2)
 def _opensfx_pools(cat: str, n_pools: int) -> dict[int, tuple[np.ndarray, ...]]:
-    """The non-empty effects of a bank, decoded at the clip rate, grouped by ``index % n_pools``."""
+    """The non-empty, non-musical effects of a bank, decoded at the clip rate, grouped by ``index % n_pools``."""
     pools: dict[int, list[np.ndarray]] = {}
     for entry in read_cat(cat):
+        if entry.title in _MUSICAL_SFX:
+            continue
         x = dsp.decode(entry.wav)
         if x.size > dsp.SAMPLE_RATE // 20 and dsp.rms(x) > 1e-4:
             pools.setdefault(entry.index % n_pools, []).append(x)
@@ -107,8 +112,9 @@ def _scatter(sounds: Sequence[np.ndarray], rng: np.random.Generator) -> np.ndarr
             _add(x, piece, at)
     if dsp.rms(x) < 1e-6:
         _add(x, sounds[0], 0)
-    if rng.random() < 0.5:
-        x = dsp.mix(x, dsp.coloured_noise(x.size, float(rng.uniform(0, 2)), rng), float(rng.uniform(5, 25)))
+    if rng.random() < 0.85:  # an ambient bed, as in a field recording
+        bed = dsp.coloured_noise(x.size, float(rng.uniform(0, 2)), rng) * _gusts(x.size, rng)
+        x = dsp.mix(x, bed, float(rng.uniform(0, 20)))
     return x
 
 

@@ -9,8 +9,11 @@ Two things keep the classes honest:
   same probabilities (:data:`BAND_WEIGHTS`); native 8 kHz material (asterisk prompts, music on hold) is only
   drawn for telephone-band clips, so "narrow band" says nothing about the label.
 * **Sources.** A clip's ``source`` names the recording, voice or MIDI file it comes from; clips mixed from
-  several short files draw them from one fixed pool (:func:`~.sources.pool_of`) and name the pool, so a split
-  by source never puts one recording on both sides.
+  several short files (asterisk prompts, loops, effects) draw them from one fixed pool (by file name,
+  :func:`~.sources.pool_of`; opensfx effects by table index) and name the pool, so a split by source never
+  puts one recording on both sides.
+* **Nuisances.** Room reverberation, a background bed (coloured noise or hum) and the peak level are drawn
+  the same way for every class.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from labswarm.datasets.demo.sources import DemoSources, espeak_voices, flite_voi
 #: The class labels, in plan order.
 LABELS: tuple[str, ...] = ("music", "speech", "noise")
 #: Sample rate (Hz) a clip is band-limited through -> probability; None keeps the full band. Same for all classes.
-BAND_WEIGHTS: dict[int | None, float] = {8000: 0.3, 16000: 0.2, None: 0.5}
-#: Pools per asterisk language, and for the short sound effects.
+BAND_WEIGHTS: dict[int | None, float] = {8000: 0.25, 16000: 0.08, None: 0.67}
+#: Pools per asterisk language, for the short sound effects, for the samples and for the music loops.
 ASTERISK_POOLS = 8
 SFX_POOLS = 12
 SAMPLE_POOLS = 6
+LOOP_POOLS = 6
 
 _FESTIVAL_RATES = {"kal_diphone": 16000, "cmu_us_slt_arctic_hts": 32000}
 _FLITE_RATES = {"kal": 8000}  # the other built-in voices speak at 16 kHz
@@ -129,7 +133,7 @@ def plan_clips(catalog: Catalog, per_class: int, seed: int) -> list[Recipe]:
                     peak_dbfs=round(float(rng.uniform(-12.0, -1.0)), 2),
                     bed=bed,
                     bed_snr_db=round(float(rng.uniform(12.0, 35.0)), 1),
-                    rt60=round(float(rng.uniform(0.2, 1.2)), 2) if rng.random() < 0.25 else None,
+                    rt60=round(float(rng.uniform(0.2, 1.2)), 2) if rng.random() < 0.2 else None,
                 )
             )
     return recipes
@@ -168,7 +172,7 @@ def _text(catalog: Catalog, rng: np.random.Generator, words: int) -> str:
 def _plan_speech(catalog: Catalog, rng: np.random.Generator, band: int | None) -> Plan:
     src = catalog.sources
     if band == 8000:
-        kind = _choose(rng, {"asterisk": 0.6, "espeak": 0.2, "flite": 0.1, "festival": 0.1})
+        kind = _choose(rng, {"asterisk": 0.7, "espeak": 0.15, "flite": 0.08, "festival": 0.07})
     elif band == 16000:
         kind = _choose(rng, {"espeak": 0.4, "flite": 0.4, "festival": 0.2})
     else:
@@ -208,14 +212,14 @@ def _plan_speech(catalog: Catalog, rng: np.random.Generator, band: int | None) -
 
 def _plan_music(catalog: Catalog, rng: np.random.Generator, band: int | None) -> Plan:
     src = catalog.sources
-    weights = {"moh": 0.45, "midi": 0.4, "loop": 0.15} if band == 8000 else {"midi": 0.7, "loop": 0.3}
+    weights = {"moh": 0.45, "midi": 0.45, "loops": 0.1} if band == 8000 else {"midi": 0.82, "loops": 0.18}
     kind = _choose(rng, weights)
     if kind == "moh":
         path = _pick(rng, src.moh)
         return kind, f"moh/{path.stem}", {"path": str(path)}
-    if kind == "loop":
-        path = _pick(rng, src.music_loops)
-        return kind, f"loop/{path.parent.name}/{path.stem}", {"path": str(path)}
+    if kind == "loops":
+        pool, paths = _pick(rng, _pools(src.music_loops, LOOP_POOLS))
+        return kind, f"loops/pool{pool}", {"paths": paths}
     path = _pick(rng, src.midi)
     params = {
         "path": str(path),
@@ -227,7 +231,7 @@ def _plan_music(catalog: Catalog, rng: np.random.Generator, band: int | None) ->
 
 def _plan_noise(catalog: Catalog, rng: np.random.Generator, band: int | None) -> Plan:
     src = catalog.sources
-    kind = _choose(rng, {"opensfx": 0.35, "samples": 0.25, "coloured": 0.24, "hum": 0.08, "alsa": 0.08})
+    kind = _choose(rng, {"opensfx": 0.36, "samples": 0.27, "coloured": 0.25, "hum": 0.07, "alsa": 0.05})
     if kind == "opensfx":
         pool = int(rng.integers(SFX_POOLS))
         return kind, f"opensfx/pool{pool:02d}", {"cat": str(src.opensfx_cat), "pool": pool, "n_pools": SFX_POOLS}
