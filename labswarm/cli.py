@@ -43,8 +43,12 @@ def demo_data(
     per_class: Annotated[int, typer.Option(min=1, help="Clips per class (music, speech, noise).")] = 100,
     seed: Annotated[int, typer.Option(help="Seed: the same seed builds the same set.")] = 0,
     jobs: Annotated[int, typer.Option(min=1, help="Worker processes.")] = 2,
+    force: Annotated[bool, typer.Option(help="Rebuild even if DIR already holds this exact set.")] = False,
 ) -> None:
-    """Build the music / speech / noise demo set of 10-s clips from audio that Debian packages carry."""
+    """Build the music / speech / noise demo set of 10-s clips from audio that Debian packages carry.
+
+    An existing identical set (same --per-class and --seed) is kept as it is, so its features stay cached.
+    """
     from labswarm.datasets.demo import build_demo_set
 
     with _progress() as progress:
@@ -55,17 +59,19 @@ def demo_data(
             progress.update(task, completed=done, total=total, rate=done / elapsed)
 
         try:
-            summary = build_demo_set(out_dir, per_class=per_class, seed=seed, jobs=jobs, progress=update)
+            summary = build_demo_set(out_dir, per_class=per_class, seed=seed, jobs=jobs, progress=update,
+                                     force=force)
         except LabswarmError as exc:
             raise _fail(exc) from None
     counts = ", ".join(f"{label} {n} ({summary.n_sources[label]} sources)" for label, n in summary.counts.items())
-    console.print(f"demo set in [bold]{summary.out_dir}[/]: {counts}; {summary.seconds:.1f} s")
+    how = "already built, kept" if summary.reused else f"built in {summary.seconds:.1f} s"
+    console.print(f"demo set in [bold]{summary.out_dir}[/]: {counts}; {how}")
 
 
 @app.command()
 def features(
     experiment: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
-    jobs: Annotated[int, typer.Option(min=1, help="Worker processes (default: all cores).")] = 0,
+    jobs: Annotated[int | None, typer.Option(min=1, help="Worker processes (default: all cores).")] = None,
 ) -> None:
     """Compute every sample × transformation of an experiment on this machine (skips what the store has)."""
     from labswarm.config import load_experiment
@@ -90,7 +96,7 @@ def features(
             progress.update(task, completed=state["done"], rate=state["done"] / elapsed, failed=state["failed"])
 
         try:
-            summary = run_local(config, jobs or None, on_result=update)
+            summary = run_local(config, jobs, on_result=update)
         except LabswarmError as exc:
             raise _fail(exc) from None
     print_summary(summary)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import multiprocessing
 import os
 import re
@@ -31,6 +32,11 @@ RENDERERS: dict[str, Callable[[dict[str, Any], np.random.Generator], np.ndarray]
 
 _thread_limits: Any = None  # kept alive in each worker so the BLAS/OpenMP limit holds
 
+#: Bumped whenever the builder's output for a seed changes; a set built by another version is rebuilt.
+BUILDER_VERSION = 1
+#: Written last into the output folder: what was built, so an identical request reuses the set.
+MANIFEST = "demo.json"
+
 
 @dataclass(frozen=True)
 class DemoSummary:
@@ -41,12 +47,15 @@ class DemoSummary:
         counts: label -> number of clips.
         n_sources: label -> number of distinct source recordings, voices, MIDI files or pools.
         seconds: wall-clock time of the build, seconds.
+        reused: the folder already held this exact set (same builder version, per_class and seed): nothing
+            was rewritten, so file identities, and the feature-store keys derived from them, are unchanged.
     """
 
     out_dir: Path
     counts: dict[str, int]
     n_sources: dict[str, int]
     seconds: float
+    reused: bool = False
 
 
 def build_demo_set(
@@ -55,6 +64,7 @@ def build_demo_set(
     seed: int = 0,
     jobs: int = 2,
     progress: Callable[[int, int], None] | None = None,
+    force: bool = False,
 ) -> DemoSummary:
     """Build a music / speech / noise set of 10-second clips from Debian packages, offline.
 
@@ -71,6 +81,7 @@ def build_demo_set(
         seed: seeds the plan; every clip's recipe carries its own seed drawn from it.
         jobs: worker processes; 1 renders in this process.
         progress: called as ``progress(done, total)`` after each clip.
+        force: rebuild even when the folder already holds this exact set (see :attr:`DemoSummary.reused`).
 
     Returns:
         Counts per label and the build time.
@@ -84,11 +95,16 @@ def build_demo_set(
         raise ValueError(f"per_class and jobs must be >= 1, got per_class={per_class}, jobs={jobs}")
     started = time.perf_counter()
     out = Path(out_dir)
+    manifest = {"builder": BUILDER_VERSION, "per_class": per_class, "seed": seed}
+    if not force and (existing := _reuse(out, manifest)) is not None:
+        return existing
+    (out / MANIFEST).unlink(missing_ok=True)
     catalog = Catalog.from_sources(discover_sources())
     recipes = plan_clips(catalog, per_class, seed)
     _prepare(out, recipes)
     _render_all(recipes, out, jobs, [str(p) for p in catalog.sources.soundfonts], progress)
     _write_labels(out / "labels.csv", recipes)
+    (out / MANIFEST).write_text(json.dumps(manifest) + "\n")
     return DemoSummary(
         out_dir=out,
         counts={label: sum(r.label == label for r in recipes) for label in LABELS},
@@ -190,6 +206,26 @@ def _init_worker(soundfonts: Sequence[str]) -> None:
 
     _thread_limits = threadpool_limits(1)
     music.preload_soundfonts(soundfonts)
+
+
+def _reuse(out: Path, manifest: dict[str, int]) -> DemoSummary | None:
+    """The summary of the set already in ``out`` if it was built with ``manifest`` and is complete, else None."""
+    try:
+        if json.loads((out / MANIFEST).read_text()) != manifest:
+            return None
+        with (out / "labels.csv").open(newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+    except (OSError, ValueError):
+        return None
+    if len(rows) != manifest["per_class"] * len(LABELS) or not all((out / r["path"]).is_file() for r in rows):
+        return None
+    return DemoSummary(
+        out_dir=out,
+        counts={label: sum(r["label"] == label for r in rows) for label in LABELS},
+        n_sources={label: len({r["source"] for r in rows if r["label"] == label}) for label in LABELS},
+        seconds=0.0,
+        reused=True,
+    )
 
 
 def _prepare(out: Path, recipes: Sequence[Recipe]) -> None:
