@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -181,6 +182,58 @@ def manager_cmd(
 
     settings = load_settings(broker_url=broker, database_url=database)
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+
+
+HEALTH_LOGS = Path(".labswarm/health")
+health_app = typer.Typer(help="The health controller: steer every session's publish rate.")
+app.add_typer(health_app, name="health")
+
+
+@health_app.callback(invoke_without_command=True)
+def health(
+    ctx: typer.Context,
+    manager: Annotated[str | None, typer.Option(help="Manager URL.")] = None,
+    rabbitmq_api: Annotated[str | None, typer.Option(help="RabbitMQ management API, e.g. "
+                                                     "http://guest:guest@localhost:15672; none: ledger only.")] = None,
+    controller: Annotated[str, typer.Option(help="Controller name (pi, aimd).")] = "pi",
+    period: Annotated[float, typer.Option(min=0.1, help="Seconds between decisions.")] = 1.0,
+    log_dir: Annotated[Path, typer.Option(help="Where each session's decisions are logged.")] = HEALTH_LOGS,
+) -> None:
+    """Run the control loop until interrupted (Ctrl-C)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if manager is None:
+        err.print("[bold red]error:[/] --manager is required")
+        raise typer.Exit(2)
+    import asyncio
+
+    from labswarm.health.loop import HealthLoop
+    from labswarm.health.monitors import ManagerMonitor, RabbitMQMonitor
+    from labswarm.settings import load_settings
+
+    loop = HealthLoop(ManagerMonitor(manager, load_settings().api_token),
+                      RabbitMQMonitor(rabbitmq_api) if rabbitmq_api else None,
+                      controller={"name": controller}, period=period, log_dir=log_dir)
+    console.print(f"health controller ({controller}) on {manager}; decisions in {log_dir}")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(loop.run())
+
+
+@health_app.command("plot")
+def health_plot(
+    session: Annotated[str, typer.Argument(help="Session id.")],
+    log_dir: Annotated[Path, typer.Option(help="Where the decisions were logged.")] = HEALTH_LOGS,
+    out: Annotated[Path | None, typer.Option(help="PNG to write (default: LOG_DIR/health-SESSION.png).")] = None,
+) -> None:
+    """Draw a session's queue depth (top) and publish vs consume rate (bottom) as a PNG."""
+    from labswarm.health.plot import plot_session
+
+    try:
+        png = plot_session(log_dir / f"health-{session}.jsonl", out or log_dir / f"health-{session}.png",
+                           title=f"session {session}")
+    except LabswarmError as exc:
+        raise _fail(exc) from None
+    console.print(f"wrote {png}")
 
 
 def print_summary(summary) -> None:
