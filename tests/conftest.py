@@ -1,52 +1,11 @@
-"""Shared fixtures: real audio files written with soundfile, small experiments."""
+"""Shared fixtures; the helpers they use live in ``tests/helpers.py``."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-import soundfile as sf
-
-SR = 22050
-
-
-def write_tone(path: Path, freq: float = 440.0, seconds: float = 2.0, sr: int = SR, channels: int = 1,
-               subtype: str = "PCM_16", noise: float = 0.01, seed: int = 0) -> Path:
-    """Write a sine (+ a little noise) as a real audio file; the format follows the file extension."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * sr)) / sr
-    y = 0.5 * np.sin(2 * np.pi * freq * t) + noise * rng.standard_normal(t.size)
-    data = np.stack([y] * channels, axis=1) if channels > 1 else y
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sf.write(path, data.astype(np.float32), sr, subtype=subtype)
-    return path
-
-
-def write_dataset(root: Path, n_per_label: int = 2, seconds: float = 2.0) -> Path:
-    """A tiny labelled dataset of tones: ``root/<label>/*.wav`` and ``root/labels.csv``."""
-    rows = ["path,label,source"]
-    for li, label in enumerate(["low", "high"]):
-        for i in range(n_per_label):
-            rel = f"{label}/{label}_{i}.wav"
-            write_tone(root / rel, freq=220.0 * (li + 1) * (1 + 0.1 * i), seconds=seconds, seed=li * 10 + i)
-            rows.append(f"{rel},{label},{label}-src{i}")
-    (root / "labels.csv").write_text("\n".join(rows) + "\n")
-    return root
-
-
-def experiment_dict(root: Path, store: Path, **overrides) -> dict:
-    """An experiment mapping over :func:`write_dataset`'s folder."""
-    data = {
-        "name": "tones",
-        "seed": 0,
-        "dataset": {"root": str(root), "sample_rate": SR, "segment": {"start": 0.0, "duration": 2.0}},
-        "transformations": [{"name": "identity"}, {"name": "gain", "gain_db": -6.0}],
-        "features": [{"name": "mel", "n_mels": 32}, {"name": "mfcc", "n_mfcc": 13}],
-        "store": {"root": str(store)},
-    }
-    data.update(overrides)
-    return data
+from helpers import write_dataset
 
 
 @pytest.fixture

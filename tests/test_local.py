@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import experiment_dict, write_tone
+from helpers import experiment_dict, write_tone
 
 from labswarm.config import parse_experiment
 from labswarm.local import run_local

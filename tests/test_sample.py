@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import experiment_dict
+from helpers import experiment_dict
 
 from labswarm.config import parse_experiment
 from labswarm.datasets.folder import read_clips

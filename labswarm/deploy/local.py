@@ -48,13 +48,16 @@ class LocalLauncher(Launcher):
             env["LABSWARM_API_TOKEN"] = self.token
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, "1")
-        out = subprocess.DEVNULL
-        if self.log_dir is not None:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            out = open(self.log_dir / f"worker-{self._started}.log", "ab")  # noqa: SIM115 (owned by the child)
-        self._started += 1
-        return subprocess.Popen(self.command(), env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        if self.log_dir is None:
+            self._started += 1
+            return subprocess.Popen(self.command(), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        # the child gets its own copy of the descriptor; ours is closed once it is started
+        with open(self.log_dir / f"worker-{self._started}.log", "ab") as out:
+            self._started += 1
+            return subprocess.Popen(self.command(), env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
 
     def start(self, workers: int) -> None:
         self.scale(workers)

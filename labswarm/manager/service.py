@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 import uuid
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from typing import Any
 
 from sqlalchemy import select
@@ -17,7 +17,7 @@ from labswarm.errors import LabswarmError
 from labswarm.manager import ledger
 from labswarm.manager.db import ExperimentRow, SessionRow, make_engine, make_sessionmaker, utcnow
 from labswarm.manager.session import SessionRunner
-from labswarm.queue.app import TASK_NAME, experiment_queue, make_celery, queue_name
+from labswarm.queue.app import TASK_NAME, declare_queue, experiment_queue, make_celery, queue_name
 from labswarm.sample import Sample, count_samples
 from labswarm.settings import Settings
 
@@ -280,8 +280,7 @@ class Manager:
     # broker
     def declare_queue(self, experiment: str) -> None:
         """Declare the experiment's durable queue (idempotent)."""
-        with self.celery.connection_for_write() as conn:
-            experiment_queue(experiment)(conn.default_channel).declare()
+        declare_queue(self.celery, experiment)
         self._declared.add(experiment)
 
     def publish(self, session_id: str, experiment: str, sample: Sample, stop: threading.Event) -> bool:
@@ -301,10 +300,8 @@ class Manager:
                 if stop.wait(delay):
                     return False
                 delay = min(delay * 2, 5.0)
-                try:
+                with suppress(Exception):
                     self.declare_queue(experiment)
-                except Exception:
-                    pass
         return False
 
     def queue_depth(self, experiment: str) -> int | None:

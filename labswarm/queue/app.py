@@ -21,7 +21,10 @@ which makes it as safe, if slower to notice.
 
 from __future__ import annotations
 
+import fcntl
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from celery import Celery
@@ -51,6 +54,42 @@ def is_embedded(broker_url: str) -> bool:
     return broker_url.startswith(("sqla+", "sqlalchemy+"))
 
 
+def _embedded_path(broker_url: str) -> Path | None:
+    """The SQLite file of an embedded broker URL, else ``None``."""
+    if not is_embedded(broker_url):
+        return None
+    url = broker_url.split("+", 1)[1]
+    return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+
+
+@contextmanager
+def _embedded_lock(broker_url: str) -> Iterator[None]:
+    """An exclusive lock between processes on ``<broker file>.lock`` for the embedded broker; no-op otherwise."""
+    path = _embedded_path(broker_url)
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def declare_queue(app: Celery, experiment: str) -> None:
+    """Declare the experiment's durable queue (idempotent).
+
+    On the embedded broker kombu creates its tables and the queue's row by check-then-insert, so processes that
+    declare at once (a manager starting a session while its workers start) fail with "table already exists" or
+    a unique-constraint error: there the declaration holds a lock between processes, and workers declare before
+    they consume.
+    """
+    with _embedded_lock(app.conf.broker_url), app.connection_for_write() as conn:
+        experiment_queue(experiment)(conn.default_channel).declare()
+
+
 def prepare_embedded_broker(broker_url: str) -> None:
     """Create the SQLite file of an embedded broker in WAL mode (commits ~10x faster than the default journal)
     and make kombu's SQLAlchemy transport poll every :data:`EMBEDDED_POLLING_INTERVAL` seconds."""
@@ -59,9 +98,8 @@ def prepare_embedded_broker(broker_url: str) -> None:
     # kombu passes every transport option to create_engine, so the polling interval cannot go through
     # broker_transport_options; it is a class attribute of the transport.
     sqla_transport.Transport.polling_interval = EMBEDDED_POLLING_INTERVAL
-    url = broker_url.split("+", 1)[1]
-    if url.startswith("sqlite:///"):
-        path = Path(url.removeprefix("sqlite:///"))
+    path = _embedded_path(broker_url)
+    if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with sqlite3.connect(path) as conn:
             conn.execute("PRAGMA journal_mode=WAL")

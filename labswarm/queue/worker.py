@@ -14,7 +14,7 @@ from celery import signals
 
 from labswarm.client import ManagerClient
 from labswarm.config import ExperimentConfig
-from labswarm.queue.app import experiment_queue, make_celery, queue_name
+from labswarm.queue.app import declare_queue, experiment_queue, is_embedded, make_celery, queue_name
 from labswarm.queue.task import WorkerState, set_worker_state, worker_state
 
 
@@ -60,6 +60,8 @@ def run_worker(
     client.close()
     app = make_celery(broker_url or settings["broker_url"])
     app.conf.task_queues = [experiment_queue(experiment)]
+    if is_embedded(app.conf.broker_url):
+        declare_queue(app, experiment)  # under the broker's lock: see declare_queue
     set_worker_state(WorkerState(config, manager_url, token, float(settings.get("report_interval", 0.25))))
     # import the heavy libraries (and build extractors once) before the pool forks
     from labswarm.pipeline.features import FeaturesBlock

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import uuid
 from abc import ABC, abstractmethod
@@ -45,7 +47,8 @@ class LocalBackend(StoreBackend):
     Writes go to a uniquely named temporary file in the destination directory (``.<name>.<host-pid-uuid>.tmp``),
     are flushed and fsynced, then ``os.replace``-d into place: rename within one directory is atomic on POSIX
     filesystems and on NFS, so many writers on many hosts are safe; the last rename wins, and since a key fixes
-    the content, every winner holds the same values.
+    the content, every winner holds the same values. A writer killed mid-write leaves its temporary file; the
+    next write of that entry (its sample is computed again, since the entry is missing) removes it.
 
     Args:
         root: the store's directory; created when missing.
@@ -80,7 +83,8 @@ class LocalBackend(StoreBackend):
 
     def write_atomic(self, rel: str, data: bytes) -> None:
         final = self.root / rel
-        tmp = final.parent / f".{final.name}.{self._tag}-{uuid.uuid4().hex[:8]}.tmp"
+        prefix = f".{final.name}."
+        tmp = final.parent / f"{prefix}{self._tag}-{uuid.uuid4().hex[:8]}.tmp"
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as handle:
@@ -91,7 +95,24 @@ class LocalBackend(StoreBackend):
             os.replace(tmp, final)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
+            if exc.errno in (errno.ENOENT, errno.ESTALE) and final.is_file():
+                return  # a concurrent writer of this key (same content) removed our temporary file: its entry won
             raise StoreError(f"cannot write {final}: {exc.strerror or exc}") from exc
+        self._remove_leftovers(final.parent, prefix)
+
+    @staticmethod
+    def _remove_leftovers(folder: Path, prefix: str) -> None:
+        """Remove the temporary files of earlier writes of an entry that now exists: a writer killed mid-write
+        (kill -9, out of memory) leaves its temporary file, and the key is written again when its sample is
+        redelivered. A live concurrent writer that loses its file finds the entry in place (see above)."""
+        try:
+            with os.scandir(folder) as entries:
+                stale = [e.path for e in entries if e.name.startswith(prefix) and e.name.endswith(".tmp")]
+        except OSError:
+            return
+        for path in stale:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
     def delete(self, rel: str) -> None:
         try:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import write_tone
+from helpers import write_tone
 
 from labswarm.audio.io import audio_info, load_segment
 from labswarm.errors import AudioError

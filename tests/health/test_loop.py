@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from conftest import experiment_dict
+from helpers import experiment_dict
 
 from labswarm.client import ManagerClient
 from labswarm.health.loop import HealthLoop

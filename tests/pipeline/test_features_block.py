@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-from conftest import experiment_dict, write_tone
+from helpers import experiment_dict, write_tone
 
 from labswarm.config import load_experiment, parse_experiment
 from labswarm.pipeline.features import FeaturesBlock

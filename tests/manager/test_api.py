@@ -1,0 +1,189 @@
+"""The manager's HTTP API over real HTTP: a uvicorn server in a thread, the embedded SQLite broker, no workers
+(sessions publish at a low rate, so they stay running while the tests poke them)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from helpers import experiment_dict, write_dataset
+
+from labswarm.client import ManagerClient
+from labswarm.config import parse_experiment
+from labswarm.errors import ManagerError
+from labswarm.manager.api import create_app
+from labswarm.manager.server import EmbeddedServer
+from labswarm.settings import Settings
+
+#: Publish rate of the sessions here (tasks/s): 40 samples last ~8 s, longer than any test needs.
+RATE = 5.0
+
+
+@pytest.fixture
+def dataset(tmp_path: Path) -> Path:
+    return write_dataset(tmp_path / "data", n_per_label=10)  # 20 clips x 2 transformations = 40 samples
+
+
+@pytest.fixture
+def experiment(dataset: Path, tmp_path: Path) -> dict:
+    return experiment_dict(dataset, tmp_path / "store", name="api")
+
+
+def _serve(tmp_path: Path, **settings) -> Iterator[httpx.Client]:
+    server = EmbeddedServer(create_app(Settings(home=tmp_path / "home", **settings))).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=10.0) as http:
+            yield http
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def http(tmp_path: Path) -> Iterator[httpx.Client]:
+    """An httpx client of a fresh manager."""
+    yield from _serve(tmp_path)
+
+
+@pytest.fixture
+def client(http: httpx.Client) -> Iterator[ManagerClient]:
+    """The labswarm client of the same manager."""
+    with ManagerClient(str(http.base_url)) as c:
+        yield c
+
+
+def _wait(predicate, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_post_experiment_as_yaml_and_as_json(http: httpx.Client, experiment: dict) -> None:
+    response = http.post("/experiments", content=yaml.safe_dump(experiment),
+                         headers={"Content-Type": "application/yaml"})
+    assert response.status_code == 201, response.text
+    body = response.json()
+    expected = parse_experiment(experiment)
+    assert body["name"] == "api" and body["queue"] == "labswarm.api"
+    assert body["fingerprint"] == expected.fingerprint()
+
+    as_json = dict(experiment, name="api-json")
+    response = http.post("/experiments", content=json.dumps(as_json), headers={"Content-Type": "application/json"})
+    assert response.status_code == 201, response.text
+    assert response.json()["name"] == "api-json"
+
+    assert [e["name"] for e in http.get("/experiments").json()] == ["api", "api-json"]
+    one = http.get("/experiments/api").json()
+    assert one["config"] == expected.model_dump(mode="json")
+    assert http.get("/experiments/api/config").json() == expected.model_dump(mode="json")
+    # posting the same configuration again is idempotent
+    assert http.post("/experiments", json=experiment).status_code == 201
+    assert len(http.get("/experiments").json()) == 2
+
+
+def test_invalid_config_is_422_with_path_and_reason(http: httpx.Client, experiment: dict) -> None:
+    bad = dict(experiment, transformations=[{"name": "pitch_shift", "semitones": "high"}])
+    response = http.post("/experiments", json=bad)
+    assert response.status_code == 422
+    detail = response.json()["detail"]
+    assert [d["path"] for d in detail] == ["transformations.0.semitones"]
+    assert "number" in detail[0]["reason"]
+
+    response = http.post("/experiments", content="name: [unclosed", headers={"Content-Type": "application/yaml"})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["path"] == "" and "YAML" in response.json()["detail"][0]["reason"]
+
+    response = http.post("/experiments", content="{not json", headers={"Content-Type": "application/json"})
+    assert response.status_code == 422 and "JSON" in response.json()["detail"][0]["reason"]
+    assert http.get("/experiments").json() == []
+
+
+def test_unknown_names_are_404(http: httpx.Client) -> None:
+    assert http.get("/experiments/nope").status_code == 404
+    assert http.get("/experiments/nope/config").status_code == 404
+    assert http.post("/experiments/nope/sessions", json={}).status_code == 404
+    assert http.get("/sessions/nope").status_code == 404
+    assert http.get("/sessions/nope/failures").status_code == 404
+    assert http.put("/sessions/nope/rate", json={"rate": 3}).status_code == 404
+    assert http.post("/sessions/nope/pause").status_code == 404
+    assert http.post("/sessions/nope/cancel").status_code == 404
+
+
+def test_session_control(client: ManagerClient, experiment: dict) -> None:
+    client.post_experiment(experiment)
+    session = client.start_session("api", RATE)
+    sid = session["id"]
+    assert session["status"] == "running" and session["total"] == 40 and session["rate"] == RATE
+
+    # one active session per experiment
+    with pytest.raises(ManagerError) as info:
+        client.start_session("api", RATE)
+    assert info.value.status == 409
+
+    # live rate change
+    assert client.set_rate(sid, 7.5)["rate"] == 7.5
+    assert client.session(sid)["rate"] == 7.5
+    with pytest.raises(ManagerError) as info:
+        client.set_rate(sid, 0)
+    assert info.value.status == 422
+
+    # pause: publishing stops; resume: it goes on
+    _wait(lambda: client.session(sid)["published"] > 0)
+    assert client.pause(sid)["status"] == "paused"
+    time.sleep(0.7)  # a publish under way when the pause came, and its ledger commit, may still land
+    held = client.session(sid)["published"]
+    time.sleep(1.0)
+    paused = client.session(sid)
+    assert paused["published"] == held and paused["status"] == "paused"
+    assert client.resume(sid)["status"] == "running"
+    _wait(lambda: client.session(sid)["published"] > held)
+
+    # cancel: final; the experiment may then start a new session
+    cancelled = client.cancel(sid)
+    assert cancelled["status"] == "cancelled" and cancelled["published"] < cancelled["total"]
+    assert client.session(sid)["status"] == "cancelled"
+    with pytest.raises(ManagerError) as info:
+        client.pause(sid)
+    assert info.value.status == 409
+    second = client.start_session("api", RATE)
+    assert second["id"] != sid and second["status"] == "running"
+    assert {s["id"] for s in client.sessions()} == {sid, second["id"]}
+    client.cancel(second["id"])
+
+
+def test_api_token_guards_mutating_calls_only(tmp_path: Path, experiment: dict) -> None:
+    for http in _serve(tmp_path, api_token="t"):
+        assert http.post("/experiments", json=experiment).status_code == 401
+        wrong = {"Authorization": "Bearer nope"}
+        assert http.post("/experiments", json=experiment, headers=wrong).status_code == 401
+        good = {"Authorization": "Bearer t"}
+        assert http.post("/experiments", json=experiment, headers=good).status_code == 201
+        assert http.post("/experiments/api/sessions", json={"rate": RATE}).status_code == 401
+        response = http.post("/experiments/api/sessions", json={"rate": RATE}, headers=good)
+        assert response.status_code == 201
+        sid = response.json()["id"]
+        # reads need no token
+        assert http.get("/experiments").status_code == 200
+        assert http.get("/experiments/api/config").status_code == 200
+        assert http.get(f"/sessions/{sid}").status_code == 200
+        assert http.get("/health").json() == {"status": "ok"}
+        calls = [("PUT", f"/sessions/{sid}/rate", {"rate": 2.0}), ("POST", f"/sessions/{sid}/pause", None),
+                 ("POST", f"/sessions/{sid}/outcomes", {"outcomes": []}), ("POST", f"/sessions/{sid}/cancel", None)]
+        for method, path, body in calls:
+            assert http.request(method, path, json=body).status_code == 401, path
+            assert http.request(method, path, json=body, headers=good).status_code == 200, path
+        with ManagerClient(str(http.base_url), token="t") as client:
+            assert client.session(sid)["status"] == "cancelled"
+
+
+def test_openapi_docs_are_served(http: httpx.Client) -> None:
+    docs = http.get("/docs")
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+    schema = http.get("/openapi.json").json()
+    assert schema["info"]["title"] == "labswarm manager"
+    assert {"/experiments", "/sessions/{session_id}", "/sessions/{session_id}/rate"} <= set(schema["paths"])

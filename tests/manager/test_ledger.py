@@ -1,0 +1,118 @@
+"""The per-sample ledger on a real SQLite database (WAL, as the manager opens it)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.orm import Session
+
+from labswarm.manager import ledger
+from labswarm.manager.db import ExperimentRow, SampleRow, SessionRow, make_engine, make_sessionmaker
+
+SID = "s1"
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Session]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'manager.sqlite'}")
+    with make_sessionmaker(engine)() as session:
+        session.add(ExperimentRow(name="e", config={}, fingerprint="f"))
+        session.add(SessionRow(id=SID, experiment="e", status="running", rate=1.0, fingerprint="f"))
+        session.commit()
+        yield session
+    engine.dispose()
+
+
+def _row(db: Session, sample_id: str) -> SampleRow:
+    db.expire_all()
+    return db.get(SampleRow, (SID, sample_id))
+
+
+def test_wal_mode(db: Session) -> None:
+    assert db.connection().exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+
+
+def test_add_samples_is_idempotent(db: Session) -> None:
+    ledger.add_samples(db, SID, [("a", "published", None), ("b", "cached", None)])
+    db.commit()
+    ledger.record_outcomes(db, SID, [{"sample_id": "a", "status": "computed", "seconds": 0.1}])
+    # a restarted publisher adds the same rows again (and one new): nothing existing changes
+    ledger.add_samples(db, SID, [("a", "published", None), ("b", "published", None), ("c", "published", None)])
+    ledger.add_samples(db, SID, [])
+    db.commit()
+    assert ledger.counts(db, SID) == {"published": 1, "done": 1, "cached": 1, "failed": 0}
+    assert _row(db, "a").status == "done" and _row(db, "a").attempts == 1
+
+
+def test_record_outcomes_never_downgrades_a_success(db: Session) -> None:
+    ledger.add_samples(db, SID, [("a", "published", None), ("b", "published", None), ("c", "cached", None)])
+    applied = ledger.record_outcomes(db, SID, [
+        {"sample_id": "a", "status": "computed", "reason": None, "seconds": 0.2},
+        {"sample_id": "b", "status": "failed", "reason": "AudioError: b.wav: unreadable", "seconds": 0.01},
+        {"sample_id": "z", "status": "bogus"},  # unknown statuses are ignored
+    ])
+    db.commit()
+    assert applied == 2
+    assert (_row(db, "a").status, _row(db, "a").seconds) == ("done", 0.2)
+    # a duplicate delivery of a done sample fails (e.g. a transient error): it stays done, reason-free
+    ledger.record_outcomes(db, SID, [
+        {"sample_id": "a", "status": "failed", "reason": "StoreError: disk full"},
+        {"sample_id": "c", "status": "failed", "reason": "late"},
+    ])
+    db.commit()
+    assert (_row(db, "a").status, _row(db, "a").reason) == ("done", None)
+    assert _row(db, "c").status == "cached"
+    # a failure can be upgraded by a later success
+    ledger.record_outcomes(db, SID, [{"sample_id": "b", "status": "done", "seconds": 0.3}])
+    db.commit()
+    assert (_row(db, "b").status, _row(db, "b").reason) == ("done", None)
+    # an outcome can arrive before the publisher committed its ledger row
+    ledger.record_outcomes(db, SID, [{"sample_id": "early", "status": "cached"}])
+    ledger.add_samples(db, SID, [("early", "published", None)])
+    db.commit()
+    assert _row(db, "early").status == "cached"
+    assert ledger.counts(db, SID) == {"published": 0, "done": 2, "cached": 2, "failed": 0}
+
+
+def test_counts_pending_and_failures(db: Session) -> None:
+    assert ledger.counts(db, SID) == {"published": 0, "done": 0, "cached": 0, "failed": 0}
+    ledger.add_samples(db, SID, [(f"s{i}", "published", None) for i in range(5)])
+    ledger.add_samples(db, "other", [("s0", "published", None)])
+    ledger.record_outcomes(db, SID, [{"sample_id": "s0", "status": "computed"},
+                                     {"sample_id": "s1", "status": "failed", "reason": "r1"}])
+    ledger.add_attempt(db, SID, ["s2"])
+    db.commit()
+    assert ledger.counts(db, SID) == {"published": 3, "done": 1, "cached": 0, "failed": 1}
+    assert ledger.pending(db, SID) == {"s2": 2, "s3": 1, "s4": 1}
+    assert [(r.sample_id, r.reason) for r in ledger.failures(db, SID)] == [("s1", "r1")]
+    # reconciliation: found in the store / out of attempts
+    ledger.set_status(db, SID, ["s3", "s0"], "done", None)  # s0 has its outcome already: untouched
+    ledger.set_status(db, SID, ["s4"], "failed", "no outcome")
+    db.commit()
+    assert ledger.pending(db, SID) == {"s2": 2}
+    assert [r.sample_id for r in ledger.failures(db, SID, limit=1, offset=1)] == ["s4"]
+    assert ledger.counts(db, "other")["published"] == 1
+
+
+def test_redelivery_counts_attempts_up_to_max(db: Session) -> None:
+    ledger.add_samples(db, SID, [("poison", "published", None), ("ok", "published", None)])
+    db.commit()
+    # the first delivery was attempt 1; with max_attempts 3, redeliveries 2 and 3 may run, the 4th may not
+    assert ledger.redelivery(db, SID, "poison", 3) is True
+    assert ledger.redelivery(db, SID, "poison", 3) is True
+    db.commit()
+    assert _row(db, "poison").attempts == 3 and _row(db, "poison").status == "published"
+    assert ledger.redelivery(db, SID, "poison", 3) is False
+    db.commit()
+    row = _row(db, "poison")
+    assert row.status == "failed" and "3 deliveries" in row.reason
+    assert ledger.pending(db, SID) == {"ok": 1}
+    # a redelivered sample that already has its outcome is not run again
+    ledger.record_outcomes(db, SID, [{"sample_id": "ok", "status": "computed"}])
+    db.commit()
+    assert ledger.redelivery(db, SID, "ok", 3) is False
+    assert _row(db, "ok").attempts == 1
+    # a sample the ledger does not know yet (row not committed) runs
+    assert ledger.redelivery(db, SID, "unknown", 3) is True
