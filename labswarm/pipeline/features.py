@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from labswarm.audio.features.base import FeatureExtractor
+from labswarm.audio.features.shared import Spectra
 from labswarm.audio.io import load_segment
 from labswarm.audio.transforms.base import Transformation
 from labswarm.config import ExperimentConfig
@@ -117,8 +118,9 @@ class FeaturesBlock:
         sr = self.config.dataset.sample_rate
         y = load_segment(sample.path, sr, sample.start, sample.duration, pad=self.config.dataset.segment.pad)
         y = self.transformation(sample.transformation)(y, sr, sample.seed)
+        spectra = Spectra(y, sr)  # one STFT / mel projection shared by the extractors that agree on them
         return {
-            ex.output_name: ex(y, sr) for ex in self.extractors if only is None or ex.output_name in only
+            ex.output_name: ex(y, sr, spectra) for ex in self.extractors if only is None or ex.output_name in only
         }
 
     def is_cached(self, sample: Sample) -> bool:

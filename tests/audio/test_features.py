@@ -170,3 +170,22 @@ def test_limits_above_nyquist_fail_at_compute_time(spec: dict[str, Any], match: 
 def test_fmax_at_nyquist_is_allowed() -> None:
     out = FeatureExtractor.from_spec({"name": "mel", "fmax": 4000.0, "n_mels": 40})(tone(440.0, sr=8000), 8000)
     assert out.shape[0] == 40
+
+
+def test_shared_spectra_equal_librosa_direct_path() -> None:
+    """Mel and MFCC computed from one shared STFT equal librosa's own y-to-feature functions."""
+    import librosa
+
+    from labswarm.audio.features.shared import Spectra
+
+    rng = np.random.default_rng(3)
+    y = (0.3 * np.sin(2 * np.pi * 440 * np.arange(SR * 2) / SR) + 0.05 * rng.standard_normal(SR * 2)).astype(np.float32)
+    mel = FeatureExtractor.from_spec({"name": "mel", "n_mels": 64})
+    mfcc = FeatureExtractor.from_spec({"name": "mfcc", "n_mfcc": 13, "n_mels": 64})
+    spectra = Spectra(y, SR)
+    got_mel, got_mfcc = mel(y, SR, spectra), mfcc(y, SR, spectra)
+    assert len(spectra._magnitude) == 1  # one STFT for both
+    want_mel = librosa.power_to_db(librosa.feature.melspectrogram(y=y, sr=SR, n_mels=64), ref=1.0, top_db=80.0)
+    want_mfcc = librosa.feature.mfcc(y=y, sr=SR, n_mfcc=13, n_mels=64)
+    np.testing.assert_allclose(got_mel, want_mel, rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(got_mfcc, want_mfcc, rtol=1e-5, atol=1e-3)

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from labswarm.audio.features.shared import Spectra
 from labswarm.errors import ConfigError, FeatureError
 from labswarm.plugin import PluginConfig
 from labswarm.registry import Registry
@@ -84,12 +85,14 @@ class FeatureExtractor(ABC):
         """The JSON-serializable spec ``{name, **params}`` (``output`` excluded: it does not change values)."""
         return self.config.model_dump(mode="json", exclude={"output"})
 
-    def __call__(self, y: np.ndarray, sr: int) -> np.ndarray:
+    def __call__(self, y: np.ndarray, sr: int, spectra: Spectra | None = None) -> np.ndarray:
         """Compute the features.
 
         Args:
             y: mono waveform, float32 array ``(n_samples,)``.
             sr: sample rate of ``y`` in Hz.
+            spectra: intermediate results shared with the other extractors of the same waveform (one STFT
+                for mel + MFCC); ``None`` makes a private one.
 
         Returns:
             C-contiguous float32 array ``(n_bins, n_frames)``; see each extractor for bins and units.
@@ -101,7 +104,10 @@ class FeatureExtractor(ABC):
         if y.ndim != 1 or y.size == 0:
             raise FeatureError(f"{self.name}: expected a non-empty mono waveform, got shape {y.shape}")
         try:
-            out = self.compute(y.astype(np.float32, copy=False), int(sr))
+            y = y.astype(np.float32, copy=False)
+            if spectra is None or spectra.y is not y or spectra.sr != int(sr):
+                spectra = Spectra(y, int(sr))
+            out = self.compute(y, int(sr), spectra)
         except FeatureError:
             raise
         except Exception as exc:
@@ -112,8 +118,9 @@ class FeatureExtractor(ABC):
         return out
 
     @abstractmethod
-    def compute(self, y: np.ndarray, sr: int) -> np.ndarray:
-        """Compute features of ``y`` (float32 ``(n_samples,)`` at ``sr`` Hz) as a 2-D array."""
+    def compute(self, y: np.ndarray, sr: int, spectra: Spectra) -> np.ndarray:
+        """Compute features of ``y`` (float32 ``(n_samples,)`` at ``sr`` Hz) as a 2-D array; take STFTs and mel
+        spectra from ``spectra`` (memoized for the waveform) where they fit."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec()})"

@@ -9,6 +9,7 @@ import numpy as np
 from pydantic import Field
 
 from labswarm.audio.features._params import HopLength, TopDb
+from labswarm.audio.features.shared import Spectra
 from labswarm.audio.features.base import FeatureConfig, FeatureExtractor, register_extractor
 from labswarm.errors import FeatureError
 
@@ -55,7 +56,7 @@ class Cqt(FeatureExtractor):
     config_model = CqtConfig
     config: CqtConfig
 
-    def compute(self, y: np.ndarray, sr: int) -> np.ndarray:
+    def compute(self, y: np.ndarray, sr: int, spectra: Spectra) -> np.ndarray:
         """CQT magnitude of ``y`` (float32 ``(n,)`` at ``sr`` Hz): float32 ``(n_bins, 1 + n // hop)``."""
         c = self.config
         top_hz = c.fmin * 2.0 ** ((c.n_bins - 1) / c.bins_per_octave)

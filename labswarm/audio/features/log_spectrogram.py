@@ -6,6 +6,7 @@ import librosa
 import numpy as np
 
 from labswarm.audio.features._params import TopDb
+from labswarm.audio.features.shared import Spectra
 from labswarm.audio.features.base import register_extractor
 from labswarm.audio.features.stft import Stft, StftConfig
 
@@ -32,6 +33,8 @@ class LogSpectrogram(Stft):
     config_model = LogSpectrogramConfig
     config: LogSpectrogramConfig
 
-    def compute(self, y: np.ndarray, sr: int) -> np.ndarray:
+    def compute(self, y: np.ndarray, sr: int, spectra: Spectra) -> np.ndarray:
         """dB spectrogram of ``y`` (float32 ``(n,)``): float32 ``(1 + n_fft // 2, 1 + n // hop)``."""
-        return librosa.amplitude_to_db(np.abs(self.spectrum(y)), ref=1.0, top_db=self.config.top_db)
+        c = self.config
+        magnitude = spectra.magnitude(c.n_fft, c.hop_length, c.win_length, c.window)
+        return librosa.amplitude_to_db(magnitude, ref=1.0, top_db=c.top_db)

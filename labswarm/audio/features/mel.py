@@ -19,6 +19,7 @@ from labswarm.audio.features._params import (
     check_fmax,
     check_win_length,
 )
+from labswarm.audio.features.shared import Spectra
 from labswarm.audio.features.base import FeatureConfig, FeatureExtractor, register_extractor
 
 
@@ -76,21 +77,11 @@ class Mel(FeatureExtractor):
     config_model = MelConfig
     config: MelConfig
 
-    def compute(self, y: np.ndarray, sr: int) -> np.ndarray:
+    def compute(self, y: np.ndarray, sr: int, spectra: Spectra) -> np.ndarray:
         """Mel spectrogram of ``y`` (float32 ``(n,)`` at ``sr`` Hz): float32 ``(n_mels, 1 + n // hop)``."""
         c = self.config
         check_band(self.name, c.fmin, c.fmax, sr)
-        s = librosa.feature.melspectrogram(
-            y=y,
-            sr=sr,
-            n_fft=c.n_fft,
-            hop_length=c.hop_length,
-            win_length=c.win_length,
-            n_mels=c.n_mels,
-            fmin=c.fmin,
-            fmax=c.fmax,
-            power=c.power,
-        )
+        s = spectra.mel(c.n_fft, c.hop_length, c.win_length, c.n_mels, c.fmin, c.fmax, c.power)
         if not c.log:
             return s
         if c.power == 2.0:

@@ -7,6 +7,7 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from labswarm.audio.features._params import Fmax, Fmin, HopLength, NFft, check_band, check_fmax
+from labswarm.audio.features.shared import Spectra
 from labswarm.audio.features.base import FeatureConfig, FeatureExtractor, register_extractor
 
 
@@ -62,18 +63,10 @@ class Mfcc(FeatureExtractor):
     config_model = MfccConfig
     config: MfccConfig
 
-    def compute(self, y: np.ndarray, sr: int) -> np.ndarray:
+    def compute(self, y: np.ndarray, sr: int, spectra: Spectra) -> np.ndarray:
         """MFCCs of ``y`` (float32 ``(n,)`` at ``sr`` Hz): float32 ``(n_mfcc, 1 + n // hop)``."""
         c = self.config
         check_band(self.name, c.fmin, c.fmax, sr)
-        return librosa.feature.mfcc(
-            y=y,
-            sr=sr,
-            n_mfcc=c.n_mfcc,
-            lifter=c.lifter,
-            n_fft=c.n_fft,
-            hop_length=c.hop_length,
-            n_mels=c.n_mels,
-            fmin=c.fmin,
-            fmax=c.fmax,
-        )
+        # librosa.feature.mfcc(y=...): power_to_db(melspectrogram(power=2)) (ref 1.0, top_db 80), then the DCT
+        log_mel = librosa.power_to_db(spectra.mel(c.n_fft, c.hop_length, None, c.n_mels, c.fmin, c.fmax, 2.0))
+        return librosa.feature.mfcc(S=log_mel, sr=sr, n_mfcc=c.n_mfcc, lifter=c.lifter)

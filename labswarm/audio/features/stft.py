@@ -8,6 +8,7 @@ from pydantic import ValidationInfo, field_validator
 from scipy import signal
 
 from labswarm.audio.features._params import HopLength, NFft, WinLength, check_win_length
+from labswarm.audio.features.shared import Spectra
 from labswarm.audio.features.base import FeatureConfig, FeatureExtractor, register_extractor
 
 
@@ -53,9 +54,10 @@ class Stft(FeatureExtractor):
     config_model = StftConfig
     config: StftConfig
 
-    def compute(self, y: np.ndarray, sr: int) -> np.ndarray:
+    def compute(self, y: np.ndarray, sr: int, spectra: Spectra) -> np.ndarray:
         """Magnitude spectrogram of ``y`` (float32 ``(n,)``): float32 ``(1 + n_fft // 2, 1 + n // hop)``."""
-        return np.abs(self.spectrum(y))
+        c = self.config
+        return spectra.magnitude(c.n_fft, c.hop_length, c.win_length, c.window)
 
     def spectrum(self, y: np.ndarray) -> np.ndarray:
         """The complex STFT of ``y``: complex64 ``(1 + n_fft // 2, 1 + n // hop_length)``."""

@@ -96,7 +96,7 @@ class Transformation(ABC):
             raise TransformError(f"{self.name}: expected a non-empty mono waveform, got shape {y.shape}")
         if not _all_finite(y):
             raise TransformError(f"{self.name}: input waveform has NaN or infinite values")
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(seed) if self.random else _UNUSED_RNG
         try:
             out = self.apply(y.astype(np.float32, copy=False), int(sr), rng)
         except TransformError:
@@ -116,9 +116,16 @@ class Transformation(ABC):
         return f"{type(self).__name__}({self.spec()})"
 
 
+#: Handed to deterministic transformations (which must not draw from it): creating a seeded generator per call
+#: costs ~20 µs, as much as a whole gain change.
+_UNUSED_RNG = np.random.default_rng(0)
+
+
 def _all_finite(x: np.ndarray) -> bool:
-    """Whether every value is finite: one float64 sum (NaN and inf propagate), ~5x cheaper than ``isfinite``."""
-    return bool(np.isfinite(np.add.reduce(x, dtype=np.float64)))
+    """Whether every value is finite: NaN and inf propagate through one BLAS dot product (~13 µs for 10 s at
+    22.05 kHz, vs ~17 µs for ``isfinite(x).all()``). Values beyond ~1e19 also read as non-finite: no waveform
+    has them."""
+    return bool(np.isfinite(np.dot(x, x)))
 
 
 def register_transformation(cls: type[Transformation]) -> type[Transformation]:
