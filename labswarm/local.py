@@ -138,6 +138,7 @@ def run_local(
         for sample in pending():
             record(block.process(sample))
     else:
+        block.warm_up()  # the forked workers inherit warm libraries
         context = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker,
                                  initargs=(config.model_dump_json(),)) as pool:

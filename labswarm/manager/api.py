@@ -38,6 +38,7 @@ class Outcome(BaseModel):
     status: str = Field(pattern="^(computed|done|cached|failed)$")
     reason: str | None = None
     seconds: float | None = None
+    finished_at: float | None = Field(None, description="when the worker finished the sample, Unix time in s")
 
 
 class OutcomesBody(BaseModel):

@@ -61,7 +61,8 @@ class SampleRow(Base):
     """The ledger: one sample of a session, its status and delivery attempts.
 
     ``status``: ``published`` (no outcome yet), ``done`` (computed by a worker), ``cached`` (already in the
-    store), ``failed`` (``reason`` says why).
+    store), ``failed`` (``reason`` says why). ``seconds`` is the worker's time on the sample and ``finished_at``
+    when it finished (Unix time, the worker's clock).
     """
 
     __tablename__ = "samples"
@@ -71,6 +72,7 @@ class SampleRow(Base):
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     seconds: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
     __table_args__ = (Index("ix_samples_session_status", "session_id", "status"),)

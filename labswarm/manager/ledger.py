@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import case, func, select, update
+from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -36,33 +36,34 @@ def add_samples(db: Session, session_id: str, rows: Sequence[tuple[str, str, str
 def record_outcomes(db: Session, session_id: str, outcomes: Iterable[dict]) -> int:
     """Upsert worker outcomes ``{sample_id, status, reason, seconds}``; returns how many were applied.
 
-    A sample already ``done`` or ``cached`` keeps that status (at-least-once delivery can run it twice).
+    One multi-row statement per batch. A sample already ``done`` or ``cached`` keeps that status
+    (at-least-once delivery can run it twice).
     """
     now = utcnow()
-    applied = 0
+    rows = []
     for outcome in outcomes:
-        status = outcome["status"]
-        if status == "computed":
-            status = "done"
+        status = "done" if outcome["status"] == "computed" else outcome["status"]
         if status not in _RANK:
             continue
-        stmt = _insert(db).values(
-            session_id=session_id, sample_id=outcome["sample_id"], status=status, reason=outcome.get("reason"),
-            seconds=outcome.get("seconds"), attempts=1, updated_at=now,
-        )
-        keep = SampleRow.status.in_(("done", "cached"))
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["session_id", "sample_id"],
-            set_={
-                "status": case((keep, SampleRow.status), else_=stmt.excluded.status),
-                "reason": case((keep, SampleRow.reason), else_=stmt.excluded.reason),
-                "seconds": stmt.excluded.seconds,
-                "updated_at": now,
-            },
-        )
-        db.execute(stmt)
-        applied += 1
-    return applied
+        rows.append({"session_id": session_id, "sample_id": outcome["sample_id"], "status": status,
+                     "reason": outcome.get("reason"), "seconds": outcome.get("seconds"),
+                     "finished_at": outcome.get("finished_at"), "attempts": 1, "updated_at": now})
+    if not rows:
+        return 0
+    stmt = _insert(db)
+    keep = or_(SampleRow.status == "done", SampleRow.status == "cached")  # no IN: not allowed in executemany
+    stmt = stmt.on_conflict_do_update(
+        index_elements=["session_id", "sample_id"],
+        set_={
+            "status": case((keep, SampleRow.status), else_=stmt.excluded.status),
+            "reason": case((keep, SampleRow.reason), else_=stmt.excluded.reason),
+            "seconds": stmt.excluded.seconds,
+            "finished_at": stmt.excluded.finished_at,
+            "updated_at": stmt.excluded.updated_at,
+        },
+    )
+    db.execute(stmt, rows)
+    return len(rows)
 
 
 def counts(db: Session, session_id: str) -> dict[str, int]:

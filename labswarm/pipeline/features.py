@@ -78,6 +78,22 @@ class FeaturesBlock:
             found = self._transformations[text] = Transformation.from_spec(spec)
         return found
 
+    def warm_up(self, seconds: float = 1.0) -> None:
+        """Run every transformation and extractor once on synthetic noise, so that library start-up costs
+        (numba compilation or cache loading, FFT plans, filter banks) are paid here and not by the first
+        samples. Call it before forking worker processes: they inherit the warm state. Errors are ignored (a
+        noise file that is missing fails its samples later, with the reason)."""
+        sr = self.config.dataset.sample_rate
+        y = (0.1 * np.random.default_rng(0).standard_normal(int(seconds * sr))).astype(np.float32)
+        for spec in self.config.transformations:
+            try:
+                out = self.transformation(spec.model_dump(mode="json"))(y, sr, 0)
+                spectra = Spectra(out, sr)
+                for ex in self.extractors:
+                    ex(out, sr, spectra)
+            except LabswarmError:
+                continue
+
     def keys(self, sample: Sample) -> dict[str, str]:
         """Store key per feature output name for ``sample``.
 

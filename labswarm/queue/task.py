@@ -109,7 +109,8 @@ def compute(task: Task, session_id: str, sample: dict) -> str:
             log.warning("cannot record the redelivery of %s: %s", sample.get("id"), exc)
     result = run_sample(state.block, Sample.from_dict(sample))
     state.reporter.add(session_id, {"sample_id": result.sample_id, "status": result.status,
-                                    "reason": result.reason, "seconds": round(result.seconds, 4)})
+                                    "reason": result.reason, "seconds": round(result.seconds, 4),
+                                    "finished_at": time.time()})
     return result.status
 
 

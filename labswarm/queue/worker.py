@@ -66,7 +66,7 @@ def run_worker(
     # import the heavy libraries (and build extractors once) before the pool forks
     from labswarm.pipeline.features import FeaturesBlock
 
-    FeaturesBlock(config)
+    FeaturesBlock(config).warm_up()
     signals.worker_process_init.connect(_process_init, weak=False)
     signals.worker_process_shutdown.connect(_process_shutdown, weak=False)
     name = f"labswarm-{experiment}-{os.getpid()}@{socket.gethostname()}"

@@ -9,8 +9,8 @@ import numpy as np
 from pydantic import Field
 
 from labswarm.audio.features._params import HopLength, TopDb
-from labswarm.audio.features.shared import Spectra
 from labswarm.audio.features.base import FeatureConfig, FeatureExtractor, register_extractor
+from labswarm.audio.features.shared import Spectra
 from labswarm.errors import FeatureError
 
 #: C1 in Hz (MIDI note 24, A4 = 440 Hz tuning), librosa's default lowest CQT bin (``librosa.note_to_hz("C1")``).

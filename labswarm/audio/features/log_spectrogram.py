@@ -6,8 +6,8 @@ import librosa
 import numpy as np
 
 from labswarm.audio.features._params import TopDb
-from labswarm.audio.features.shared import Spectra
 from labswarm.audio.features.base import register_extractor
+from labswarm.audio.features.shared import Spectra
 from labswarm.audio.features.stft import Stft, StftConfig
 
 

@@ -19,8 +19,8 @@ from labswarm.audio.features._params import (
     check_fmax,
     check_win_length,
 )
-from labswarm.audio.features.shared import Spectra
 from labswarm.audio.features.base import FeatureConfig, FeatureExtractor, register_extractor
+from labswarm.audio.features.shared import Spectra
 
 
 class MelConfig(FeatureConfig):

@@ -7,8 +7,8 @@ import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from labswarm.audio.features._params import Fmax, Fmin, HopLength, NFft, check_band, check_fmax
-from labswarm.audio.features.shared import Spectra
 from labswarm.audio.features.base import FeatureConfig, FeatureExtractor, register_extractor
+from labswarm.audio.features.shared import Spectra
 
 
 class MfccConfig(FeatureConfig):

@@ -8,8 +8,8 @@ from pydantic import ValidationInfo, field_validator
 from scipy import signal
 
 from labswarm.audio.features._params import HopLength, NFft, WinLength, check_win_length
-from labswarm.audio.features.shared import Spectra
 from labswarm.audio.features.base import FeatureConfig, FeatureExtractor, register_extractor
+from labswarm.audio.features.shared import Spectra
 
 
 class StftConfig(FeatureConfig):
