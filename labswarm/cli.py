@@ -112,7 +112,10 @@ def run(
     concurrency: Annotated[int, typer.Option(min=1, help="Pool processes per worker.")] = 1,
     broker: Annotated[str | None, typer.Option(help="Broker URL (amqp://...); default: embedded SQLite.")] = None,
     manager: Annotated[str | None, typer.Option(help="Submit to this running manager instead.")] = None,
-    rate: Annotated[float | None, typer.Option(min=0.001, help="Publish rate in tasks/s.")] = None,
+    rate: Annotated[float | None, typer.Option(min=0.001, help="Initial publish rate in tasks/s.")] = None,
+    health: Annotated[bool, typer.Option(help="Steer the publish rate with the health controller.")] = True,
+    rabbitmq_api: Annotated[str | None, typer.Option(help="RabbitMQ management API for the controller "
+                                                     "(default: queue depth from the session ledger).")] = None,
 ) -> None:
     """Run an experiment distributed over workers: embedded manager and broker unless URLs are given."""
     from labswarm.config import load_experiment
@@ -133,7 +136,8 @@ def run(
 
         try:
             result = run_experiment(config, workers=workers, concurrency=concurrency, broker_url=broker,
-                                    manager_url=manager, rate=rate, settings=settings, on_progress=update)
+                                    manager_url=manager, rate=rate, settings=settings, on_progress=update,
+                                    health=health, rabbitmq_api=rabbitmq_api)
         except LabswarmError as exc:
             raise _fail(exc) from None
     p = result.progress
@@ -144,6 +148,8 @@ def run(
     console.print(table)
     for failure in result.failures[:50]:
         console.print(f"  {failure['sample_id']}: {failure['reason']}", highlight=False, markup=False)
+    if result.figure is not None:
+        console.print(f"health figure (queue depth; publish vs consume rate): {result.figure}")
     if p["status"] != "completed":
         raise typer.Exit(1)
 

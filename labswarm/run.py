@@ -24,11 +24,68 @@ FINAL = ("completed", "cancelled", "failed")
 
 @dataclass
 class RunResult:
-    """The final progress of a session (see ``GET /sessions/{id}``) and its failures."""
+    """The final progress of a session (see ``GET /sessions/{id}``), its failures, and the health figure."""
 
     progress: dict[str, Any]
     failures: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    figure: Path | None = None
+
+
+class HealthThread:
+    """The health controller's loop in a thread of this process (``labswarm run`` steers its own session).
+
+    Args:
+        manager_url: the manager.
+        token: its API token.
+        rabbitmq_api: the RabbitMQ management API, or ``None`` to take depth from the ledger.
+        consumers: worker processes (ledger mode).
+        log_dir: where decisions are logged.
+    """
+
+    def __init__(self, manager_url: str, token: str | None, rabbitmq_api: str | None, consumers: int,
+                 log_dir: Path) -> None:
+        import asyncio
+        import threading
+
+        self._asyncio = asyncio
+        self.log_dir = log_dir
+        self._args = (manager_url, token, rabbitmq_api, consumers)
+        self._loop = asyncio.new_event_loop()
+        self._stop: Any = None
+        self._thread = threading.Thread(target=self._run, name="labswarm-health", daemon=True)
+
+    def _run(self) -> None:
+        from labswarm.health.loop import HealthLoop
+        from labswarm.health.monitors import ManagerMonitor, RabbitMQMonitor
+
+        manager_url, token, rabbitmq_api, consumers = self._args
+        asyncio = self._asyncio
+        asyncio.set_event_loop(self._loop)
+
+        async def main() -> None:
+            self._stop = asyncio.Event()
+            loop = HealthLoop(ManagerMonitor(manager_url, token),
+                              RabbitMQMonitor(rabbitmq_api) if rabbitmq_api else None,
+                              consumers=consumers, log_dir=self.log_dir)
+            try:
+                await loop.run(self._stop)
+            finally:
+                await loop.manager.aclose()
+                if loop.rabbitmq is not None:
+                    await loop.rabbitmq.aclose()
+
+        self._loop.run_until_complete(main())
+        self._loop.close()
+
+    def start(self) -> HealthThread:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
 
 
 def run_experiment(
@@ -43,6 +100,8 @@ def run_experiment(
     on_progress: Callable[[dict[str, Any]], None] | None = None,
     poll: float = 0.5,
     log_dir: Path | None = None,
+    health: bool = True,
+    rabbitmq_api: str | None = None,
 ) -> RunResult:
     """Run ``config`` as a session and wait for its end.
 
@@ -57,6 +116,9 @@ def run_experiment(
         on_progress: called with the progress every ``poll`` seconds.
         poll: seconds between progress requests.
         log_dir: where local workers write their logs.
+        health: run the health controller on the session (rate steered from its first outcome on) and draw
+            its figure at the end.
+        rabbitmq_api: the RabbitMQ management API for the controller; ``None`` takes depth from the ledger.
 
     Raises:
         ManagerError: the manager refused the experiment or cannot be reached.
@@ -73,6 +135,7 @@ def run_experiment(
         server = EmbeddedServer(create_app(settings)).start()
         manager_url = server.url
     launcher = None
+    controller = None
     client = ManagerClient(manager_url, settings.api_token)
     try:
         client.post_experiment(config.model_dump(mode="json"))
@@ -81,6 +144,9 @@ def run_experiment(
             launcher = LocalLauncher(config.name, manager_url, concurrency=concurrency, token=settings.api_token,
                                      log_dir=log_dir or settings.home / "logs")
             launcher.start(workers)
+        if health:
+            controller = HealthThread(manager_url, settings.api_token, rabbitmq_api, max(1, workers * concurrency),
+                                      settings.home / "health").start()
         while True:
             progress = client.session(session["id"])
             if on_progress is not None:
@@ -89,10 +155,31 @@ def run_experiment(
                 break
             time.sleep(poll)
         failures = client.failures(session["id"]) if progress["failed"] else []
-        return RunResult(progress, failures, time.perf_counter() - started)
+        figure = None
+        if controller is not None:
+            controller.stop()
+            controller = None
+            figure = _figure(settings.home / "health", session["id"])
+        return RunResult(progress, failures, time.perf_counter() - started, figure)
     finally:
+        if controller is not None:
+            controller.stop()
         if launcher is not None:
             launcher.stop()
         client.close()
         if server is not None:
             server.stop()
+
+
+def _figure(log_dir: Path, session_id: str) -> Path | None:
+    """The session's health figure, when the controller logged decisions (a run all cached logs none)."""
+    from labswarm.errors import LabswarmError
+    from labswarm.health.plot import plot_session
+
+    log = log_dir / f"health-{session_id}.jsonl"
+    if not log.is_file():
+        return None
+    try:
+        return plot_session(log, log.with_suffix(".png"), title=f"session {session_id}")
+    except LabswarmError:
+        return None

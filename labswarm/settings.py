@@ -26,6 +26,8 @@ class Settings(BaseSettings):
             as failed: a poison sample cannot loop forever.
         default_rate: publish rate of a new session in tasks/s until someone sets another.
         report_interval: seconds a worker batches outcomes before sending them to the manager.
+        max_queue_length: hard bound on the messages waiting in each experiment queue (RabbitMQ ``x-max-length``
+            with reject-publish; the publisher backs off when it is reached). ``None`` or 0: unbounded.
         reconcile_after: seconds without any outcome, with the queue empty, before a session looks for samples
             that lost their message or their report (at least 4x the slowest task seen).
     """
@@ -40,6 +42,7 @@ class Settings(BaseSettings):
     default_rate: float = Field(200.0, gt=0)
     report_interval: float = Field(0.25, gt=0)
     reconcile_after: float = Field(10.0, gt=0)
+    max_queue_length: int | None = Field(10_000, ge=0)
 
     def resolved_database_url(self) -> str:
         """``database_url``, or the SQLite file ``home/manager.sqlite``."""

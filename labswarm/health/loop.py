@@ -39,7 +39,8 @@ class SessionTrack:
 
 
 class HealthLoop:
-    """Steers the publish rate of every running session.
+    """Steers the publish rate of every running session (from its first outcome on: before, there is no
+    consume rate to measure, and the queue's hard bound holds).
 
     Args:
         manager: the manager monitor (reads sessions, sets rates).
@@ -99,6 +100,8 @@ class HealthLoop:
         t = self.clock()
         decisions = {}
         for session in sessions:
+            if session["finished"] == 0:
+                continue  # no outcome yet (workers starting): nothing to measure, the queue bound holds meanwhile
             track = self.tracks.get(session["id"])
             if track is None:
                 track = self.tracks[session["id"]] = SessionTrack(make_controller(self.controller_spec))

@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from labswarm.errors import ConfigError, DatasetError
+from labswarm.errors import ConfigError, DatasetError, LabswarmError
 from labswarm.manager.service import Conflict, Manager, NotFound
 from labswarm.queue.app import queue_name
 from labswarm.settings import Settings
@@ -92,6 +92,11 @@ def create_app(settings: Settings, manager: Manager | None = None) -> FastAPI:
     async def _dataset(_request: Request, exc: DatasetError) -> JSONResponse:
         return JSONResponse({"detail": [{"path": "dataset", "reason": str(exc)}]}, status_code=422)
 
+    @app.exception_handler(LabswarmError)
+    async def _labswarm(_request: Request, exc: LabswarmError) -> JSONResponse:
+        # anything else labswarm refuses on purpose (e.g. a queue declared with other arguments)
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+
     @app.get("/health")
     def health() -> dict[str, str]:
         """Liveness."""
@@ -99,8 +104,9 @@ def create_app(settings: Settings, manager: Manager | None = None) -> FastAPI:
 
     @app.get("/settings")
     def worker_settings() -> dict[str, Any]:
-        """What a worker needs besides the experiment: the broker URL and the report interval."""
-        return {"broker_url": manager.broker_url, "report_interval": settings.report_interval}
+        """What a worker needs besides the experiment: the broker URL, the report interval, the queue bound."""
+        return {"broker_url": manager.broker_url, "report_interval": settings.report_interval,
+                "max_queue_length": settings.max_queue_length}
 
     @app.post("/experiments", status_code=201, dependencies=mutating)
     async def post_experiment(request: Request) -> dict[str, Any]:

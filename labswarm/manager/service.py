@@ -17,7 +17,7 @@ from labswarm.errors import LabswarmError
 from labswarm.manager import ledger
 from labswarm.manager.db import ExperimentRow, SessionRow, make_engine, make_sessionmaker, utcnow
 from labswarm.manager.session import SessionRunner
-from labswarm.queue.app import TASK_NAME, declare_queue, experiment_queue, make_celery, queue_name
+from labswarm.queue.app import TASK_NAME, app_queue, declare_queue, make_celery, queue_name
 from labswarm.sample import Sample, count_samples
 from labswarm.settings import Settings
 
@@ -48,7 +48,7 @@ class Manager:
         self.broker_url = settings.resolved_broker_url()
         self.engine = make_engine(settings.resolved_database_url())
         self._sessionmaker = make_sessionmaker(self.engine)
-        self.celery = make_celery(self.broker_url)
+        self.celery = make_celery(self.broker_url, settings.max_queue_length)
         self._runners: dict[str, SessionRunner] = {}
         self._lock = threading.Lock()
         self._configs: dict[str, ExperimentConfig] = {}
@@ -285,7 +285,7 @@ class Manager:
 
     def publish(self, session_id: str, experiment: str, sample: Sample, stop: threading.Event) -> bool:
         """Publish one task, retrying with backoff while the broker is unreachable; ``False`` if stopped first."""
-        queue = experiment_queue(experiment)
+        queue = app_queue(self.celery, experiment)
         delay = 0.2
         while not stop.is_set():
             try:
@@ -295,11 +295,11 @@ class Manager:
                     retry=True, retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5},
                 )
                 return True
-            except Exception as exc:  # broker down or restarting: wait and try again, losing nothing
+            except Exception as exc:  # broker down, or the queue full (reject-publish): wait, publish again
                 log.warning("publish failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, delay)
                 if stop.wait(delay):
                     return False
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, 2.0)
                 with suppress(Exception):
                     self.declare_queue(experiment)
         return False

@@ -27,8 +27,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from amqp.exceptions import PreconditionFailed
 from celery import Celery
 from kombu import Exchange, Queue
+
+from labswarm.errors import LabswarmError
 
 #: The name of the one task labswarm sends.
 TASK_NAME = "labswarm.compute"
@@ -45,10 +48,24 @@ def queue_name(experiment: str) -> str:
     return f"labswarm.{experiment}"
 
 
-def experiment_queue(experiment: str) -> Queue:
-    """The durable kombu queue of an experiment."""
+def experiment_queue(experiment: str, max_length: int | None = None) -> Queue:
+    """The durable kombu queue of an experiment.
+
+    Args:
+        experiment: the experiment's name.
+        max_length: the hard bound on messages waiting (``x-max-length``) with ``x-overflow: reject-publish``:
+            past it RabbitMQ refuses new messages, and the publisher, which waits for confirms, backs off and
+            publishes them again (back-pressure; nothing is lost). ``None``: unbounded. The embedded broker
+            ignores it. Every declaration of a queue must use the same value (RabbitMQ refuses a mismatch).
+    """
     name = queue_name(experiment)
-    return Queue(name, EXCHANGE, routing_key=name, durable=True)
+    arguments = {"x-max-length": int(max_length), "x-overflow": "reject-publish"} if max_length else None
+    return Queue(name, EXCHANGE, routing_key=name, durable=True, queue_arguments=arguments)
+
+
+def app_queue(app: Celery, experiment: str) -> Queue:
+    """:func:`experiment_queue` with the bound configured on ``app`` (see :func:`make_celery`)."""
+    return experiment_queue(experiment, app.conf.get("labswarm_max_queue_length"))
 
 
 def is_embedded(broker_url: str) -> bool:
@@ -89,7 +106,15 @@ def declare_queue(app: Celery, experiment: str) -> None:
     they consume.
     """
     with _embedded_lock(app.conf.broker_url), app.connection_for_write() as conn:
-        experiment_queue(experiment)(conn.default_channel).declare()
+        try:
+            app_queue(app, experiment)(conn.default_channel).declare()
+        except PreconditionFailed as exc:
+            raise LabswarmError(
+                f"queue {queue_name(experiment)} exists with other arguments than this labswarm declares "
+                f"(max length {app.conf.get('labswarm_max_queue_length')}): delete it "
+                f"(rabbitmqctl delete_queue {queue_name(experiment)}) or use the same LABSWARM_MAX_QUEUE_LENGTH; "
+                f"{exc}"
+            ) from exc
 
 
 def prepare_embedded_broker(broker_url: str) -> None:
@@ -107,11 +132,12 @@ def prepare_embedded_broker(broker_url: str) -> None:
             conn.execute("PRAGMA journal_mode=WAL")
 
 
-def make_celery(broker_url: str) -> Celery:
+def make_celery(broker_url: str, max_queue_length: int | None = None) -> Celery:
     """A Celery app on ``broker_url`` with labswarm's no-loss settings and its task registered.
 
     Args:
         broker_url: ``amqp://user:pass@host:5672/vhost`` (RabbitMQ) or ``sqla+sqlite:///path`` (embedded).
+        max_queue_length: the hard bound of every experiment queue (see :func:`experiment_queue`).
     """
     app = Celery("labswarm", broker=broker_url, set_as_current=False)
     app.conf.update(
@@ -133,6 +159,7 @@ def make_celery(broker_url: str) -> Celery:
         worker_enable_remote_control=False,
         task_send_sent_event=False,
         enable_utc=True,
+        labswarm_max_queue_length=max_queue_length,
     )
     if is_embedded(broker_url):
         prepare_embedded_broker(broker_url)

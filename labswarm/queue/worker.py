@@ -14,7 +14,7 @@ from celery import signals
 
 from labswarm.client import ManagerClient
 from labswarm.config import ExperimentConfig
-from labswarm.queue.app import declare_queue, experiment_queue, is_embedded, make_celery, queue_name
+from labswarm.queue.app import app_queue, declare_queue, is_embedded, make_celery, queue_name
 from labswarm.queue.task import WorkerState, set_worker_state, worker_state
 
 
@@ -58,8 +58,8 @@ def run_worker(
     config = ExperimentConfig.model_validate(client.experiment_config(experiment))
     settings = client.settings()
     client.close()
-    app = make_celery(broker_url or settings["broker_url"])
-    app.conf.task_queues = [experiment_queue(experiment)]
+    app = make_celery(broker_url or settings["broker_url"], settings.get("max_queue_length"))
+    app.conf.task_queues = [app_queue(app, experiment)]
     if is_embedded(app.conf.broker_url):
         declare_queue(app, experiment)  # under the broker's lock: see declare_queue
     set_worker_state(WorkerState(config, manager_url, token, float(settings.get("report_interval", 0.25))))
