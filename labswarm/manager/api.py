@@ -10,10 +10,12 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, Field
 
 from labswarm.errors import ConfigError, DatasetError, LabswarmError
+from labswarm.manager.metrics import SessionCollector
 from labswarm.manager.service import Conflict, Manager, NotFound
 from labswarm.queue.app import queue_name
 from labswarm.settings import Settings
@@ -101,6 +103,14 @@ def create_app(settings: Settings, manager: Manager | None = None) -> FastAPI:
     def health() -> dict[str, str]:
         """Liveness."""
         return {"status": "ok"}
+
+    registry = CollectorRegistry()
+    registry.register(SessionCollector(manager))
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    def metrics() -> PlainTextResponse:
+        """Prometheus metrics: samples per status, totals, publish rates of every session."""
+        return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/settings")
     def worker_settings() -> dict[str, Any]:

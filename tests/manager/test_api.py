@@ -187,3 +187,21 @@ def test_openapi_docs_are_served(http: httpx.Client) -> None:
     schema = http.get("/openapi.json").json()
     assert schema["info"]["title"] == "labswarm manager"
     assert {"/experiments", "/sessions/{session_id}", "/sessions/{session_id}/rate"} <= set(schema["paths"])
+
+
+def test_prometheus_metrics(http: httpx.Client, client: ManagerClient, experiment: dict) -> None:
+    client.post_experiment(experiment)
+    sid = client.start_session("api", RATE)["id"]
+    _wait(lambda: client.session(sid)["pending"] > 0)
+    client.set_rate(sid, 3.5)
+    response = http.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    labels = f'experiment="api",session="{sid}"'
+    assert f"labswarm_session_total{{{labels}}} 40.0" in text
+    assert f"labswarm_session_publish_rate{{{labels}}} 3.5" in text
+    assert f"labswarm_session_active{{{labels}}} 1.0" in text
+    pending = client.session(sid)["pending"]
+    assert f'labswarm_session_samples{{{labels},status="published"}}' in text and pending > 0
+    client.cancel(sid)
+    assert f"labswarm_session_active{{{labels}}} 0.0" in http.get("/metrics").text

@@ -1,0 +1,49 @@
+"""Prometheus metrics of the manager (``GET /metrics``), read from the ledger at scrape time.
+
+Series (labels ``session``, ``experiment``):
+
+- ``labswarm_session_samples{status}``: samples per ledger status (``published`` = awaiting an outcome,
+  ``done``, ``cached``, ``failed``);
+- ``labswarm_session_total``: samples in the session;
+- ``labswarm_session_published_total``: messages published (republished ones included);
+- ``labswarm_session_publish_rate``: the publish rate in force, tasks/s;
+- ``labswarm_session_active``: 1 while the session runs or is paused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from labswarm.manager.service import Manager
+
+
+class SessionCollector(Collector):
+    """Collects every session's progress from a :class:`~labswarm.manager.service.Manager` when scraped."""
+
+    def __init__(self, manager: Manager) -> None:
+        self.manager = manager
+
+    def collect(self) -> Iterator:
+        labels = ["session", "experiment"]
+        samples = GaugeMetricFamily("labswarm_session_samples", "Samples per ledger status.",
+                                    labels=[*labels, "status"])
+        total = GaugeMetricFamily("labswarm_session_total", "Samples in the session.", labels=labels)
+        published = CounterMetricFamily("labswarm_session_published", "Messages published.", labels=labels)
+        rate = GaugeMetricFamily("labswarm_session_publish_rate", "Publish rate in force, tasks/s.", labels=labels)
+        active = GaugeMetricFamily("labswarm_session_active", "1 while running or paused.", labels=labels)
+        for row in self.manager.sessions():
+            p = self.manager.progress(row.id)
+            key = [p["id"], p["experiment"]]
+            for status, field in (("published", "pending"), ("done", "done"), ("cached", "cached"),
+                                  ("failed", "failed")):
+                samples.add_metric([*key, status], p[field])
+            total.add_metric(key, p["total"])
+            published.add_metric(key, p["published"])
+            rate.add_metric(key, p["rate"])
+            active.add_metric(key, 1.0 if p["status"] in ("running", "paused") else 0.0)
+        yield from (samples, total, published, rate, active)
