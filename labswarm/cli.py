@@ -204,6 +204,7 @@ def health(
     controller: Annotated[str, typer.Option(help="Controller name (pi, aimd).")] = "pi",
     period: Annotated[float, typer.Option(min=0.1, help="Seconds between decisions.")] = 1.0,
     log_dir: Annotated[Path, typer.Option(help="Where each session's decisions are logged.")] = HEALTH_LOGS,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve the decisions as Prometheus metrics here.")] = None,
 ) -> None:
     """Run the control loop until interrupted (Ctrl-C)."""
     if ctx.invoked_subcommand is not None:
@@ -220,6 +221,10 @@ def health(
     loop = HealthLoop(ManagerMonitor(manager, load_settings().api_token),
                       RabbitMQMonitor(rabbitmq_api) if rabbitmq_api else None,
                       controller={"name": controller}, period=period, log_dir=log_dir)
+    if metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, registry=loop.registry)
     console.print(f"health controller ({controller}) on {manager}; decisions in {log_dir}")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(loop.run())

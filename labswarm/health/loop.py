@@ -68,6 +68,7 @@ class HealthLoop:
         self.clock = clock
         self.tracks: dict[str, SessionTrack] = {}
         self._t0 = clock()
+        self.registry, self._gauges = _decision_metrics()
 
     def observe(self, session: dict[str, Any], queue: QueueStats | None, track: SessionTrack, t: float) -> Observation:
         """Build the controller's observation of one session from the manager's progress and the broker's stats."""
@@ -117,8 +118,15 @@ class HealthLoop:
                     continue
             decisions[session["id"]] = new
             self._record(session, obs, new)
+            labels = (session["id"], session["experiment"])
+            for name, value in (("rate", new), ("depth", obs.depth), ("consume_rate", obs.consume_rate),
+                                ("target_depth", track.controller.target_depth(obs))):
+                self._gauges[name].labels(*labels).set(value)
         for gone in set(self.tracks) - {s["id"] for s in sessions}:
             del self.tracks[gone]
+            for gauge in self._gauges.values():
+                for labels in [k for k in gauge._metrics if k[0] == gone]:
+                    gauge.remove(*labels)
         return decisions
 
     def _record(self, session: dict[str, Any], obs: Observation, new: float) -> None:
@@ -143,3 +151,20 @@ class HealthLoop:
                 log.warning("health tick failed: %s", exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(0.0, self.period - (self.clock() - started)))
+
+
+def _decision_metrics():
+    """A Prometheus registry with the controller's gauges, labelled by session and experiment."""
+    from prometheus_client import CollectorRegistry, Gauge
+
+    registry = CollectorRegistry()
+    labels = ["session", "experiment"]
+    gauges = {
+        "rate": Gauge("labswarm_health_rate", "Publish rate decided, tasks/s.", labels, registry=registry),
+        "depth": Gauge("labswarm_health_queue_depth", "Queue depth observed, messages.", labels, registry=registry),
+        "consume_rate": Gauge("labswarm_health_consume_rate", "Consume rate measured, tasks/s.", labels,
+                              registry=registry),
+        "target_depth": Gauge("labswarm_health_target_depth", "Target queue depth, messages.", labels,
+                              registry=registry),
+    }
+    return registry, gauges

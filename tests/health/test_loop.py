@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from helpers import experiment_dict
@@ -20,7 +21,12 @@ def test_loop_lowers_the_rate_of_a_flooding_session_and_logs_it(tone_dataset: Pa
     settings = Settings(home=tmp_path / "home")
     with EmbeddedServer(create_app(settings)) as server, ManagerClient(server.url) as client:
         client.post_experiment(experiment_dict(tone_dataset, tmp_path / "store", name="flood"))
-        session = client.start_session("flood", rate=1.0)  # slow: it stays running, with no worker to consume
+        session = client.start_session("flood", rate=5.0)  # no worker consumes: the queue only grows
+        deadline = time.monotonic() + 10
+        while client.session(session["id"])["pending"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        # one outcome, as a worker reports it: the loop steers a session from its first outcome on
+        client.report(session["id"], [{"sample_id": "low/low_0.wav#0", "status": "computed", "seconds": 0.01}])
 
         async def run() -> dict:
             loop = HealthLoop(ManagerMonitor(server.url), None, period=0.2, log_dir=tmp_path / "health")
@@ -29,11 +35,15 @@ def test_loop_lowers_the_rate_of_a_flooding_session_and_logs_it(tone_dataset: Pa
                 decisions = await loop.tick()
                 await asyncio.sleep(0.3)
             await loop.manager.aclose()
+            from prometheus_client import generate_latest
+
+            text = generate_latest(loop.registry).decode()
+            assert f'labswarm_health_rate{{experiment="flood",session="{session["id"]}"}}' in text
             return decisions
 
         decisions = asyncio.run(run())
         assert session["id"] in decisions
-        # nothing is consumed: the controller holds the rate at its floor, and the manager applies it
+        # (almost) nothing is consumed while the queue grows: the controller cuts the rate, the manager applies it
         assert client.session(session["id"])["rate"] == decisions[session["id"]] < 1.0
         client.cancel(session["id"])
     log = tmp_path / "health" / f"health-{session['id']}.jsonl"
