@@ -1,8 +1,9 @@
 """The control loop: every period, observe each running session, ask its controller, set its publish rate.
 
-Depth comes from the RabbitMQ management API when there is one (messages ready in the session's queue), else
-from the session ledger (samples published without an outcome, less the ones the workers hold). The consume
-and publish rates come from the manager's counters (fresher than the management API's ~5-s statistics).
+Depth comes from the session ledger (samples published without an outcome, less the ones the workers hold):
+~0.5 s old, where the RabbitMQ management API's statistics are up to ~5 s old and move in steps. The management
+API, when given, tells the consumers per queue (and its own depth is logged beside, for comparison). The
+consume and publish rates come from the manager's counters too.
 Each decision is appended to ``<log_dir>/health-<session>.jsonl`` (for ``labswarm health plot``).
 """
 
@@ -69,6 +70,7 @@ class HealthLoop:
         self.tracks: dict[str, SessionTrack] = {}
         self._t0 = clock()
         self.registry, self._gauges = _decision_metrics()
+        self.broker_depth: dict[str, float | None] = {}
 
     def observe(self, session: dict[str, Any], queue: QueueStats | None, track: SessionTrack, t: float) -> Observation:
         """Build the controller's observation of one session from the manager's progress and the broker's stats."""
@@ -76,11 +78,12 @@ class HealthLoop:
         track.finished.append(t, session["finished"])
         consume = track.finished.rate(self.window)
         publish = track.published.rate(self.window)
-        if queue is not None:
-            depth, consumers = float(queue.ready), max(queue.consumers, 1)
-        else:
-            consumers = self.consumers
-            depth = float(max(0, session["pending"] - consumers))
+        # Depth from the ledger (published, no outcome yet, less one in flight per consumer) is ~0.5 s old; the
+        # management API's is up to ~5 s old and moves in steps, which makes any controller overshoot. The
+        # broker gives the consumers (and its own depth, logged beside for comparison).
+        consumers = max(queue.consumers, 1) if queue is not None else self.consumers
+        depth = float(max(0, session["pending"] - consumers))
+        self.broker_depth[session["id"]] = float(queue.ready) if queue is not None else None
         track.depth.append(t, depth)
         unpublished = session["total"] - (session["published"] - session.get("republished", 0)) - session["cached"]
         return Observation(
@@ -134,6 +137,7 @@ class HealthLoop:
             return
         self.log_dir.mkdir(parents=True, exist_ok=True)
         line = {"t": round(obs.t - self._t0, 3), "wall": time.time(), "depth": obs.depth,
+                "broker_depth": self.broker_depth.get(session["id"]),
                 "consume_rate": obs.consume_rate, "publish_rate": obs.publish_rate, "rate": obs.rate,
                 "new_rate": new, "consumers": obs.consumers, "finished": session["finished"],
                 "total": session["total"]}
