@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, Field
@@ -88,6 +89,13 @@ def create_app(settings: Settings, manager: Manager | None = None) -> FastAPI:
     @app.exception_handler(ConfigError)
     async def _config(_request: Request, exc: ConfigError) -> JSONResponse:
         detail = [{"path": path, "reason": reason} for path, reason in exc.errors]
+        return JSONResponse({"detail": detail}, status_code=422)
+
+    @app.exception_handler(RequestValidationError)
+    async def _request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # the same shape as a bad experiment: each invalid field with its dotted path and the reason
+        detail = [{"path": ".".join(str(p) for p in e["loc"] if p != "body"), "reason": e["msg"]}
+                  for e in exc.errors()]
         return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(DatasetError)

@@ -220,6 +220,8 @@ class Manager:
             row = db.get(SessionRow, session_id)
             if row is None:
                 raise NotFound(f"no session {session_id!r}")
+            if row.status not in ACTIVE:
+                raise Conflict(f"session {session_id} is {row.status}: its rate can no longer change")
             row.rate = rate
             db.commit()
         runner = self._runners.get(session_id)

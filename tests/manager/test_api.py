@@ -205,3 +205,16 @@ def test_prometheus_metrics(http: httpx.Client, client: ManagerClient, experimen
     assert f'labswarm_session_samples{{{labels},status="published"}}' in text and pending > 0
     client.cancel(sid)
     assert f"labswarm_session_active{{{labels}}} 0.0" in http.get("/metrics").text
+
+
+def test_bad_request_bodies_name_the_field_and_finished_sessions_keep_their_rate(
+    http: httpx.Client, client: ManagerClient, experiment: dict
+) -> None:
+    client.post_experiment(experiment)
+    sid = client.start_session("api", RATE)["id"]
+    response = http.put(f"/sessions/{sid}/rate", json={"rate": 0})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["path"] == "rate" and "greater than" in response.json()["detail"][0]["reason"]
+    client.cancel(sid)
+    response = http.put(f"/sessions/{sid}/rate", json={"rate": 5})
+    assert response.status_code == 409 and "cancelled" in response.json()["detail"]
