@@ -156,13 +156,13 @@ def run(
 
 @app.command()
 def worker(
-    experiment: Annotated[str, typer.Option(help="Experiment whose queue to consume.")],
+    experiment: Annotated[list[str], typer.Option(help="Experiment whose queue to consume (repeat for several).")],
     manager: Annotated[str, typer.Option(help="Manager URL.")],
     broker: Annotated[str | None, typer.Option(help="Broker URL override.")] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Pool processes.")] = 1,
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "WARNING",
 ) -> None:
-    """Run a Celery worker on one experiment's queue (fetches the configuration from the manager)."""
+    """Run a Celery worker on experiments' queues (fetches their configurations from the manager)."""
     from labswarm.queue.worker import run_worker
     from labswarm.settings import load_settings
 

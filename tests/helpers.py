@@ -4,6 +4,7 @@ Imported by the tests as ``from helpers import ...`` (tests/ is on ``sys.path`` 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -48,3 +49,28 @@ def experiment_dict(root: Path, store: Path, **overrides) -> dict:
     }
     data.update(overrides)
     return data
+
+
+def write_tone_set(root: Path, tones: int = 24, seconds: float = 10.0) -> Path:
+    """``tones`` tones of ``seconds`` s in two labels, with ``root/labels.csv``."""
+    rows = ["path,label,source"]
+    for i in range(tones):
+        label = ("low", "high")[i % 2]
+        rel = f"{label}/tone_{i:02d}.wav"
+        write_tone(root / rel, freq=180.0 + 23.0 * i, seconds=seconds, seed=i)
+        rows.append(f"{rel},{label},src{i}")
+    (root / "labels.csv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def delete_queue(broker_url: str, name: str) -> None:
+    """Delete a RabbitMQ queue if it exists (the broker may be restarting: a few tries)."""
+    from kombu import Connection
+
+    for _ in range(20):
+        try:
+            with Connection(broker_url, connect_timeout=3) as conn:
+                conn.default_channel.queue_delete(name)
+            return
+        except Exception:
+            time.sleep(0.5)

@@ -15,7 +15,7 @@ class LocalLauncher(Launcher):
     """Runs N ``labswarm worker`` processes for one experiment.
 
     Args:
-        experiment: the experiment name.
+        experiment: the experiment name, or several: each worker then consumes all their queues.
         manager_url: the manager's URL, passed to each worker.
         broker_url: broker override; ``None`` lets workers use the manager's.
         concurrency: pool processes per worker.
@@ -23,8 +23,8 @@ class LocalLauncher(Launcher):
         log_dir: folder for each worker's stdout/stderr (``worker-<i>.log``); ``None`` discards them.
     """
 
-    def __init__(self, experiment: str, manager_url: str, *, broker_url: str | None = None, concurrency: int = 1,
-                 token: str | None = None, log_dir: Path | None = None) -> None:
+    def __init__(self, experiment: str | list[str], manager_url: str, *, broker_url: str | None = None,
+                 concurrency: int = 1, token: str | None = None, log_dir: Path | None = None) -> None:
         self.experiment = experiment
         self.manager_url = manager_url
         self.broker_url = broker_url
@@ -36,8 +36,11 @@ class LocalLauncher(Launcher):
 
     def command(self) -> list[str]:
         """The command line of one worker."""
-        cmd = [sys.executable, "-m", "labswarm.cli", "worker", "--experiment", self.experiment,
-               "--manager", self.manager_url, "--concurrency", str(self.concurrency)]
+        names = [self.experiment] if isinstance(self.experiment, str) else list(self.experiment)
+        cmd = [sys.executable, "-m", "labswarm.cli", "worker"]
+        for name in names:
+            cmd += ["--experiment", name]
+        cmd += ["--manager", self.manager_url, "--concurrency", str(self.concurrency)]
         if self.broker_url:
             cmd += ["--broker", self.broker_url]
         return cmd

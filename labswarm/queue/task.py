@@ -18,9 +18,12 @@ from labswarm.client import ManagerClient
 from labswarm.config import ExperimentConfig
 from labswarm.errors import ManagerError
 from labswarm.pipeline.features import FeaturesBlock, SampleResult
-from labswarm.queue.app import TASK_NAME
+from labswarm.queue.app import TASK_NAME, queue_name
 from labswarm.queue.reporter import Reporter
 from labswarm.sample import Sample
+
+#: Queue names are this prefix and the experiment's name.
+QUEUE_PREFIX = queue_name("")
 
 log = logging.getLogger(__name__)
 
@@ -32,28 +35,47 @@ RETRY_DELAY = 0.5
 
 @dataclass
 class WorkerState:
-    """What a worker process needs: the experiment, its features block, and the outcome reporter.
+    """What a worker process needs: its experiments, their features blocks, and the outcome reporter.
 
-    Built in the worker's main process before the pool forks (``config``, ``manager_url``); ``block`` and
-    ``reporter`` are created lazily in each pool process (threads and open files do not survive a fork).
+    Built in the worker's main process before the pool forks (``configs``, ``manager_url``); blocks and the
+    reporter are created lazily in each pool process (threads and open files do not survive a fork).
+
+    Attributes:
+        configs: the configuration of each experiment this worker consumes, by name.
     """
 
-    config: ExperimentConfig
+    configs: dict[str, ExperimentConfig]
     manager_url: str
     token: str | None = None
     report_interval: float = 0.25
-    block: FeaturesBlock | None = field(default=None, repr=False)
+    blocks: dict[str, FeaturesBlock] = field(default_factory=dict, repr=False)
     reporter: Reporter | None = field(default=None, repr=False)
     client: ManagerClient | None = field(default=None, repr=False)
 
     def ensure(self) -> None:
-        """Build the features block, the manager client and the reporter of this process once."""
-        if self.block is None:
-            self.block = FeaturesBlock(self.config)
+        """Build the features blocks, the manager client and the reporter of this process once."""
+        for name, config in self.configs.items():
+            if name not in self.blocks:
+                self.blocks[name] = FeaturesBlock(config)
         if self.client is None:
             self.client = ManagerClient(self.manager_url, self.token)
         if self.reporter is None:
             self.reporter = Reporter(self.client, self.report_interval)
+
+    def block_for(self, routing_key: str | None) -> FeaturesBlock:
+        """The block of the experiment whose queue (``labswarm.<experiment>``) a message came from.
+
+        Raises:
+            RuntimeError: the message came from a queue of an experiment this worker was not started for.
+        """
+        if routing_key and routing_key.startswith(QUEUE_PREFIX):
+            name = routing_key[len(QUEUE_PREFIX):]
+            if name in self.blocks:
+                return self.blocks[name]
+            raise RuntimeError(f"message for experiment {name!r}; this worker serves {sorted(self.blocks)}")
+        if len(self.blocks) == 1:
+            return next(iter(self.blocks.values()))
+        raise RuntimeError(f"cannot tell the experiment of a message routed as {routing_key!r}")
 
     def close(self) -> None:
         """Flush the outcomes not yet reported."""
@@ -107,7 +129,8 @@ def compute(task: Task, session_id: str, sample: dict) -> str:
                 return "abandoned"
         except ManagerError as exc:
             log.warning("cannot record the redelivery of %s: %s", sample.get("id"), exc)
-    result = run_sample(state.block, Sample.from_dict(sample))
+    block = state.block_for((task.request.delivery_info or {}).get("routing_key"))
+    result = run_sample(block, Sample.from_dict(sample))
     state.reporter.add(session_id, {"sample_id": result.sample_id, "status": result.status,
                                     "reason": result.reason, "seconds": round(result.seconds, 4),
                                     "finished_at": time.time()})

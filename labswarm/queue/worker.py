@@ -33,7 +33,7 @@ def _process_shutdown(**_kwargs) -> None:
 
 
 def run_worker(
-    experiment: str,
+    experiments: str | list[str],
     manager_url: str,
     *,
     broker_url: str | None = None,
@@ -44,7 +44,8 @@ def run_worker(
     """Run a worker until it is stopped (SIGTERM: warm shutdown, finishing the running tasks).
 
     Args:
-        experiment: the experiment whose queue to consume.
+        experiments: the experiment (or experiments) whose queues to consume. A worker on several queues
+            shares itself between their sessions; the health controller sets their shares by session weight.
         manager_url: the manager's base URL.
         broker_url: override the broker URL the manager advertises.
         concurrency: pool processes.
@@ -52,25 +53,29 @@ def run_worker(
         loglevel: Celery log level.
 
     Raises:
-        ManagerError: the manager cannot be reached or does not know the experiment.
+        ManagerError: the manager cannot be reached or does not know an experiment.
     """
+    names = [experiments] if isinstance(experiments, str) else list(dict.fromkeys(experiments))
     client = ManagerClient(manager_url, token)
-    config = ExperimentConfig.model_validate(client.experiment_config(experiment))
+    configs = {name: ExperimentConfig.model_validate(client.experiment_config(name)) for name in names}
     settings = client.settings()
     client.close()
     app = make_celery(broker_url or settings["broker_url"], settings.get("max_queue_length"))
-    app.conf.task_queues = [app_queue(app, experiment)]
+    app.conf.task_queues = [app_queue(app, name) for name in names]
     if is_embedded(app.conf.broker_url):
-        declare_queue(app, experiment)  # under the broker's lock: see declare_queue
-    set_worker_state(WorkerState(config, manager_url, token, float(settings.get("report_interval", 0.25))))
-    # import the heavy libraries (and build extractors once) before the pool forks
+        for name in names:
+            declare_queue(app, name)  # under the broker's lock: see declare_queue
+    set_worker_state(WorkerState(configs, manager_url, token, float(settings.get("report_interval", 0.25))))
+    # import the heavy libraries (and warm them up) before the pool forks
     from labswarm.pipeline.features import FeaturesBlock
 
-    FeaturesBlock(config).warm_up()
+    for config in configs.values():
+        FeaturesBlock(config).warm_up()
     signals.worker_process_init.connect(_process_init, weak=False)
     signals.worker_process_shutdown.connect(_process_shutdown, weak=False)
-    name = f"labswarm-{experiment}-{os.getpid()}@{socket.gethostname()}"
+    label = names[0] if len(names) == 1 else f"{len(names)}-experiments"
+    name = f"labswarm-{label}-{os.getpid()}@{socket.gethostname()}"
     app.worker_main([
-        "worker", "-Q", queue_name(experiment), "-c", str(concurrency), "-P", "prefork", "-n", name,
+        "worker", "-Q", ",".join(queue_name(n) for n in names), "-c", str(concurrency), "-P", "prefork", "-n", name,
         "--loglevel", loglevel, "--without-gossip", "--without-mingle", "--without-heartbeat",
     ])

@@ -14,7 +14,7 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers import SR, experiment_dict, write_dataset, write_tone
+from helpers import SR, delete_queue, experiment_dict, write_dataset, write_tone, write_tone_set
 
 from labswarm.client import ManagerClient
 from labswarm.config import ExperimentConfig, parse_experiment
@@ -63,18 +63,6 @@ def rabbitmqctl(rabbitmq_url: str) -> str:
     if not os.access(RABBITMQCTL, os.X_OK):
         _missing_service(f"{RABBITMQCTL} is missing: the broker-restart test needs the local RabbitMQ")
     return RABBITMQCTL
-
-
-def write_tone_set(root: Path, tones: int = 24, seconds: float = 10.0) -> Path:
-    """``tones`` tones of ``seconds`` s in two labels, with ``root/labels.csv``."""
-    rows = ["path,label,source"]
-    for i in range(tones):
-        label = ("low", "high")[i % 2]
-        rel = f"{label}/tone_{i:02d}.wav"
-        write_tone(root / rel, freq=180.0 + 23.0 * i, seconds=seconds, seed=i)
-        rows.append(f"{rel},{label},src{i}")
-    (root / "labels.csv").write_text("\n".join(rows) + "\n")
-    return root
 
 
 def cluster_config(data: Path, store: Path, name: str) -> ExperimentConfig:
@@ -227,19 +215,6 @@ class Cluster:
                 self.client.close()
             if self.broker_url and self.broker_url.startswith("amqp"):
                 delete_queue(self.broker_url, queue_name(self.name))
-
-
-def delete_queue(broker_url: str, name: str) -> None:
-    """Delete a RabbitMQ queue if it exists (the broker may be restarting: a few tries)."""
-    from kombu import Connection
-
-    for _ in range(20):
-        try:
-            with Connection(broker_url, connect_timeout=3) as conn:
-                conn.default_channel.queue_delete(name)
-            return
-        except Exception:
-            time.sleep(0.5)
 
 
 @pytest.fixture
