@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from labswarm.errors import ConfigError
 from labswarm.registry import Registry
 
 
@@ -57,6 +58,27 @@ def validate_plugin_specs(items: Any, registry: Registry, title: str) -> list[Pl
     if errors:
         raise ValidationError.from_exception_data(title, errors)
     return out
+
+
+def build_plugin(registry: Registry, spec: Mapping[str, Any] | PluginConfig) -> Any:
+    """An instance of the class registered under the spec's ``name``, configured by the spec.
+
+    Args:
+        registry: where the class is registered.
+        spec: ``{name: ..., **params}`` or an already validated config.
+
+    Raises:
+        ConfigError: unknown name (the message lists the known names) or invalid parameters (with their paths).
+    """
+    if isinstance(spec, PluginConfig):
+        return registry.get(spec.name)(spec)
+    name = spec.get("name") if isinstance(spec, Mapping) else None
+    impl = registry.get(str(name))
+    try:
+        config = impl.config_model.model_validate(dict(spec))
+    except ValidationError as exc:
+        raise ConfigError([(".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()], source=f"{name}") from None
+    return impl(config)
 
 
 def _error(loc: tuple[int | str, ...], message: str, value: Any) -> InitErrorDetails:

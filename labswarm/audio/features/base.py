@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from labswarm.audio.features.shared import Spectra
-from labswarm.errors import ConfigError, FeatureError
-from labswarm.plugin import PluginConfig
+from labswarm.errors import FeatureError
+from labswarm.plugin import PluginConfig, build_plugin
 from labswarm.registry import Registry
 
 #: Every feature extractor class, by ``name``.
@@ -60,21 +60,9 @@ class FeatureExtractor(ABC):
         Raises:
             ConfigError: unknown name or invalid parameters.
         """
-        from pydantic import ValidationError
-
         from labswarm.audio import features as _builtin  # noqa: F401  (registers the built-in classes)
 
-        if isinstance(spec, FeatureConfig):
-            return EXTRACTORS.get(spec.name)(spec)
-        name = spec.get("name") if isinstance(spec, Mapping) else None
-        impl = EXTRACTORS.get(str(name))
-        try:
-            config = impl.config_model.model_validate(dict(spec))
-        except ValidationError as exc:
-            raise ConfigError(
-                [(".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()], source=f"{name}"
-            ) from None
-        return impl(config)
+        return build_plugin(EXTRACTORS, spec)
 
     @property
     def output_name(self) -> str:

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from labswarm.errors import ConfigError, TransformError
-from labswarm.plugin import PluginConfig
+from labswarm.errors import TransformError
+from labswarm.plugin import PluginConfig, build_plugin
 from labswarm.registry import Registry
 
 #: Every transformation class, by ``name``.
@@ -51,21 +51,9 @@ class Transformation(ABC):
         Raises:
             ConfigError: unknown name or invalid parameters.
         """
-        from pydantic import ValidationError
-
         from labswarm.audio import transforms as _builtin  # noqa: F401  (registers the built-in classes)
 
-        if isinstance(spec, TransformationConfig):
-            return TRANSFORMATIONS.get(spec.name)(spec)
-        name = spec.get("name") if isinstance(spec, Mapping) else None
-        impl = TRANSFORMATIONS.get(str(name))
-        try:
-            config = impl.config_model.model_validate(dict(spec))
-        except ValidationError as exc:
-            raise ConfigError(
-                [(".".join(map(str, e["loc"])), e["msg"]) for e in exc.errors()], source=f"{name}"
-            ) from None
-        return impl(config)
+        return build_plugin(TRANSFORMATIONS, spec)
 
     def spec(self) -> dict[str, Any]:
         """The JSON-serializable spec ``{name, **params}``; ``from_spec(t.spec())`` rebuilds ``t``."""
