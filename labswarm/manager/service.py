@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from contextlib import AbstractContextManager, suppress
 from typing import Any
@@ -52,7 +51,6 @@ class Manager:
         self._runners: dict[str, SessionRunner] = {}
         self._lock = threading.Lock()
         self._configs: dict[str, ExperimentConfig] = {}
-        self._declared: set[str] = set()
 
     def db(self) -> AbstractContextManager[Session]:
         """A new database session (use as a context manager)."""
@@ -100,11 +98,9 @@ class Manager:
         config = parse_experiment(data, source="request body")
         with self.db() as db:
             row = db.get(ExperimentRow, config.name)
-            if row is not None and row.fingerprint != config.fingerprint():
-                active = db.scalar(select(SessionRow.id).where(
-                    SessionRow.experiment == config.name, SessionRow.status.in_(ACTIVE)))
-                if active:
-                    raise Conflict(f"experiment {config.name!r} has an active session {active}; cancel it first")
+            changed = row is not None and row.fingerprint != config.fingerprint()
+            if changed and (active := _active_session(db, config.name)):
+                raise Conflict(f"experiment {config.name!r} has an active session {active}; cancel it first")
             if row is None:
                 row = ExperimentRow(name=config.name)
                 db.add(row)
@@ -148,9 +144,7 @@ class Manager:
         """
         config = self.experiment_config(experiment)
         with self.db() as db:
-            active = db.scalar(select(SessionRow.id).where(
-                SessionRow.experiment == experiment, SessionRow.status.in_(ACTIVE)))
-            if active:
+            if active := _active_session(db, experiment):
                 raise Conflict(f"experiment {experiment!r} already has an active session {active}")
         total = count_samples(config)
         self.declare_queue(experiment)
@@ -198,17 +192,25 @@ class Manager:
             "elapsed_s": elapsed, "error": row.error, "queue": queue_name(row.experiment),
         }
 
-    def _control(self, session_id: str, allowed: tuple[str, ...], status: str | None) -> SessionRow:
+    def _control(self, session_id: str, *, status: str | None = None, rate: float | None = None) -> SessionRow:
+        """Change an active session's status and/or rate in the database.
+
+        Raises:
+            NotFound: no such session.
+            Conflict: the session has ended.
+        """
         with self.db() as db:
             row = db.get(SessionRow, session_id)
             if row is None:
                 raise NotFound(f"no session {session_id!r}")
-            if row.status not in allowed:
+            if row.status not in ACTIVE:
                 raise Conflict(f"session {session_id} is {row.status}")
             if status is not None:
                 row.status = status
                 if status in ("cancelled", "completed"):
                     row.finished_at = utcnow()
+            if rate is not None:
+                row.rate = rate
             db.commit()
             return row
 
@@ -216,27 +218,20 @@ class Manager:
         """Set the publish rate (tasks/s) of a session, live."""
         if not rate > 0:
             raise ValueError("rate must be > 0")
-        with self.db() as db:
-            row = db.get(SessionRow, session_id)
-            if row is None:
-                raise NotFound(f"no session {session_id!r}")
-            if row.status not in ACTIVE:
-                raise Conflict(f"session {session_id} is {row.status}: its rate can no longer change")
-            row.rate = rate
-            db.commit()
+        row = self._control(session_id, rate=rate)
         runner = self._runners.get(session_id)
         if runner is not None:
             runner.set_rate(rate)
         return row
 
     def pause(self, session_id: str) -> SessionRow:
-        row = self._control(session_id, ("running", "paused"), "paused")
+        row = self._control(session_id, status="paused")
         if (runner := self._runners.get(session_id)) is not None:
             runner.pause()
         return row
 
     def resume(self, session_id: str) -> SessionRow:
-        row = self._control(session_id, ("running", "paused"), "running")
+        row = self._control(session_id, status="running")
         runner = self._runners.get(session_id)
         if runner is not None:
             runner.resume()
@@ -246,7 +241,7 @@ class Manager:
 
     def cancel(self, session_id: str) -> SessionRow:
         """Cancel a session: stop publishing and purge its queue."""
-        row = self._control(session_id, ("running", "paused"), "cancelled")
+        row = self._control(session_id, status="cancelled")
         with self._lock:
             runner = self._runners.pop(session_id, None)
         if runner is not None:
@@ -283,7 +278,6 @@ class Manager:
     def declare_queue(self, experiment: str) -> None:
         """Declare the experiment's durable queue (idempotent)."""
         declare_queue(self.celery, experiment)
-        self._declared.add(experiment)
 
     def publish(self, session_id: str, experiment: str, sample: Sample, stop: threading.Event) -> bool:
         """Publish one task, retrying with backoff while the broker is unreachable; ``False`` if stopped first."""
@@ -324,17 +318,12 @@ class Manager:
             log.warning("cannot purge the queue of %s: %s", experiment, exc)
 
 
+def _active_session(db: Session, experiment: str) -> str | None:
+    """The id of the experiment's running or paused session, if any."""
+    return db.scalar(select(SessionRow.id).where(SessionRow.experiment == experiment, SessionRow.status.in_(ACTIVE)))
+
+
 def _aware(value):
     from datetime import UTC
 
     return value if value.tzinfo else value.replace(tzinfo=UTC)
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.1) -> bool:
-    """Poll ``predicate`` until true or ``timeout`` seconds pass."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()

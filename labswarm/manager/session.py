@@ -83,8 +83,7 @@ class SessionRunner(threading.Thread):
         self.max_task_seconds = max(self.max_task_seconds, max_seconds)
 
     def _wait_running(self) -> bool:
-        while not self.running.wait(0.5):
-            pass
+        self.running.wait()  # set while running; stop() sets it too, to wake a paused thread
         return not self.stop_event.is_set()
 
     # the thread

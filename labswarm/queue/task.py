@@ -108,14 +108,14 @@ def worker_state() -> WorkerState:
 def run_sample(block: FeaturesBlock, sample: Sample) -> SampleResult:
     """Process a sample, retrying transient store failures :data:`STORE_RETRIES` times with backoff."""
     delay = RETRY_DELAY
-    for attempt in range(1, STORE_RETRIES + 1):
+    for _ in range(STORE_RETRIES - 1):
         result = block.process(sample)
-        if result.status != "failed" or not (result.reason or "").startswith("StoreError") or attempt == STORE_RETRIES:
+        if result.status != "failed" or not (result.reason or "").startswith("StoreError"):
             return result
         log.warning("sample %s: %s; retrying in %.1f s", sample.id, result.reason, delay)
         time.sleep(delay)
         delay *= 2
-    return result
+    return block.process(sample)  # the last attempt, whatever its outcome
 
 
 def compute(task: Task, session_id: str, sample: dict) -> str:
