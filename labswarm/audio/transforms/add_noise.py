@@ -11,7 +11,8 @@ import soxr
 from pydantic import Field
 
 from labswarm.audio.transforms.base import Transformation, TransformationConfig, register_transformation
-from labswarm.errors import TransformError
+from labswarm.errors import AudioError, TransformError
+from labswarm.store.keys import IdentityCache
 
 #: Exponent ``beta`` of the power spectral density ``S(f) ~ 1 / f**beta`` of each noise colour
 #: (white 0, pink 1, brown/red 2; https://en.wikipedia.org/wiki/Colors_of_noise).
@@ -57,6 +58,7 @@ class AddNoise(Transformation):
     def __init__(self, config: AddNoiseConfig | None = None) -> None:
         super().__init__(config)
         self._file_noise: dict[int, np.ndarray] = {}
+        self._identity = IdentityCache()  # the noise file is hashed once, not at every sample's key
 
     def key_spec(self) -> dict:
         """The spec plus, with a noise file, that file's identity (size, mtime, content digest).
@@ -66,11 +68,8 @@ class AddNoise(Transformation):
         """
         spec = self.spec()
         if self.config.file is not None:
-            from labswarm.errors import AudioError
-            from labswarm.store.keys import audio_identity
-
             try:
-                ident = audio_identity(self.config.file)
+                ident = self._identity(self.config.file)
             except AudioError as exc:
                 raise TransformError(f"{self.name}: noise file {exc}") from exc
             spec["file_identity"] = [ident.size, ident.mtime_ns, ident.digest]
