@@ -94,28 +94,14 @@ def main() -> None:
     parser.add_argument("--trivial", type=int, default=400, help="tiny clips (x 5) of the overhead run")
     parser.add_argument("--amqp", default="amqp://guest:guest@127.0.0.1:5672//")
     args = parser.parse_args()
-    demo = Path(args.demo)
-    if not (demo / "labels.csv").is_file():
-        from labswarm.datasets.demo import build_demo_set
+    from features_local import demo_experiment, plain_compute
 
-        print(f"building the demo set in {demo} ...", flush=True)
-        build_demo_set(demo, per_class=100, seed=0, jobs=2)
-
-    from features_local import plain_compute, subset
-
-    from labswarm.config import load_experiment
     from labswarm.local import run_local
     from labswarm.pipeline.features import FeaturesBlock
     from labswarm.sample import iter_samples
 
     tmp = Path(tempfile.mkdtemp(prefix="labswarm-bench-dist-"))
-    base = load_experiment(ROOT / "examples" / "music_speech_noise.yml")
-    dataset = base.dataset.model_copy(update={"root": demo.resolve(), "labels": subset(demo, args.clips, tmp / "s")})
-
-    def config_with_store(name: str):
-        return base.model_copy(update={"dataset": dataset,
-                                       "store": base.store.model_copy(update={"root": tmp / name})})
-
+    config_with_store = demo_experiment(Path(args.demo), args.clips, tmp)
     config = config_with_store("warmup")
     samples = list(iter_samples(config))
     n = len(samples)

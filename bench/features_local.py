@@ -46,6 +46,25 @@ def subset(demo: Path, n: int, out: Path) -> Path:
     return out / "labels.csv"
 
 
+def demo_experiment(demo: Path, clips: int, tmp: Path):
+    """The demo experiment on the first ``clips`` clips of ``demo`` (built there when missing), as a factory
+    ``config_with_store(name)`` of configurations that differ only by their store (``tmp/name``)."""
+    if not (demo / "labels.csv").is_file():
+        from labswarm.datasets.demo import build_demo_set
+
+        print(f"building the demo set in {demo} ...", flush=True)
+        build_demo_set(demo, per_class=100, seed=0, jobs=2)
+    from labswarm.config import load_experiment
+
+    base = load_experiment(ROOT / "examples" / "music_speech_noise.yml")
+    dataset = base.dataset.model_copy(update={"root": demo.resolve(), "labels": subset(demo, clips, tmp / "subset")})
+
+    def config_with_store(name: str):
+        return base.model_copy(update={"dataset": dataset, "store": base.store.model_copy(update={"root": tmp / name})})
+
+    return config_with_store
+
+
 def plain_compute(sample: dict, mel: dict, mfcc: dict) -> int:
     """One sample the plain librosa way: load, transform, mel spectrogram (dB) and MFCC from the waveform."""
     import librosa
@@ -66,29 +85,13 @@ def main() -> None:
     parser.add_argument("demo", nargs="?", default=str(ROOT / "data" / "demo"))
     parser.add_argument("--clips", type=int, default=30, help="clips (x 9 transformations) per timed run")
     args = parser.parse_args()
-    demo = Path(args.demo)
-    if not (demo / "labels.csv").is_file():
-        from labswarm.datasets.demo import build_demo_set
-
-        print(f"building the demo set in {demo} ...", flush=True)
-        build_demo_set(demo, per_class=100, seed=0, jobs=2)
-
     from joblib import Parallel, delayed
 
-    from labswarm.config import load_experiment
     from labswarm.local import run_local
     from labswarm.pipeline.features import FeaturesBlock
     from labswarm.sample import iter_samples
 
-    tmp = Path(tempfile.mkdtemp(prefix="labswarm-bench-"))
-    base = load_experiment(ROOT / "examples" / "music_speech_noise.yml")
-    labels = subset(demo, args.clips, tmp / "subset")
-    dataset = base.dataset.model_copy(update={"root": demo.resolve(), "labels": labels})
-
-    def config_with_store(name: str):
-        store = base.store.model_copy(update={"root": tmp / name})
-        return base.model_copy(update={"dataset": dataset, "store": store})
-
+    config_with_store = demo_experiment(Path(args.demo), args.clips, Path(tempfile.mkdtemp(prefix="labswarm-bench-")))
     config = config_with_store("warmup")
     samples = list(iter_samples(config))
     n_clips, n = len(samples) // len(config.transformations), len(samples)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,12 +112,9 @@ class ExperimentConfig(_Strict):
         import labswarm.audio.transforms  # noqa: F401  (registers the built-ins)
 
         specs = validate_plugin_specs(value, TRANSFORMATIONS, "transformations")
-        seen: dict[str, int] = {}
-        for index, spec in enumerate(specs):
-            key = json.dumps(spec.model_dump(mode="json"), sort_keys=True)
-            if key in seen:
-                raise ValueError(f"item {index} repeats item {seen[key]} ({spec.name}): each must differ")
-            seen[key] = index
+        if repeat := _first_repeat(json.dumps(s.model_dump(mode="json"), sort_keys=True) for s in specs):
+            index, earlier = repeat
+            raise ValueError(f"item {index} repeats item {earlier} ({specs[index].name}): each must differ")
         return specs
 
     @field_validator("features", mode="before")
@@ -126,15 +123,12 @@ class ExperimentConfig(_Strict):
         import labswarm.audio.features  # noqa: F401  (registers the built-ins)
 
         specs = validate_plugin_specs(value, EXTRACTORS, "features")
-        seen: dict[str, int] = {}
-        for index, spec in enumerate(specs):
-            out = spec.output_name
-            if out in seen:
-                raise ValueError(
-                    f"item {index} has the same output name {out!r} as item {seen[out]}: "
-                    "set `output` to tell them apart"
-                )
-            seen[out] = index
+        if repeat := _first_repeat(s.output_name for s in specs):
+            index, earlier = repeat
+            raise ValueError(
+                f"item {index} has the same output name {specs[index].output_name!r} as item {earlier}: "
+                "set `output` to tell them apart"
+            )
         return specs
 
     def fingerprint(self) -> str:
@@ -151,6 +145,16 @@ class ExperimentConfig(_Strict):
             for t in self.transformations
         ]
         return self.model_copy(update={"dataset": dataset, "store": store, "transformations": transformations})
+
+
+def _first_repeat(keys: Iterable[str]) -> tuple[int, int] | None:
+    """``(index, index of the earlier equal key)`` of the first key that repeats one before it, else None."""
+    seen: dict[str, int] = {}
+    for index, key in enumerate(keys):
+        if key in seen:
+            return index, seen[key]
+        seen[key] = index
+    return None
 
 
 def _absolute(path: Path, base: Path) -> Path:
