@@ -34,6 +34,10 @@ class Observation:
             ``consume_rate``; ``None`` when unknown (then ``rate`` stands for it).
         prefetch: messages each consumer holds (Celery prefetch multiplier x concurrency; 1 here).
         backlog: samples still to publish; 0 means the publisher has nothing left to send.
+        max_rate: this session's share of the workers in samples/s when sessions share them
+            (:mod:`labswarm.health.share`); the rate is held at or below it. ``None``: no share cap.
+        max_target: this session's part of the total budget of waiting messages; the target depth is held at or
+            below it. ``None``: no budget.
     """
 
     t: float
@@ -44,6 +48,8 @@ class Observation:
     publish_rate: float | None = None
     prefetch: int = 1
     backlog: int = 1
+    max_rate: float | None = None
+    max_target: float | None = None
 
     @property
     def measured_publish_rate(self) -> float:
@@ -91,13 +97,22 @@ class Controller(ABC):
         self._last_t: float | None = None
 
     def target_depth(self, obs: Observation) -> float:
-        """Target queue depth in messages: ``max(min_depth, 2 * prefetch * consumers, target_seconds * rate)``."""
+        """Target queue depth in messages: ``max(min_depth, 2 * prefetch * consumers, target_seconds * rate)``,
+        then at most ``obs.max_target`` (the session's part of the total budget wins over the floors), and at
+        least 1."""
         c = self.config
-        return max(c.min_depth, 2.0 * obs.prefetch * obs.consumers, c.target_seconds * obs.consume_rate)
+        target = max(c.min_depth, 2.0 * obs.prefetch * obs.consumers, c.target_seconds * obs.consume_rate)
+        if obs.max_target is not None:
+            target = max(1.0, min(target, obs.max_target))
+        return target
 
-    def clamp(self, rate: float) -> float:
-        """``rate`` within ``[min_rate, max_rate]``."""
-        return min(self.config.max_rate, max(self.config.min_rate, rate))
+    def clamp(self, rate: float, obs: Observation | None = None) -> float:
+        """``rate`` within ``[min_rate, max_rate]``, and at most ``obs.max_rate`` (the session's share of the
+        workers) when given; ``min_rate`` wins over a smaller share."""
+        low, high = self.config.min_rate, self.config.max_rate
+        if obs is not None and obs.max_rate is not None:
+            high = max(low, min(high, obs.max_rate))
+        return min(high, max(low, rate))
 
     def update(self, obs: Observation) -> float:
         """The next publish rate in tasks/s, within the bounds.
@@ -111,7 +126,7 @@ class Controller(ABC):
         error = target - obs.depth
         if abs(error) <= self.config.deadband * target:
             error = 0.0
-        return self.clamp(self.control(obs, target, error, dt))
+        return self.clamp(self.control(obs, target, error, dt), obs)
 
     @abstractmethod
     def control(self, obs: Observation, target: float, error: float, dt: float) -> float:

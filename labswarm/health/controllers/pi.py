@@ -51,7 +51,7 @@ class PIController(Controller):
         kp = 1.0 / self.config.closing_seconds
         ki = kp / self.config.integral_seconds
         unclamped = obs.consume_rate + kp * error + ki * self.integral
-        saturated = self.clamp(unclamped) != unclamped
+        saturated = self.clamp(unclamped, obs) != unclamped
         if dt > 0 and obs.backlog > 0 and not (saturated and error * unclamped > 0):
             self.integral += error * dt
             limit = self.config.integral_limit * max(obs.consume_rate, self.config.min_rate) / ki
