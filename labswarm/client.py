@@ -66,9 +66,12 @@ class ManagerClient:
         return self._call("GET", "/settings")
 
     # sessions
-    def start_session(self, experiment: str, rate: float | None = None) -> dict:
-        """Start a session of ``experiment``; ``rate`` in tasks/s."""
-        body = {} if rate is None else {"rate": rate}
+    def start_session(self, experiment: str, rate: float | None = None, weight: float | None = None) -> dict:
+        """Start a session of ``experiment``; ``rate`` in tasks/s, ``weight`` its share of shared workers
+        relative to other sessions (default 1)."""
+        body: dict[str, float] = {} if rate is None else {"rate": rate}
+        if weight is not None:
+            body["weight"] = weight
         return self._call("POST", f"/experiments/{experiment}/sessions", json=body)
 
     def session(self, session_id: str) -> dict:
@@ -82,6 +85,10 @@ class ManagerClient:
     def set_rate(self, session_id: str, rate: float) -> dict:
         """Set a session's publish rate in tasks/s."""
         return self._call("PUT", f"/sessions/{session_id}/rate", json={"rate": rate})
+
+    def set_weight(self, session_id: str, weight: float) -> dict:
+        """Set a session's weight (its share of shared workers relative to other sessions)."""
+        return self._call("PUT", f"/sessions/{session_id}/weight", json={"weight": weight})
 
     def pause(self, session_id: str) -> dict:
         return self._call("POST", f"/sessions/{session_id}/pause")

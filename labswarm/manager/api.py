@@ -28,10 +28,17 @@ class RateBody(BaseModel):
     rate: float = Field(gt=0, le=100_000)
 
 
+class WeightBody(BaseModel):
+    """A session's weight: its share of the workers it shares with other sessions, relative to theirs."""
+
+    weight: float = Field(gt=0, le=1_000)
+
+
 class SessionBody(BaseModel):
     """Options of a new session."""
 
     rate: float | None = Field(None, gt=0, le=100_000)
+    weight: float = Field(1.0, gt=0, le=1_000, description="share of the workers relative to other sessions")
 
 
 class Outcome(BaseModel):
@@ -161,7 +168,7 @@ def create_app(settings: Settings, manager: Manager | None = None) -> FastAPI:
     @app.post("/experiments/{name}/sessions", status_code=201, dependencies=mutating)
     def start_session(name: str, body: SessionBody | None = None) -> dict[str, Any]:
         """Start a session: publish every sample of the experiment to its queue."""
-        row = manager.start_session(name, body.rate if body else None)
+        row = manager.start_session(name, body.rate if body else None, weight=body.weight if body else 1.0)
         return manager.progress(row.id)
 
     @app.get("/sessions")
@@ -177,6 +184,12 @@ def create_app(settings: Settings, manager: Manager | None = None) -> FastAPI:
     def put_rate(session_id: str, body: RateBody) -> dict[str, Any]:
         """Set the publish rate in tasks/s; takes effect within ~0.1 s."""
         manager.set_rate(session_id, body.rate)
+        return manager.progress(session_id)
+
+    @app.put("/sessions/{session_id}/weight", dependencies=mutating)
+    def put_weight(session_id: str, body: WeightBody) -> dict[str, Any]:
+        """Set the session's weight (its share of shared workers); the health controller applies it."""
+        manager.set_weight(session_id, body.weight)
         return manager.progress(session_id)
 
     @app.post("/sessions/{session_id}/pause", dependencies=mutating)

@@ -39,6 +39,8 @@ class SessionRow(Base):
     ``status``: ``running`` (publishing or waiting for outcomes), ``paused``, ``completed``, ``cancelled``,
     ``failed`` (the session itself failed, e.g. unreadable dataset; ``error`` says why). ``cursor`` is the index
     in the experiment's sample stream of the next sample to publish: a restarted manager resumes there.
+    ``weight`` (> 0) is the session's share of workers it shares with other sessions, relative to theirs (the
+    health controller's). The schema has no migrations: a database from before a column was added is deleted.
     """
 
     __tablename__ = "sessions"
@@ -46,6 +48,7 @@ class SessionRow(Base):
     experiment: Mapped[str] = mapped_column(ForeignKey("experiments.name"), index=True)
     status: Mapped[str] = mapped_column(String(16), index=True)
     rate: Mapped[float] = mapped_column(Float)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
     total: Mapped[int] = mapped_column(Integer, default=0)
     cursor: Mapped[int] = mapped_column(Integer, default=0)
     published: Mapped[int] = mapped_column(Integer, default=0)

@@ -134,14 +134,19 @@ class Manager:
         return cached
 
     # sessions
-    def start_session(self, experiment: str, rate: float | None = None) -> SessionRow:
+    def start_session(self, experiment: str, rate: float | None = None, *, weight: float = 1.0) -> SessionRow:
         """Start a session of ``experiment`` publishing at ``rate`` tasks/s (default from settings).
 
+        ``weight`` (> 0) is its share of the workers it shares with other sessions, relative to theirs.
+
         Raises:
+            ValueError: ``weight`` is not > 0.
             NotFound: unknown experiment.
             Conflict: the experiment already has an active session.
             DatasetError: the dataset cannot be read.
         """
+        if not weight > 0:
+            raise ValueError("weight must be > 0")
         config = self.experiment_config(experiment)
         with self.db() as db:
             if active := _active_session(db, experiment):
@@ -150,7 +155,7 @@ class Manager:
         self.declare_queue(experiment)
         row = SessionRow(
             id=uuid.uuid4().hex[:12], experiment=experiment, status="running",
-            rate=rate or self.settings.default_rate, total=total, fingerprint=config.fingerprint(),
+            rate=rate or self.settings.default_rate, weight=weight, total=total, fingerprint=config.fingerprint(),
             started_at=utcnow(),
         )
         with self.db() as db:
@@ -186,14 +191,15 @@ class Manager:
             "total": row.total, "published": row.published, "republished": row.republished,
             "done": counts["done"], "cached": counts["cached"], "failed": counts["failed"],
             "pending": counts["published"], "finished": finished,
-            "rate": runner.bucket.rate if runner else row.rate,
+            "rate": runner.bucket.rate if runner else row.rate, "weight": row.weight,
             "samples_per_s": counts["done"] / elapsed,
             "created_at": row.created_at, "started_at": row.started_at, "finished_at": row.finished_at,
             "elapsed_s": elapsed, "error": row.error, "queue": queue_name(row.experiment),
         }
 
-    def _control(self, session_id: str, *, status: str | None = None, rate: float | None = None) -> SessionRow:
-        """Change an active session's status and/or rate in the database.
+    def _control(self, session_id: str, *, status: str | None = None, rate: float | None = None,
+                 weight: float | None = None) -> SessionRow:
+        """Change an active session's status, rate and/or weight in the database.
 
         Raises:
             NotFound: no such session.
@@ -211,6 +217,8 @@ class Manager:
                     row.finished_at = utcnow()
             if rate is not None:
                 row.rate = rate
+            if weight is not None:
+                row.weight = weight
             db.commit()
             return row
 
@@ -223,6 +231,18 @@ class Manager:
         if runner is not None:
             runner.set_rate(rate)
         return row
+
+    def set_weight(self, session_id: str, weight: float) -> SessionRow:
+        """Set the weight of an active session (its share of shared workers; the health controller applies it).
+
+        Raises:
+            ValueError: ``weight`` is not > 0.
+            NotFound: no such session.
+            Conflict: the session has ended.
+        """
+        if not weight > 0:
+            raise ValueError("weight must be > 0")
+        return self._control(session_id, weight=weight)
 
     def pause(self, session_id: str) -> SessionRow:
         row = self._control(session_id, status="paused")

@@ -218,3 +218,21 @@ def test_bad_request_bodies_name_the_field_and_finished_sessions_keep_their_rate
     client.cancel(sid)
     response = http.put(f"/sessions/{sid}/rate", json={"rate": 5})
     assert response.status_code == 409 and "cancelled" in response.json()["detail"]
+
+
+def test_session_weight(http: httpx.Client, client: ManagerClient, experiment: dict) -> None:
+    client.post_experiment(experiment)
+    session = client.start_session("api", RATE, weight=3.0)
+    sid = session["id"]
+    assert session["weight"] == 3.0 and client.session(sid)["weight"] == 3.0
+    assert client.set_weight(sid, 0.5)["weight"] == 0.5
+    assert [s["weight"] for s in client.sessions()] == [0.5]
+    response = http.put(f"/sessions/{sid}/weight", json={"weight": 0})
+    assert response.status_code == 422 and response.json()["detail"][0]["path"] == "weight"
+    client.cancel(sid)
+    assert http.put(f"/sessions/{sid}/weight", json={"weight": 2}).status_code == 409
+    # the default weight is 1; a weight <= 0 is refused at the start too
+    assert http.post("/experiments/api/sessions", json={"rate": RATE, "weight": -1}).status_code == 422
+    second = client.start_session("api", RATE)
+    assert second["weight"] == 1.0
+    client.cancel(second["id"])
