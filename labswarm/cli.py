@@ -205,8 +205,11 @@ def health(
     period: Annotated[float, typer.Option(min=0.1, help="Seconds between decisions.")] = 1.0,
     log_dir: Annotated[Path, typer.Option(help="Where each session's decisions are logged.")] = HEALTH_LOGS,
     metrics_port: Annotated[int | None, typer.Option(help="Serve the decisions as Prometheus metrics here.")] = None,
+    max_total_waiting: Annotated[int | None, typer.Option(
+        min=1, help="Budget of messages waiting in all sessions' queues together (default: "
+        "LABSWARM_MAX_TOTAL_WAITING, 2000).")] = None,
 ) -> None:
-    """Run the control loop until interrupted (Ctrl-C)."""
+    """Run the control loop until interrupted (Ctrl-C). Running sessions share the workers by weight."""
     if ctx.invoked_subcommand is not None:
         return
     if manager is None:
@@ -218,9 +221,11 @@ def health(
     from labswarm.health.monitors import ManagerMonitor, RabbitMQMonitor
     from labswarm.settings import load_settings
 
-    loop = HealthLoop(ManagerMonitor(manager, load_settings().api_token),
+    settings = load_settings(max_total_waiting=max_total_waiting)
+    loop = HealthLoop(ManagerMonitor(manager, settings.api_token),
                       RabbitMQMonitor(rabbitmq_api) if rabbitmq_api else None,
-                      controller={"name": controller}, period=period, log_dir=log_dir)
+                      controller={"name": controller}, period=period, log_dir=log_dir,
+                      max_total_waiting=settings.max_total_waiting)
     if metrics_port:
         from prometheus_client import start_http_server
 

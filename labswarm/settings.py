@@ -28,8 +28,26 @@ class Settings(BaseSettings):
         report_interval: seconds a worker batches outcomes before sending them to the manager.
         max_queue_length: hard bound on the messages waiting in each experiment queue (RabbitMQ ``x-max-length``
             with reject-publish; the publisher backs off when it is reached). ``None`` or 0: unbounded.
+        max_total_waiting: budget of messages waiting in all the running sessions' queues together: the health
+            controller scales the sessions' target depths down so they sum to at most this. ``None``: no budget
+            (each session's own target, a few seconds of its consume rate).
         reconcile_after: seconds without any outcome, with the queue empty, before a session looks for samples
             that lost their message or their report (at least 4x the slowest task seen).
+        swarm_image: image of the worker services the swarm launcher creates (every node must be able to pull
+            it: a registry name on a multi-node swarm).
+        swarm_network: the attachable overlay network the worker services join; the manager and RabbitMQ must be
+            reachable on it by service name (``docker/compose.yml`` names it ``labswarm``).
+        swarm_manager_url: the manager's URL as the worker containers see it (a service name, never an IP).
+        swarm_broker_url: broker URL for the worker containers; ``None``: the one the manager advertises.
+        swarm_concurrency: pool processes per worker container.
+        swarm_data_volume: the shared data volume (datasets and feature store) mounted in each worker; an absolute
+            path is bind-mounted instead (a folder every node has, e.g. an NFS mount point).
+        swarm_data_target: where that volume is mounted in the containers (experiments' paths live under it).
+        swarm_data_nfs: ``HOST:/export/path`` to make ``swarm_data_volume`` an NFS volume on every node it lands
+            on; ``None``: a local volume (one node, or a volume driver that shares it).
+        swarm_data_nfs_options: NFS mount options, ``addr=HOST`` is prepended.
+        swarm_constraints: placement constraints of the worker services, e.g. ``["node.labels.labswarm==worker"]``.
+        swarm_stop_grace: seconds a worker container gets to finish its running tasks when scaled down or removed.
     """
 
     model_config = SettingsConfigDict(env_prefix="LABSWARM_", extra="ignore")
@@ -43,6 +61,18 @@ class Settings(BaseSettings):
     report_interval: float = Field(0.25, gt=0)
     reconcile_after: float = Field(10.0, gt=0)
     max_queue_length: int | None = Field(10_000, ge=0)
+    swarm_image: str = "labswarm:latest"
+    swarm_network: str = "labswarm"
+    swarm_manager_url: str = "http://manager:8000"
+    swarm_broker_url: str | None = None
+    swarm_concurrency: int = Field(1, ge=1)
+    swarm_data_volume: str = "labswarm-data"
+    swarm_data_target: str = "/data"
+    swarm_data_nfs: str | None = None
+    swarm_data_nfs_options: str = "rw,nfsvers=4"
+    swarm_constraints: list[str] = Field(default_factory=list)
+    swarm_stop_grace: float = Field(60.0, gt=0)
+    max_total_waiting: int | None = Field(2_000, ge=1)
 
     def resolved_database_url(self) -> str:
         """``database_url``, or the SQLite file ``home/manager.sqlite``."""

@@ -4,6 +4,9 @@ Depth comes from the session ledger (samples published without an outcome, less 
 ~0.5 s old, where the RabbitMQ management API's statistics are up to ~5 s old and move in steps. The management
 API, when given, tells the consumers per queue (and its own depth is logged beside, for comparison). The
 consume and publish rates come from the manager's counters too.
+Every running session is taken to share one pool of workers: their rates are decided together, each session
+capped at its share of the workers by weight and its target depth scaled into the total budget of waiting
+messages (:mod:`labswarm.health.share`).
 Each decision is appended to ``<log_dir>/health-<session>.jsonl`` (for ``labswarm health plot``).
 """
 
@@ -24,6 +27,7 @@ from labswarm.errors import ManagerError
 from labswarm.health.controllers import Controller, Observation, make_controller
 from labswarm.health.monitors import ManagerMonitor, QueueStats, RabbitMQMonitor
 from labswarm.health.series import TimeSeries
+from labswarm.health.share import steer
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +54,15 @@ class HealthLoop:
         period: seconds between decisions.
         window: seconds the publish and consume rates are measured over.
         consumers: worker processes assumed per session when the broker cannot say (ledger mode).
+        max_total_waiting: budget of messages waiting in all the sessions' queues together: their target
+            depths are scaled down to sum to at most this. ``None``: each session's own target.
         log_dir: where each session's decisions are written as JSON lines; ``None`` writes none.
         clock: monotonic clock in seconds (tests).
     """
 
     def __init__(self, manager: ManagerMonitor, rabbitmq: RabbitMQMonitor | None = None, *,
                  controller: dict[str, Any] | None = None, period: float = 1.0, window: float = 5.0,
-                 consumers: int = 1, log_dir: Path | None = None,
+                 consumers: int = 1, max_total_waiting: float | None = None, log_dir: Path | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.manager = manager
         self.rabbitmq = rabbitmq
@@ -65,6 +71,7 @@ class HealthLoop:
         self.period = period
         self.window = window
         self.consumers = consumers
+        self.max_total_waiting = max_total_waiting
         self.log_dir = log_dir
         self.clock = clock
         self.tracks: dict[str, SessionTrack] = {}
@@ -102,7 +109,7 @@ class HealthLoop:
             except ManagerError as exc:
                 log.warning("broker statistics unavailable, estimating depth from the ledger: %s", exc)
         t = self.clock()
-        decisions = {}
+        steered = {}
         for session in sessions:
             if session["finished"] == 0:
                 continue  # no outcome yet (workers starting): nothing to measure, the queue bound holds meanwhile
@@ -110,8 +117,13 @@ class HealthLoop:
             if track is None:
                 track = self.tracks[session["id"]] = SessionTrack(make_controller(self.controller_spec))
             queue = queues.get(session["queue"]) if queues is not None else None
-            obs = self.observe(session, queue, track, t)
-            new = track.controller.update(obs)
+            steered[session["id"]] = (session, track, self.observe(session, queue, track, t))
+        # one decision for all: the sessions share the workers by weight and one budget of waiting messages
+        decided = steer({sid: (track.controller, obs, float(session.get("weight") or 1.0))
+                         for sid, (session, track, obs) in steered.items()}, self.max_total_waiting)
+        decisions = {}
+        for sid, (session, track, _) in steered.items():
+            new, obs = decided[sid]
             track.rate.append(t, new)
             if abs(new - obs.rate) > 0.01 * obs.rate:
                 try:
@@ -120,10 +132,12 @@ class HealthLoop:
                     log.warning("cannot set the rate of session %s: %s", session["id"], exc)
                     continue
             decisions[session["id"]] = new
-            self._record(session, obs, new)
+            target = track.controller.target_depth(obs)
+            self._record(session, obs, new, target)
             labels = (session["id"], session["experiment"])
+            cap = math.inf if obs.max_rate is None else obs.max_rate
             for name, value in (("rate", new), ("depth", obs.depth), ("consume_rate", obs.consume_rate),
-                                ("target_depth", track.controller.target_depth(obs))):
+                                ("target_depth", target), ("rate_cap", cap)):
                 self._gauges[name].labels(*labels).set(value)
         for gone in set(self.tracks) - {s["id"] for s in sessions}:
             del self.tracks[gone]
@@ -132,7 +146,7 @@ class HealthLoop:
                     gauge.remove(*labels)
         return decisions
 
-    def _record(self, session: dict[str, Any], obs: Observation, new: float) -> None:
+    def _record(self, session: dict[str, Any], obs: Observation, new: float, target: float) -> None:
         if self.log_dir is None:
             return
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -140,7 +154,8 @@ class HealthLoop:
                 "broker_depth": self.broker_depth.get(session["id"]),
                 "consume_rate": obs.consume_rate, "publish_rate": obs.publish_rate, "rate": obs.rate,
                 "new_rate": new, "consumers": obs.consumers, "finished": session["finished"],
-                "total": session["total"]}
+                "total": session["total"], "weight": float(session.get("weight") or 1.0), "cap": obs.max_rate,
+                "target": target}
         with open(self.log_dir / f"health-{session['id']}.jsonl", "a") as handle:
             handle.write(json.dumps(line) + "\n")
 
@@ -170,5 +185,7 @@ def _decision_metrics():
                               registry=registry),
         "target_depth": Gauge("labswarm_health_target_depth", "Target queue depth, messages.", labels,
                               registry=registry),
+        "rate_cap": Gauge("labswarm_health_rate_cap", "Share of the workers by weight the rate is capped at, "
+                          "tasks/s (+Inf: uncapped).", labels, registry=registry),
     }
     return registry, gauges

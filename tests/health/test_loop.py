@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
+import pytest
 from helpers import experiment_dict
 
 from labswarm.client import ManagerClient
@@ -49,3 +51,42 @@ def test_loop_lowers_the_rate_of_a_flooding_session_and_logs_it(tone_dataset: Pa
     log = tmp_path / "health" / f"health-{session['id']}.jsonl"
     png = plot_session(log, tmp_path / "plot.png")
     assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class _Sessions:
+    """A stand-in for :class:`ManagerMonitor`: two running sessions whose workers finish 30 and 10 samples/s."""
+
+    def __init__(self, weights: dict[str, float]) -> None:
+        self.weights = weights
+        self.t = 0.0
+        self.rates: dict[str, float] = {}
+
+    async def sessions(self) -> list[dict]:
+        speed = {"a": 30.0, "b": 10.0}
+        return [{"id": sid, "experiment": sid, "queue": f"labswarm.{sid}", "status": "running", "weight": w,
+                 "total": 10_000, "published": int(speed[sid] * self.t) + 50, "republished": 0, "cached": 0,
+                 "finished": int(speed[sid] * self.t) + 1, "pending": 49, "rate": self.rates.get(sid, 100.0)}
+                for sid, w in self.weights.items()]
+
+    async def set_rate(self, session_id: str, rate: float) -> None:
+        self.rates[session_id] = rate
+
+
+def test_loop_caps_the_lower_weight_at_its_share_and_scales_the_targets(tmp_path: Path) -> None:
+    manager = _Sessions({"a": 1.0, "b": 3.0})
+    clock = iter(range(100))
+    loop = HealthLoop(manager, None, consumers=2, max_total_waiting=40, log_dir=tmp_path,
+                      clock=lambda: float(next(clock)))
+
+    async def run() -> None:
+        for t in range(8):
+            manager.t = float(t)
+            await loop.tick()
+
+    asyncio.run(run())
+    # 40 samples/s finished in all: b (weight 3) uncapped, a (weight 1) capped at a quarter
+    assert manager.rates["a"] == pytest.approx(10.0, rel=0.05)
+    rows = {sid: json.loads((tmp_path / f"health-{sid}.jsonl").read_text().splitlines()[-1]) for sid in "ab"}
+    assert rows["a"]["cap"] == pytest.approx(10.0, rel=0.05) and rows["b"]["cap"] is None
+    assert rows["a"]["weight"] == 1.0 and rows["b"]["weight"] == 3.0
+    assert rows["a"]["target"] + rows["b"]["target"] == pytest.approx(40)  # 3 s x 40/s = 120 without the budget
