@@ -9,7 +9,8 @@
     ├── TransformError            an augmentation that cannot be applied to a waveform
     ├── FeatureError              a feature extractor that cannot run on a waveform
     ├── StoreError                the feature store cannot read or write
-    └── ManagerError              the manager API refused a request or cannot be reached
+    ├── ManagerError              the manager API refused a request or cannot be reached
+    └── DeployError               the Docker engine refused or could not be reached (swarm launcher)
 
 Third-party errors are translated at the boundary (``raise AudioError(...) from exc``) so callers catch only
 these. A per-sample error (``AudioError``, ``TransformError``, ``FeatureError``) fails that one sample; the
@@ -89,3 +90,8 @@ class ManagerError(LabswarmError):
 def format_loc(loc: Sequence[str | int]) -> str:
     """Join a pydantic error location into the dotted YAML path used by :class:`ConfigError`."""
     return ".".join(str(part) for part in loc)
+
+
+class DeployError(LabswarmError):
+    """A launcher could not start, scale or remove workers: the Docker engine refused the request, could not be
+    reached, or the docker SDK is not installed. The message names the service and the engine's explanation."""

@@ -8,8 +8,8 @@ from abc import ABC, abstractmethod
 class Launcher(ABC):
     """Starts, scales and stops the workers of one experiment.
 
-    Implementations: :class:`~labswarm.deploy.local.LocalLauncher` (processes on this machine); a docker
-    swarm launcher (one service per experiment) comes later with the same interface.
+    Implementations: :class:`~labswarm.deploy.local.LocalLauncher` (processes on this machine) and
+    :class:`~labswarm.deploy.swarm.SwarmLauncher` (a docker swarm service per experiment session).
     """
 
     @abstractmethod

@@ -1,0 +1,122 @@
+"""The container health check of every role: ``python -m labswarm.deploy.healthcheck [manager|worker|health]``.
+
+One image runs every role, so the check finds the ``labswarm <role> ...`` process in the container (whatever
+its PID: behind ``docker-init`` or not) and checks what that role must be doing:
+
+- ``manager``: ``GET /health`` on its ``--port`` answers 200;
+- ``health``: ``GET /metrics`` on its ``--metrics-port`` answers 200 (without that option: the loop is alive);
+- ``worker``: the Celery pool has started (the worker fetched its configuration, warmed up and forked) and the
+  worker holds an established TCP connection (the broker).
+
+Exit status 0 when healthy, 1 otherwise, with one line saying why (Docker keeps it in ``docker inspect``).
+"""
+
+from __future__ import annotations
+
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Sequence
+from pathlib import PurePath
+
+#: The roles of the labswarm image, each a ``labswarm`` subcommand.
+ROLES = ("manager", "worker", "health")
+#: Seconds an HTTP probe may take.
+TIMEOUT_S = 5.0
+
+
+def role_of(cmdline: Sequence[str]) -> tuple[str, list[str]] | None:
+    """The role and its arguments if ``cmdline`` runs ``labswarm <role> ...`` (the script or ``-m labswarm.cli``).
+
+    Returns:
+        ``(role, args after the role)``, or ``None`` for any other command (e.g. ``labswarm health plot``).
+    """
+    for i, token in enumerate(cmdline[:-1]):
+        is_script = PurePath(token).name == "labswarm"
+        is_module = token == "labswarm.cli" and i > 0 and cmdline[i - 1] == "-m"
+        if is_script or is_module:
+            role, args = cmdline[i + 1], list(cmdline[i + 2:])
+            if role in ROLES and not (role == "health" and args[:1] == ["plot"]):
+                return role, args
+            return None
+    return None
+
+
+def option(args: Sequence[str], name: str, default: str | None = None) -> str | None:
+    """The value of ``--name VALUE`` or ``--name=VALUE`` in ``args``, else ``default``."""
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return default
+
+
+def probe(url: str) -> str | None:
+    """``None`` if ``GET url`` answers 200, else why not."""
+    try:
+        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+            return None if response.status == 200 else f"{url} answered {response.status}"
+    except (urllib.error.URLError, OSError) as exc:
+        return f"{url}: {exc}"
+
+
+def find(processes: Iterable[tuple[int, Sequence[str]]], wanted: str | None) -> tuple[int, str, list[str]] | None:
+    """The first ``(pid, role, args)`` among ``(pid, cmdline)`` pairs running a labswarm role (``wanted`` if set)."""
+    for pid, cmdline in sorted(processes):
+        found = role_of(cmdline or [])
+        if found and (wanted is None or found[0] == wanted):
+            return pid, found[0], found[1]
+    return None
+
+
+def check_worker(pid: int) -> str | None:
+    """``None`` if the worker ``pid`` has forked its pool and holds an established TCP connection."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        if not process.children():
+            return "the worker's pool has not started (still fetching its configuration or warming up?)"
+        connections = process.net_connections(kind="tcp")
+    except psutil.Error as exc:
+        return f"cannot inspect the worker process {pid}: {exc}"
+    if not any(c.status == psutil.CONN_ESTABLISHED for c in connections):
+        return "the worker has no established connection to the broker"
+    return None
+
+
+def check(role: str, pid: int, args: Sequence[str]) -> str | None:
+    """``None`` if the ``role`` process ``pid`` started with ``args`` is healthy, else why not."""
+    if role == "manager":
+        return probe(f"http://127.0.0.1:{option(args, '--port', '8000')}/health")
+    if role == "health":
+        port = option(args, "--metrics-port")
+        return probe(f"http://127.0.0.1:{port}/metrics") if port else None
+    return check_worker(pid)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Check the labswarm process of this container; exit status 0 if healthy, 1 if not."""
+    import psutil
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    wanted = argv[0] if argv else None
+    if wanted is not None and wanted not in ROLES:
+        print(f"unknown role {wanted!r}; one of {', '.join(ROLES)}")
+        return 1
+    processes = []
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        processes.append((process.info["pid"], process.info["cmdline"] or []))
+    found = find(processes, wanted)
+    if found is None:
+        print(f"no labswarm {wanted or 'manager, worker or health'} process in this container")
+        return 1
+    pid, role, args = found
+    problem = check(role, pid, args)
+    print(f"{role}: {problem or 'healthy'}")
+    return 1 if problem else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
