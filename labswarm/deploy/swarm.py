@@ -347,8 +347,7 @@ def _docker() -> Any:
         DeployError: it is not installed (with the install hint).
     """
     try:
-        import docker
-        import docker.errors
+        import docker.errors  # binds `docker` too
         import docker.types
     except ImportError as exc:
         raise DeployError(INSTALL_HINT) from exc

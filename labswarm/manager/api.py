@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import secrets
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import BaseModel, Field
 
-from labswarm.errors import ConfigError, DatasetError, LabswarmError
+from labswarm.errors import ConfigError, DatasetError, DeployError, LabswarmError
 from labswarm.manager.metrics import SessionCollector
 from labswarm.manager.service import Conflict, Manager, NotFound
 from labswarm.queue.app import queue_name
@@ -39,6 +39,15 @@ class SessionBody(BaseModel):
 
     rate: float | None = Field(None, gt=0, le=100_000)
     weight: float = Field(1.0, gt=0, le=1_000, description="share of the workers relative to other sessions")
+    launcher: Literal["none", "swarm"] = Field("none", description="who runs the workers: none (someone else), "
+                                               "swarm (a docker swarm service the manager creates and removes)")
+    workers: int = Field(0, ge=0, le=10_000, description="workers the launcher starts")
+
+
+class WorkersBody(BaseModel):
+    """The number of workers of a session whose launcher the manager runs."""
+
+    workers: int = Field(ge=0, le=10_000)
 
 
 class Outcome(BaseModel):
@@ -109,6 +118,11 @@ def create_app(settings: Settings, manager: Manager | None = None) -> FastAPI:
     async def _dataset(_request: Request, exc: DatasetError) -> JSONResponse:
         return JSONResponse({"detail": [{"path": "dataset", "reason": str(exc)}]}, status_code=422)
 
+    @app.exception_handler(DeployError)
+    async def _deploy(_request: Request, exc: DeployError) -> JSONResponse:
+        # the Docker engine refused or could not be reached: a gateway error, with the engine's reason
+        return JSONResponse({"detail": str(exc)}, status_code=502)
+
     @app.exception_handler(LabswarmError)
     async def _labswarm(_request: Request, exc: LabswarmError) -> JSONResponse:
         # anything else labswarm refuses on purpose (e.g. a queue declared with other arguments)
@@ -169,6 +183,8 @@ def create_app(settings: Settings, manager: Manager | None = None) -> FastAPI:
     def start_session(name: str, body: SessionBody | None = None) -> dict[str, Any]:
         """Start a session: publish every sample of the experiment to its queue."""
         row = manager.start_session(name, body.rate if body else None, weight=body.weight if body else 1.0)
+        if body is not None and body.launcher != "none":
+            manager.launch(row.id, body.launcher, body.workers)
         return manager.progress(row.id)
 
     @app.get("/sessions")
@@ -191,6 +207,12 @@ def create_app(settings: Settings, manager: Manager | None = None) -> FastAPI:
         """Set the session's weight (its share of shared workers); the health controller applies it."""
         manager.set_weight(session_id, body.weight)
         return manager.progress(session_id)
+
+    @app.put("/sessions/{session_id}/workers", dependencies=mutating)
+    def put_workers(session_id: str, body: WorkersBody) -> dict[str, Any]:
+        """Scale the workers of a session started with a launcher (e.g. its swarm service's replicas)."""
+        manager.set_workers(session_id, body.workers)
+        return {**manager.progress(session_id), "workers": body.workers}
 
     @app.post("/sessions/{session_id}/pause", dependencies=mutating)
     def pause(session_id: str) -> dict[str, Any]:

@@ -41,6 +41,8 @@ class SessionRow(Base):
     in the experiment's sample stream of the next sample to publish: a restarted manager resumes there.
     ``weight`` (> 0) is the session's share of workers it shares with other sessions, relative to theirs (the
     health controller's). The schema has no migrations: a database from before a column was added is deleted.
+    ``launcher`` names what runs the session's workers: ``none`` (workers started by someone else) or ``swarm``
+    (a docker swarm service the manager creates, scales and removes).
     """
 
     __tablename__ = "sessions"
@@ -55,6 +57,7 @@ class SessionRow(Base):
     republished: Mapped[int] = mapped_column(Integer, default=0)
     fingerprint: Mapped[str] = mapped_column(String(32))
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    launcher: Mapped[str] = mapped_column(String(16), default="none")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)

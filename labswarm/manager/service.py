@@ -12,7 +12,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from labswarm.config import ExperimentConfig, parse_experiment
-from labswarm.errors import LabswarmError
+from labswarm.deploy.base import Launcher
+from labswarm.deploy.sessions import NONE, session_launcher
+from labswarm.errors import ConfigError, DeployError, LabswarmError
 from labswarm.manager import ledger
 from labswarm.manager.db import ExperimentRow, SessionRow, make_engine, make_sessionmaker, utcnow
 from labswarm.manager.session import SessionRunner
@@ -51,6 +53,7 @@ class Manager:
         self._runners: dict[str, SessionRunner] = {}
         self._lock = threading.Lock()
         self._configs: dict[str, ExperimentConfig] = {}
+        self._launchers: dict[str, Launcher] = {}
 
     def db(self) -> AbstractContextManager[Session]:
         """A new database session (use as a context manager)."""
@@ -61,6 +64,7 @@ class Manager:
         """Resume every session left active by a previous manager process."""
         with self.db() as db:
             ids = list(db.scalars(select(SessionRow.id).where(SessionRow.status.in_(ACTIVE))))
+        self._restore_launchers()
         for session_id in ids:
             log.info("resuming session %s", session_id)
             self._spawn(session_id)
@@ -86,6 +90,7 @@ class Manager:
         """Called by a runner when its session ended."""
         with self._lock:
             self._runners.pop(session_id, None)
+        self._stop_launcher(session_id)
 
     # experiments
     def register_experiment(self, data: dict[str, Any] | str) -> ExperimentRow:
@@ -195,6 +200,7 @@ class Manager:
             "samples_per_s": counts["done"] / elapsed,
             "created_at": row.created_at, "started_at": row.started_at, "finished_at": row.finished_at,
             "elapsed_s": elapsed, "error": row.error, "queue": queue_name(row.experiment),
+            "launcher": row.launcher,
         }
 
     def _control(self, session_id: str, *, status: str | None = None, rate: float | None = None,
@@ -268,7 +274,104 @@ class Manager:
             runner.stop()
             runner.join(10)
         self.purge_queue(row.experiment)
+        self._stop_launcher(session_id, raise_errors=True)
         return row
+
+    # workers (launchers)
+    def launch(self, session_id: str, launcher: str, workers: int) -> None:
+        """Start ``workers`` workers for an active session with the launcher named ``launcher``.
+
+        ``none`` starts nothing (workers are run by someone else). The launcher is recorded with the session: the
+        manager scales it (:meth:`set_workers`), stops it when the session ends or is cancelled, and finds it
+        again after a restart.
+
+        Raises:
+            NotFound: no such session.
+            Conflict: the session has ended, or already has a launcher.
+            ConfigError: unknown launcher name, or invalid ``swarm_*`` settings; the session is then failed.
+            DeployError: the workers could not be started; the session is then failed with that reason.
+            ValueError: ``workers`` < 0.
+        """
+        if workers < 0:
+            raise ValueError(f"workers must be >= 0, got {workers}")
+        row = self.session(session_id)
+        if launcher == NONE:
+            return
+        if row.status not in ACTIVE:
+            raise Conflict(f"session {session_id} is {row.status}")
+        if session_id in self._launchers:
+            raise Conflict(f"session {session_id} already has its launcher")
+        try:
+            instance = session_launcher(launcher, row.experiment, session_id, self.settings)
+            instance.start(workers)
+        except (ConfigError, DeployError) as exc:
+            self._fail_session(session_id, f"{launcher} launcher: {exc}")
+            raise
+        with self.db() as db:
+            db.get(SessionRow, session_id).launcher = launcher
+            db.commit()
+        self._launchers[session_id] = instance
+
+    def set_workers(self, session_id: str, workers: int) -> None:
+        """Run ``workers`` workers for an active session from now on, through its launcher.
+
+        Raises:
+            NotFound: no such session.
+            Conflict: the session has ended, or its workers are not the manager's (launcher ``none``).
+            DeployError: the launcher failed (e.g. the Docker engine refused).
+            ValueError: ``workers`` < 0.
+        """
+        if workers < 0:
+            raise ValueError(f"workers must be >= 0, got {workers}")
+        row = self.session(session_id)
+        if row.status not in ACTIVE:
+            raise Conflict(f"session {session_id} is {row.status}")
+        launcher = self._launchers.get(session_id)
+        if launcher is None:
+            raise Conflict(f"session {session_id} has no launcher (started with launcher {row.launcher!r}): its "
+                           "workers are started outside the manager (labswarm worker ...)")
+        launcher.scale(workers)
+
+    def _restore_launchers(self) -> None:
+        """Rebuild the launchers of the active sessions that have one (after a manager restart)."""
+        with self.db() as db:
+            rows = list(db.execute(select(SessionRow.id, SessionRow.experiment, SessionRow.launcher)
+                                   .where(SessionRow.status.in_(ACTIVE), SessionRow.launcher != NONE)))
+        for session_id, experiment, name in rows:
+            try:
+                instance = session_launcher(name, experiment, session_id, self.settings)
+            except LabswarmError as exc:
+                log.error("session %s: cannot restore its %s launcher: %s", session_id, name, exc)
+                continue
+            if instance is not None:
+                self._launchers.setdefault(session_id, instance)
+
+    def _stop_launcher(self, session_id: str, raise_errors: bool = False) -> None:
+        """Stop the workers of a session that ended, if the manager started them."""
+        launcher = self._launchers.pop(session_id, None)
+        if launcher is None:
+            return
+        try:
+            launcher.stop()
+        except LabswarmError as exc:
+            log.error("session %s: cannot stop its workers: %s", session_id, exc)
+            if raise_errors:
+                raise
+
+    def _fail_session(self, session_id: str, error: str) -> None:
+        """Stop an active session's publisher and record it as failed with ``error``."""
+        with self._lock:
+            runner = self._runners.pop(session_id, None)
+        if runner is not None:
+            runner.stop()
+            runner.join(10)
+        with self.db() as db:
+            row = db.get(SessionRow, session_id)
+            if row.status in ACTIVE:
+                row.status, row.error, row.finished_at = "failed", error, utcnow()
+            db.commit()
+            experiment = row.experiment
+        self.purge_queue(experiment)
 
     def failures(self, session_id: str, limit: int = 1000, offset: int = 0) -> list[dict[str, Any]]:
         self.session(session_id)

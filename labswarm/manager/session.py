@@ -100,6 +100,7 @@ class SessionRunner(threading.Thread):
                 row = db.get(SessionRow, self.session_id)
                 row.status, row.error, row.finished_at = "failed", f"{type(exc).__name__}: {exc}", utcnow()
                 db.commit()
+            self.manager.session_finished(self.session_id)  # its workers stop too
 
     def _publish_phase(self, block: FeaturesBlock) -> None:
         with self.manager.db() as db:

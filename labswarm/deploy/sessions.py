@@ -1,0 +1,41 @@
+"""The launchers a manager session can ask for by name (``POST /experiments/{name}/sessions`` ``launcher``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from labswarm.deploy.base import Launcher
+from labswarm.deploy.swarm import SwarmLauncher, service_spec
+from labswarm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from labswarm.settings import Settings
+
+
+def _swarm(experiment: str, session_id: str, settings: Settings) -> Launcher:
+    return SwarmLauncher(service_spec(experiment, session_id, settings))
+
+
+#: name -> factory(experiment, session id, settings) of the launcher of one session's workers.
+SESSION_LAUNCHERS: dict[str, Callable[[str, str, Settings], Launcher]] = {"swarm": _swarm}
+#: The launcher name of a session whose workers someone else runs.
+NONE = "none"
+
+
+def session_launcher(name: str, experiment: str, session_id: str, settings: Settings) -> Launcher | None:
+    """The launcher ``name`` for one session of ``experiment`` (``None`` for ``none``); nothing is started yet.
+
+    Raises:
+        ConfigError: unknown name (the message lists the known ones), or invalid ``swarm_*`` settings.
+    """
+    if name == NONE:
+        return None
+    factory = SESSION_LAUNCHERS.get(name)
+    if factory is None:
+        known = ", ".join([NONE, *sorted(SESSION_LAUNCHERS)])
+        raise ConfigError([("launcher", f"unknown launcher {name!r}; known: {known}")])
+    try:
+        return factory(experiment, session_id, settings)
+    except ValueError as exc:
+        raise ConfigError([("launcher", str(exc))]) from exc

@@ -1,0 +1,96 @@
+"""The image's health check: finding the role's process and probing it (a real manager over HTTP)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labswarm.deploy import healthcheck
+from labswarm.manager.api import create_app
+from labswarm.manager.server import EmbeddedServer
+from labswarm.settings import Settings
+
+
+@pytest.mark.parametrize(("cmdline", "expected"), [
+    (["/opt/labswarm/bin/python", "/opt/labswarm/bin/labswarm", "manager", "--port", "8001"],
+     ("manager", ["--port", "8001"])),
+    (["/sbin/docker-init", "--", "labswarm", "worker", "--experiment", "x"], ("worker", ["--experiment", "x"])),
+    (["python", "-m", "labswarm.cli", "health", "--manager", "http://m:8000"], ("health", ["--manager", "http://m:8000"])),
+    (["labswarm", "health", "plot", "abc"], None),
+    (["labswarm", "run", "exp.yml"], None),
+    (["python", "-m", "labswarm.deploy.healthcheck"], None),
+    ([], None),
+])
+def test_role_of(cmdline: list[str], expected: tuple | None) -> None:
+    assert healthcheck.role_of(cmdline) == expected
+
+
+def test_find_prefers_the_wanted_role_and_the_lowest_pid() -> None:
+    processes = [(30, ["labswarm", "worker"]), (7, ["sh"]), (12, ["labswarm", "manager"]), (9, ["labswarm", "worker"])]
+    assert healthcheck.find(processes, None) == (9, "worker", [])
+    assert healthcheck.find(processes, "manager") == (12, "manager", [])
+    assert healthcheck.find(processes, "health") is None
+
+
+def test_option() -> None:
+    assert healthcheck.option(["--port", "9"], "--port") == "9"
+    assert healthcheck.option(["--port=9"], "--port") == "9"
+    assert healthcheck.option([], "--port", "8000") == "8000"
+
+
+def test_manager_probe_against_a_real_manager(tmp_path: Path) -> None:
+    with EmbeddedServer(create_app(Settings(home=tmp_path / "home"))) as server:
+        assert healthcheck.check("manager", 0, ["--port", str(server.port)]) is None
+    problem = healthcheck.check("manager", 0, ["--port", str(server.port)])
+    assert problem is not None and f":{server.port}/health" in problem
+
+
+def test_worker_check_wants_a_pool_and_a_connection() -> None:
+    # this process has no children and (here) no established TCP connection of its own
+    lonely = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert "pool has not started" in healthcheck.check("worker", lonely.pid, [])
+    finally:
+        lonely.kill()
+        lonely.wait()
+    assert "cannot inspect" in healthcheck.check_worker(2**22 + 12345)
+
+
+def test_main_without_a_labswarm_process_is_unhealthy(capsys: pytest.CaptureFixture[str]) -> None:
+    assert healthcheck.main(["nosuchrole"]) == 1
+    assert "unknown role" in capsys.readouterr().out
+    if not any((healthcheck.role_of(c) or ("",))[0] == "health" for c in _cmdlines()):
+        assert healthcheck.main(["health"]) == 1
+        assert "no labswarm health process" in capsys.readouterr().out
+
+
+def _cmdlines() -> list[list[str]]:
+    import psutil
+
+    return [p.info["cmdline"] or [] for p in psutil.process_iter(["cmdline"]) if p.pid != os.getpid()]
+
+
+def test_worker_with_a_pool_and_a_broker_connection_is_healthy() -> None:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as broker:
+        port = broker.getsockname()[1]
+        code = (f"import socket, subprocess, sys, time; s = socket.create_connection(('127.0.0.1', {port})); "
+                "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); "
+                "print('ready', flush=True); time.sleep(30)")
+        worker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        try:
+            assert worker.stdout.readline().strip() == "ready"
+            conn, _ = broker.accept()
+            with conn:
+                assert healthcheck.check_worker(worker.pid) is None
+        finally:
+            for child in __import__("psutil").Process(worker.pid).children():
+                child.kill()
+            worker.kill()
+            worker.wait()
+            worker.stdout.close()
