@@ -9,6 +9,10 @@ wanted), the feature extractors, and the feature store::
     transformations: [{name: identity}, {name: pitch_shift, semitones: 2}]
     features: [{name: mel, n_mels: 128}, {name: mfcc, n_mfcc: 20}]
     store: {root: ../data/store}
+    # optional: training on the features
+    pipeline: [{name: source}, {name: shuffle}, {name: features}, {name: batch, size: 32}, {name: prefetch}]
+    model: {name: cnn, input: mel}
+    training: {epochs: 6, validation: 0.2}
 
 Unknown keys and bad values raise :class:`~labswarm.errors.ConfigError` with the dotted path of each field
 (``transformations.1.semitones``) and the reason. Relative paths in a YAML file are relative to that file.
@@ -23,12 +27,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, ValidationInfo, field_validator
 
 from labswarm.audio.features.base import EXTRACTORS, FeatureConfig
 from labswarm.audio.transforms.base import TRANSFORMATIONS, TransformationConfig
 from labswarm.errors import ConfigError, format_loc
-from labswarm.plugin import validate_plugin_specs
+from labswarm.plugin import PluginConfig, validate_plugin_spec, validate_plugin_specs
+from labswarm.train.config import TrainingConfig
 
 #: Experiment names become queue names (``labswarm.<name>``) and folder names: keep them to this pattern.
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
@@ -94,6 +99,11 @@ class ExperimentConfig(_Strict):
         transformations: every clip yields one sample per transformation, in this order.
         features: the extractors computed for each sample; their ``output`` names must be unique.
         store: see :class:`StoreConfig`.
+        pipeline: the training data pipeline, a list of blocks (:mod:`labswarm.pipeline.blocks`): a ``source``
+            first, a ``features`` and a ``batch`` block, and a ``prefetch`` block last if any.
+        model: the model trained on the features (:mod:`labswarm.train.models`); its ``input`` is one of the
+            features' output names.
+        training: how to train (:class:`~labswarm.train.config.TrainingConfig`); ``None``: features only.
     """
 
     name: str = Field(pattern=NAME_PATTERN)
@@ -105,6 +115,10 @@ class ExperimentConfig(_Strict):
     )
     features: list[SerializeAsAny[FeatureConfig]] = Field(min_length=1)
     store: StoreConfig
+    pipeline: list[SerializeAsAny[PluginConfig]] = Field(default_factory=lambda: _default_pipeline(),
+                                                         validate_default=True)
+    model: SerializeAsAny[PluginConfig] | None = None
+    training: TrainingConfig | None = None
 
     @field_validator("transformations", mode="before")
     @classmethod
@@ -131,6 +145,45 @@ class ExperimentConfig(_Strict):
             )
         return specs
 
+    @field_validator("pipeline", mode="before")
+    @classmethod
+    def _pipeline(cls, value: Any) -> Any:
+        from labswarm.pipeline.base import BLOCKS
+        from labswarm.pipeline.blocks import Prefetch  # registers the built-ins
+
+        specs = validate_plugin_specs(value, BLOCKS, "pipeline")
+        names = [s.name for s in specs]
+        if not names or names[0] != "source":
+            raise ValueError("the first block must be a `source`")
+        for required in ("features", "batch"):
+            if required not in names:
+                raise ValueError(f"a `{required}` block is missing")
+        if Prefetch.name in names[:-1]:
+            raise ValueError("`prefetch` can only be the last block")
+        if repeat := _first_repeat(n for n in names if n != "shuffle"):
+            raise ValueError(f"item {repeat[0]} repeats the `{names[repeat[0]]}` block of item {repeat[1]}")
+        return specs
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model(cls, value: Any, info: ValidationInfo) -> Any:
+        from labswarm.train.models import MODELS  # registers the built-ins
+
+        if value is None:
+            return None
+        spec = value if isinstance(value, PluginConfig) else validate_plugin_spec(value, MODELS, "model")
+        outputs = [f.output_name for f in info.data.get("features") or []]
+        if outputs and spec.input not in outputs:
+            raise ValueError(f"input {spec.input!r} is not a feature output; the features are {outputs}")
+        return spec
+
+    @field_validator("training")
+    @classmethod
+    def _training(cls, value: TrainingConfig | None, info: ValidationInfo) -> TrainingConfig | None:
+        if value is not None and info.data.get("model") is None and "model" not in _failed(info):
+            raise ValueError("training needs a `model` section (e.g. {name: cnn, input: mel})")
+        return value
+
     def fingerprint(self) -> str:
         """A 16-hex-digit hash of the whole configuration (canonical JSON), e.g. to name trained models."""
         text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
@@ -145,6 +198,18 @@ class ExperimentConfig(_Strict):
             for t in self.transformations
         ]
         return self.model_copy(update={"dataset": dataset, "store": store, "transformations": transformations})
+
+
+def _failed(info: ValidationInfo) -> set[str]:
+    """Fields validated before this one that failed (absent from ``info.data``)."""
+    return {name for name in ("model",) if name not in info.data}
+
+
+def _default_pipeline() -> list[dict[str, Any]]:
+    """The pipeline an experiment gets when it names none: every sample of the split, shuffled, its features
+    read from the store, batches of 32, two producer processes."""
+    return [{"name": "source"}, {"name": "shuffle"}, {"name": "features"}, {"name": "batch", "size": 32},
+            {"name": "prefetch", "producers": 2}]
 
 
 def _first_repeat(keys: Iterable[str]) -> tuple[int, int] | None:

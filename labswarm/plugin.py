@@ -60,6 +60,20 @@ def validate_plugin_specs(items: Any, registry: Registry, title: str) -> list[Pl
     return out
 
 
+def validate_plugin_spec(item: Any, registry: Registry, title: str) -> PluginConfig:
+    """Validate one ``{name: ..., **params}`` mapping against ``registry`` (the single-item form of
+    :func:`validate_plugin_specs`: error locations are the fields, without a list index).
+
+    Raises:
+        pydantic.ValidationError: not a mapping, an unknown name, or invalid params.
+    """
+    try:
+        return validate_plugin_specs([item], registry, title)[0]
+    except ValidationError as exc:
+        errors = [_error(tuple(e["loc"][1:]), e["msg"], e.get("input")) for e in exc.errors()]
+        raise ValidationError.from_exception_data(title, errors) from None
+
+
 def build_plugin(registry: Registry, spec: Mapping[str, Any] | PluginConfig) -> Any:
     """An instance of the class registered under the spec's ``name``, configured by the spec.
 

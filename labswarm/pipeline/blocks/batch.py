@@ -1,0 +1,113 @@
+"""The batch block: items → fixed-shape batches (frames padded or cropped), labels as class indices."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from labswarm.errors import LabswarmError
+from labswarm.pipeline.base import SKIPPED, Block, BlockConfig, Context, register_block
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Batch:
+    """A batch of samples.
+
+    Attributes:
+        features: per output name, float32 array ``(batch, n_bins, frames)``.
+        labels: int64 array ``(batch,)`` of class indices (positions in the context's ``classes``).
+        ids: the sample ids, in batch order.
+        failed: ``(sample id, reason)`` of the samples dropped from this batch because their features failed.
+    """
+
+    features: dict[str, np.ndarray]
+    labels: np.ndarray
+    ids: list[str]
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+class BatchConfig(BlockConfig):
+    """Parameters of the batch block.
+
+    Attributes:
+        size: samples per batch.
+        frames: frames (last axis) of every feature array in a batch: longer ones are cropped, shorter ones
+            padded with their own minimum (silence, for dB-scaled features); ``None`` pads to the longest in
+            the batch.
+        drop_last: drop a last batch smaller than ``size``.
+    """
+
+    size: int = Field(32, ge=1)
+    frames: int | None = Field(None, ge=1)
+    drop_last: bool = False
+
+
+@register_block
+class Batcher(Block):
+    """Groups consecutive items into :class:`Batch` objects. Crops are random in training mode (offset drawn
+    from :meth:`Context.rng` of the batch's index, so a respawned producer crops alike) and centred in
+    evaluation mode. The first ``ctx.skip`` batches are yielded as :data:`~labswarm.pipeline.base.SKIPPED`
+    without reading their items' features. An item whose features fail is dropped from its batch and
+    reported in :attr:`Batch.failed`; a batch whose every item failed is yielded empty."""
+
+    name = "batch"
+    config_model = BatchConfig
+
+    def __call__(self, items: Iterator[Any] | None, ctx: Context) -> Iterator[Batch | Any]:
+        if items is None:
+            raise ValueError("batch needs a block before it (features)")
+        size = self.config.size
+        group: list[Any] = []
+        index = 0
+        for item in items:
+            group.append(item)
+            if len(group) == size:
+                yield SKIPPED if index < ctx.skip else self.collate(group, ctx, index)
+                group, index = [], index + 1
+        if group and not self.config.drop_last:
+            yield SKIPPED if index < ctx.skip else self.collate(group, ctx, index)
+
+    def collate(self, items: list[Any], ctx: Context, index: int) -> Batch:
+        """One batch from ``items`` (:class:`~labswarm.pipeline.blocks.features.Item` objects); ``index`` is the
+        batch's position in this chain's epoch (seeds its random crops)."""
+        arrays: list[dict[str, np.ndarray]] = []
+        kept: list[Any] = []
+        failed: list[tuple[str, str]] = []
+        for item in items:
+            try:
+                arrays.append(item.features)
+                kept.append(item)
+            except LabswarmError as exc:
+                log.warning("dropping sample %s from its batch: %s", item.sample.id, exc)
+                failed.append((item.sample.id, f"{type(exc).__name__}: {exc}"))
+        names = list(arrays[0]) if arrays else []
+        rng = ctx.rng("crop", index)
+        out: dict[str, np.ndarray] = {}
+        for name in names:
+            frames = self.config.frames or max(a[name].shape[-1] for a in arrays)
+            out[name] = np.stack([_fit(a[name], frames, rng, ctx.train) for a in arrays]).astype(np.float32)
+        labels = np.array([item.label for item in kept], dtype=np.int64)
+        return Batch(out, labels, [item.sample.id for item in kept], failed)
+
+
+def _fit(array: np.ndarray, frames: int, rng: np.random.Generator, random_crop: bool) -> np.ndarray:
+    """``array`` ``(n_bins, n)`` cropped or padded (with its minimum) to ``(n_bins, frames)``."""
+    n = array.shape[-1]
+    if n > frames:
+        start = int(rng.integers(0, n - frames + 1)) if random_crop else (n - frames) // 2
+        return array[..., start:start + frames]
+    if n < frames:
+        fill = float(array.min()) if array.size else 0.0
+        pad = [(0, 0)] * (array.ndim - 1) + [(0, frames - n)]
+        return np.pad(array, pad, constant_values=fill)
+    return array

@@ -1,0 +1,336 @@
+"""Multiprocess prefetch: producer processes build batches ahead of the trainer, under a memory watchdog.
+
+Producer ``k`` of ``n`` runs the chain of blocks before the prefetch block on its shard of the epoch's samples
+(:attr:`Context.shard`), seeded from (experiment seed, epoch, producer id, rank), and puts its batches, in order
+and numbered, into its own bounded queue. The trainer takes batch ``j`` of the epoch from producer ``j mod n``
+(skipping producers that have finished): the order is deterministic for a seed, a number of producers and a
+rank, however fast each producer runs.
+
+**Memory watchdog.** Every ``check_interval`` seconds the consumer reads each producer's resident set size
+(psutil). A producer above ``memory_limit_mb`` is asked to retire: it stops after the batch it is building and
+exits; the consumer keeps taking the batches already in its queue, then starts a replacement that skips the
+batches already delivered (``Context.skip``: skipped batches read no features). A producer that does not exit
+within ``grace`` seconds, or that dies, is killed and its queue discarded (a killed writer may leave half a
+message); the replacement resumes after the last batch delivered. Batches are numbered, so none is lost or
+delivered twice within the epoch.
+
+**Resume.** :meth:`Prefetcher.state_dict` (batches delivered per producer, whose turn is next) restarts an epoch
+where it stopped (:meth:`Prefetcher.__init__`'s ``state``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import queue as queue_module
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import psutil
+from pydantic import Field
+
+from labswarm.errors import LabswarmError
+from labswarm.pipeline.base import SKIPPED, Block, BlockConfig, Context, chain, register_block
+
+log = logging.getLogger(__name__)
+
+
+class PipelineError(LabswarmError):
+    """A producer process failed (the message carries its traceback), or the pipeline is misused."""
+
+
+class PrefetchConfig(BlockConfig):
+    """Parameters of the prefetch block.
+
+    Attributes:
+        producers: producer processes; ``0`` runs the chain in the trainer's process (no prefetch).
+        depth: batches each producer may hold ready in its queue.
+        memory_limit_mb: resident set size in MiB above which a producer is replaced; ``None``: no watchdog.
+        check_interval: seconds between two memory checks.
+        grace: seconds a retiring producer has to exit before it is killed.
+        start_method: how producers start (``fork`` is fastest on Linux; ``spawn`` re-imports everything).
+        threads: maths-library threads per producer (BLAS / OpenMP / torch).
+    """
+
+    producers: int = Field(2, ge=0)
+    depth: int = Field(4, ge=1)
+    memory_limit_mb: float | None = Field(None, gt=0)
+    check_interval: float = Field(0.5, gt=0)
+    grace: float = Field(10.0, gt=0)
+    start_method: Literal["fork", "spawn", "forkserver"] = "fork"
+    threads: int = Field(1, ge=1)
+
+
+@register_block
+class Prefetch(Block):
+    """Marks where a chain is split between producer processes and the trainer. In a
+    :class:`~labswarm.pipeline.pipeline.Pipeline` the blocks before it run in :class:`Prefetcher` producers;
+    called directly in a chain, it passes its items through."""
+
+    name = "prefetch"
+    config_model = PrefetchConfig
+
+    def __call__(self, items: Iterator[Any] | None, ctx: Context) -> Iterator[Any]:
+        if items is None:
+            raise ValueError("prefetch needs a block before it")
+        return items
+
+
+@dataclass
+class _Slot:
+    """One producer: its process, queue and retire event, and how many of its batches were delivered."""
+
+    index: int
+    process: Any = None
+    queue: Any = None
+    retire: Any = None
+    delivered: int = 0
+    done: bool = False
+    retire_at: float | None = None
+    spawned: int = 0
+    rss_peak: int = field(default=0)
+
+
+def _produce(blocks: Sequence[Block], ctx: Context, out: Any, stop: Any, retire: Any, threads: int) -> None:
+    """A producer process: run the chain, put ``("batch", seq, batch)`` per batch, then ``("end", n)``; on an
+    error put ``("error", traceback)``. Returns early when ``stop`` or ``retire`` is set."""
+    from labswarm.local import limit_threads
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops us
+    limit_threads(threads)
+    torch = sys.modules.get("torch")  # only when the trainer imported it: a producer should not pay the import
+    if torch is not None:
+        torch.set_num_threads(threads)
+
+    def put(message: tuple) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(message, timeout=0.1)
+                return True
+            except queue_module.Full:
+                continue
+        return False
+
+    seq = 0
+    try:
+        for batch in chain(blocks, ctx):
+            if batch is SKIPPED:
+                seq += 1
+                continue
+            if seq < ctx.skip:  # a chain without a batch block: skip items here
+                seq += 1
+                continue
+            if stop.is_set() or not put(("batch", seq, batch)):
+                return
+            seq += 1
+            if retire.is_set():
+                return
+        put(("end", seq))
+    except Exception:  # every failure goes to the trainer, with its traceback
+        put(("error", traceback.format_exc()))
+
+
+class Prefetcher:
+    """Iterator over one epoch's batches, built ahead by producer processes (see the module docstring).
+
+    Args:
+        blocks: the chain the producers run (source … batch), picklable.
+        ctx: the context of the epoch; ``producer``, ``producers`` and ``skip`` are set per producer here.
+        config: the prefetch parameters; ``producers == 0`` runs the chain in this process.
+        state: a :meth:`state_dict` of this epoch to resume from.
+
+    Raises:
+        PipelineError: (when iterated) a producer raised; the message carries its traceback.
+    """
+
+    def __init__(self, blocks: Sequence[Block], ctx: Context, config: PrefetchConfig | None = None,
+                 state: dict[str, Any] | None = None) -> None:
+        self.blocks = list(blocks)
+        self.config = config or PrefetchConfig(name="prefetch")
+        self.n = max(1, self.config.producers)
+        self.ctx = ctx.with_(producers=self.n)
+        self.in_process = self.config.producers == 0
+        self._mp = mp.get_context(self.config.start_method)
+        self._stop = self._mp.Event()
+        self.slots = [_Slot(k) for k in range(self.n)]
+        self.turn = 0
+        self.respawns = 0  #: producers replaced so far (memory watchdog or death)
+        self.waited = 0.0  #: seconds spent waiting for a batch
+        self._last_check = 0.0
+        self._local: Iterator[Any] | None = None
+        if state is not None:
+            self._load(state)
+        self._closed = False
+        if not self.in_process:
+            for slot in self.slots:
+                if not slot.done:
+                    self._spawn(slot)
+
+    # state
+    def state_dict(self) -> dict[str, Any]:
+        """``{epoch, producers, delivered: [per producer], done: [per producer], turn}``: where the epoch is."""
+        return {"epoch": self.ctx.epoch, "producers": self.n, "delivered": [s.delivered for s in self.slots],
+                "done": [s.done for s in self.slots], "turn": self.turn}
+
+    def _load(self, state: dict[str, Any]) -> None:
+        if state.get("epoch") != self.ctx.epoch or state.get("producers") != self.n:
+            raise PipelineError(
+                f"cannot resume: the state is of epoch {state.get('epoch')} with {state.get('producers')} "
+                f"producers, this epoch is {self.ctx.epoch} with {self.n}"
+            )
+        for slot, delivered, done in zip(self.slots, state["delivered"], state["done"], strict=True):
+            slot.delivered, slot.done = int(delivered), bool(done)
+        self.turn = int(state["turn"])
+
+    # producers
+    def _spawn(self, slot: _Slot) -> None:
+        slot.queue = self._mp.Queue(self.config.depth)
+        slot.retire = self._mp.Event()
+        slot.retire_at = None
+        ctx = self.ctx.with_(producer=slot.index, skip=slot.delivered)
+        slot.process = self._mp.Process(
+            target=_produce, args=(self.blocks, ctx, slot.queue, self._stop, slot.retire, self.config.threads),
+            name=f"labswarm-producer-{slot.index}", daemon=True,
+        )
+        slot.process.start()
+        slot.spawned += 1
+
+    def _replace(self, slot: _Slot, why: str) -> None:
+        log.warning("replacing producer %d (pid %s): %s; it resumes after batch %d",
+                    slot.index, slot.process.pid, why, slot.delivered)
+        if slot.process.is_alive():
+            slot.process.kill()
+        slot.process.join(5)
+        slot.queue.close()
+        slot.queue.cancel_join_thread()
+        self.respawns += 1
+        self._spawn(slot)
+
+    def _watch(self) -> None:
+        """The memory watchdog: ask producers over the limit to retire; kill those past their grace."""
+        limit = self.config.memory_limit_mb
+        now = time.monotonic()
+        if limit is None or now - self._last_check < self.config.check_interval:
+            return
+        self._last_check = now
+        for slot in self.slots:
+            if slot.done or slot.process is None or not slot.process.is_alive():
+                continue
+            if slot.retire_at is not None:
+                if now - slot.retire_at > self.config.grace:
+                    self._replace(slot, f"did not retire within {self.config.grace} s")
+                continue
+            try:
+                rss = psutil.Process(slot.process.pid).memory_info().rss
+            except psutil.Error:
+                continue
+            slot.rss_peak = max(slot.rss_peak, rss)
+            if rss > limit * 2**20:
+                log.warning("producer %d uses %.0f MiB > %.0f MiB: retiring it", slot.index, rss / 2**20, limit)
+                slot.retire.set()
+                slot.retire_at = now
+
+    def _get(self, slot: _Slot) -> tuple:
+        while True:
+            self._watch()
+            try:
+                return slot.queue.get(timeout=0.05)
+            except queue_module.Empty:
+                pass
+            if slot.process.is_alive():
+                continue
+            try:  # exited: take what it flushed before exiting
+                return slot.queue.get(timeout=0.05)
+            except queue_module.Empty:
+                pass
+            if slot.retire_at is not None:
+                log.info("producer %d retired after %d batches", slot.index, slot.delivered)
+                self.respawns += 1
+                self._spawn(slot)
+            else:
+                self._replace(slot, f"it died (exit code {slot.process.exitcode})")
+
+    # iteration
+    def __iter__(self) -> Prefetcher:
+        return self
+
+    def __next__(self) -> Any:
+        if self._closed:
+            raise StopIteration
+        if self.in_process:
+            return self._next_local()
+        started = time.perf_counter()
+        try:
+            while not all(s.done for s in self.slots):
+                slot = self.slots[self.turn]
+                if slot.done:
+                    self.turn = (self.turn + 1) % self.n
+                    continue
+                kind, *rest = self._get(slot)
+                if kind == "error":
+                    raise PipelineError(f"producer {slot.index} failed:\n{rest[0]}")
+                if kind == "end":
+                    slot.done = True
+                    self.turn = (self.turn + 1) % self.n
+                    continue
+                seq, batch = rest
+                if seq != slot.delivered:  # a replay of a batch already delivered: drop it
+                    continue
+                slot.delivered += 1
+                self.turn = (self.turn + 1) % self.n
+                return batch
+        finally:
+            self.waited += time.perf_counter() - started
+        self.close()
+        raise StopIteration
+
+    def _next_local(self) -> Any:
+        slot = self.slots[0]
+        if self._local is None:
+            self._local = chain(self.blocks, self.ctx.with_(producer=0, producers=1, skip=slot.delivered))
+        started = time.perf_counter()
+        try:
+            for batch in self._local:
+                if batch is SKIPPED:
+                    continue
+                slot.delivered += 1
+                return batch
+        finally:
+            self.waited += time.perf_counter() - started
+        slot.done = True
+        raise StopIteration
+
+    def close(self) -> None:
+        """Stop the producers (graceful, then killed after 2 s) and free their queues; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        live = [s for s in self.slots if s.process is not None]
+        deadline = time.monotonic() + 2.0
+        for slot in live:
+            while slot.process.is_alive() and time.monotonic() < deadline:
+                with contextlib.suppress(queue_module.Empty, OSError, EOFError):
+                    slot.queue.get(timeout=0.02)  # unblock a feeder thread stuck on a full pipe
+        for slot in live:
+            if slot.process.is_alive():
+                slot.process.kill()
+            slot.process.join(5)
+            slot.queue.close()
+            slot.queue.cancel_join_thread()
+
+    def __enter__(self) -> Prefetcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter shutdown anything may be gone
+            self.close()

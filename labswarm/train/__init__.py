@@ -1,0 +1,1 @@
+"""Training on the feature store: models, the trainer, checkpoints."""

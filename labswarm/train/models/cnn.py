@@ -1,0 +1,35 @@
+"""``cnn``: a small convolutional network on a mel spectrogram."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from labswarm.train.models.base import Model, ModelConfig, import_torch, register_model
+
+
+class CNNConfig(ModelConfig):
+    """Parameters of the ``cnn`` model.
+
+    Attributes:
+        input: the feature to read; a spectrogram-like ``(n_bins, frames)`` array (default ``mel``).
+        channels: output channels of each convolution block (the first block has stride 2).
+    """
+
+    input: str = "mel"
+    channels: list[int] = Field(default_factory=lambda: [16, 32, 64, 64], min_length=1)
+
+
+@register_model
+class CNN(Model):
+    """:class:`~labswarm.train.models.nets.MelCNN` built from :class:`CNNConfig`."""
+
+    name = "cnn"
+    config_model = CNNConfig
+
+    def build(self, n_bins: int, n_classes: int) -> Any:
+        import_torch()
+        from labswarm.train.models.nets import MelCNN
+
+        return MelCNN(n_classes, list(self.config.channels), self.config.dropout)

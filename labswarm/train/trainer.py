@@ -1,0 +1,257 @@
+"""The trainer: an experiment's model trained on its features, epoch by epoch, with a checkpoint after each.
+
+Files of a run (``<home>/train/<experiment>-<fingerprint>/``): ``metrics.jsonl`` (one JSON line per epoch),
+``checkpoint.pt`` (model, optimizer, schedule and pipeline state after the last finished epoch). The trained
+model is written to ``<home>/models/<experiment>-<fingerprint>.pt``: the experiment's name with the hash of its
+whole configuration, so a changed configuration never overwrites another's model.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from labswarm.config import ExperimentConfig
+from labswarm.errors import ConfigError
+from labswarm.pipeline.base import Block
+from labswarm.pipeline.pipeline import Pipeline
+from labswarm.train import checkpoint
+from labswarm.train.checkpoint import CheckpointError
+from labswarm.train.metrics import accuracy, confusion, f1_per_class
+from labswarm.train.models.base import Model, import_torch
+
+log = logging.getLogger(__name__)
+
+#: Version of the model file layout written by :meth:`Trainer.fit`.
+MODEL_FORMAT = 1
+
+
+@dataclass
+class TrainResult:
+    """What a training run produced.
+
+    Attributes:
+        metrics: one record per epoch (the metrics log).
+        model_path: the trained model file.
+        run_dir: the folder of the metrics log and the checkpoint.
+        resumed_from: the epoch the run resumed after (0: from scratch).
+        seconds: wall time of this call.
+    """
+
+    metrics: list[dict[str, Any]]
+    model_path: Path
+    run_dir: Path
+    resumed_from: int
+    seconds: float
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """The last epoch's record."""
+        return self.metrics[-1]
+
+
+class Trainer:
+    """Trains ``experiment.model`` as ``experiment.training`` says, reading batches through the experiment's
+    pipeline (train split, shuffled) and validating on the held-out sources after every epoch.
+
+    Args:
+        experiment: an experiment with ``model`` and ``training`` sections.
+        home: labswarm's state folder (``Settings.home``).
+        on_epoch: called with each epoch's metrics record.
+
+    Raises:
+        ConfigError: the experiment has no ``training`` or ``model`` section.
+    """
+
+    def __init__(self, experiment: ExperimentConfig, home: Path,
+                 on_epoch: Callable[[dict[str, Any]], None] | None = None) -> None:
+        if experiment.training is None or experiment.model is None:
+            raise ConfigError([("training", "the experiment has no `training` and `model` sections to train")])
+        self.experiment = experiment
+        self.training = experiment.training
+        self.spec = Model.from_spec(experiment.model)
+        self.input = experiment.model.input
+        tag = f"{experiment.name}-{experiment.fingerprint()}"
+        self.run_dir = Path(home) / "train" / tag
+        self.model_path = Path(home) / "models" / f"{tag}.pt"
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.checkpoint_path = self.run_dir / "checkpoint.pt"
+        self.on_epoch = on_epoch
+
+    def _pipelines(self) -> tuple[Pipeline, Pipeline]:
+        """Train and validation pipelines; a features block that reads every output reads only the model's."""
+        specs = []
+        for spec in self.experiment.pipeline:
+            block = Block.from_spec(spec)
+            if block.name == "features" and block.config.outputs is None:
+                block = Block.from_spec({**block.spec(), "outputs": [self.input]})
+            specs.append(block)
+        train = Pipeline(self.experiment, split="train", blocks=specs)
+        validation = Pipeline(self.experiment, split="validation", train=False, blocks=specs)
+        return train, validation
+
+    def _device(self, torch: Any) -> Any:
+        wanted = self.training.device
+        if wanted == "auto":
+            wanted = "cuda" if torch.cuda.is_available() else "cpu"
+        return torch.device(wanted)
+
+    def fit(self, resume: bool = False) -> TrainResult:
+        """Train for ``training.epochs`` epochs, or, with ``resume``, the epochs left after the last checkpoint.
+
+        Returns:
+            The :class:`TrainResult`; the metrics records hold ``train_loss``, ``train_accuracy``, ``val_loss``,
+            ``val_accuracy``, ``val_f1`` (per class), ``val_macro_f1``, ``samples_per_s`` (training samples per
+            second of wall time), ``data_wait_s`` (seconds the trainer waited for batches) and ``data_wait_share``.
+
+        Raises:
+            CheckpointError: ``resume`` found a checkpoint of another configuration, or an unreadable one.
+            PipelineError: a producer failed.
+            ImportError: torch is not installed.
+        """
+        torch = import_torch()
+        started = time.perf_counter()
+        if self.training.threads:
+            torch.set_num_threads(self.training.threads)
+        device = self._device(torch)
+        train, validation = self._pipelines()
+        classes = train.classes
+        n_bins = _feature_bins(self.experiment, self.input)
+        model = self.spec.build(n_bins, len(classes)).to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=self.training.learning_rate,
+                                      weight_decay=self.training.weight_decay)
+        epochs = self.training.epochs
+        cosine = self.training.schedule == "cosine"
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda e: 0.5 * (1 + math.cos(math.pi * e / epochs)) if cosine else 1.0)
+        start = self._restore(resume, model, optimizer, schedule)
+        records = checkpoint.read_metrics(self.metrics_path)
+        for epoch in range(start, epochs):
+            torch.manual_seed(train.context.with_(epoch=epoch).seed("torch"))
+            record = self._train_epoch(torch, model, optimizer, train, epoch, device)
+            record.update(self._validate(torch, model, validation, device))
+            record["lr"] = optimizer.param_groups[0]["lr"]
+            schedule.step()
+            record["time"] = datetime.now(UTC).isoformat(timespec="seconds")
+            checkpoint.append_metrics(self.metrics_path, record)  # the log first: a crash before the checkpoint
+            checkpoint.save({                                      # replays this epoch, truncating its line
+                "epoch": epoch + 1, "fingerprint": self.experiment.fingerprint(), "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+                "pipeline": {"epoch": epoch + 1, "state": None},
+            }, self.checkpoint_path)
+            records.append(record)
+            if self.on_epoch is not None:
+                self.on_epoch(record)
+        checkpoint.save({
+            "format": MODEL_FORMAT, "experiment": self.experiment.name,
+            "fingerprint": self.experiment.fingerprint(), "model": self.experiment.model.model_dump(mode="json"),
+            "classes": list(classes), "input": self.input, "n_bins": n_bins,
+            "state_dict": {k: v.cpu() for k, v in model.state_dict().items()},
+            "metrics": records[-1] if records else None, "config": self.experiment.model_dump(mode="json"),
+        }, self.model_path)
+        return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started)
+
+    def _restore(self, resume: bool, model: Any, optimizer: Any, schedule: Any) -> int:
+        """Load the checkpoint when resuming (returns the epochs it covers), else start a fresh run dir."""
+        if not resume or not self.checkpoint_path.is_file():
+            if resume:
+                log.info("no checkpoint in %s: training from the start", self.run_dir)
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            return 0
+        state = checkpoint.load(self.checkpoint_path)
+        if state.get("fingerprint") != self.experiment.fingerprint():
+            raise CheckpointError(f"{self.checkpoint_path} belongs to another configuration of the experiment")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        done = int(state["epoch"])
+        checkpoint.truncate_metrics(self.metrics_path, done)
+        log.info("resuming %s after epoch %d", self.experiment.name, done)
+        return done
+
+    def _train_epoch(self, torch: Any, model: Any, optimizer: Any, train: Pipeline, epoch: int,
+                     device: Any) -> dict[str, Any]:
+        model.train()
+        loss_sum, correct, seen, failed = 0.0, 0, 0, 0
+        t0 = time.perf_counter()
+        with train.epoch(epoch) as batches:
+            for batch in batches:
+                failed += len(batch.failed)
+                if not len(batch):
+                    continue
+                x = torch.from_numpy(batch.features[self.input]).to(device)
+                y = torch.from_numpy(batch.labels).to(device)
+                optimizer.zero_grad(set_to_none=True)
+                logits = model(x)
+                loss = torch.nn.functional.cross_entropy(logits, y)
+                loss.backward()
+                optimizer.step()
+                loss_sum += float(loss.detach()) * len(batch)
+                correct += int((logits.argmax(1) == y).sum())
+                seen += len(batch)
+            waited, respawns = batches.waited, batches.respawns
+        seconds = time.perf_counter() - t0
+        return {
+            "epoch": epoch + 1, "epochs": self.training.epochs, "samples": seen,
+            "train_loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
+            "samples_per_s": seen / seconds if seconds else 0.0, "data_wait_s": waited,
+            "data_wait_share": waited / seconds if seconds else 0.0, "epoch_s": seconds,
+            "respawns": respawns, "failed_samples": failed,
+        }
+
+    def _validate(self, torch: Any, model: Any, validation: Pipeline, device: Any) -> dict[str, Any]:
+        model.eval()
+        labels, predictions, loss_sum = [], [], 0.0
+        with torch.no_grad(), validation.epoch(0) as batches:
+            for batch in batches:
+                if not len(batch):
+                    continue
+                x = torch.from_numpy(batch.features[self.input]).to(device)
+                y = torch.from_numpy(batch.labels).to(device)
+                logits = model(x)
+                loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
+                labels.append(batch.labels)
+                predictions.append(logits.argmax(1).cpu().numpy())
+        if not labels:
+            return {"val_samples": 0}
+        matrix = confusion(np.concatenate(labels), np.concatenate(predictions), len(validation.classes))
+        f1 = f1_per_class(matrix, validation.classes)
+        n = int(matrix.sum())
+        return {"val_samples": n, "val_loss": loss_sum / n, "val_accuracy": accuracy(matrix), "val_f1": f1,
+                "val_macro_f1": float(np.mean(list(f1.values()))), "val_confusion": matrix.tolist()}
+
+
+def _feature_bins(experiment: ExperimentConfig, output: str) -> int:
+    """Rows (bins or coefficients) of a feature's ``(n_bins, frames)`` array, from one second of noise."""
+    from labswarm.audio.features.base import FeatureExtractor
+
+    spec = next(f for f in experiment.features if f.output_name == output)
+    sr = experiment.dataset.sample_rate
+    y = (0.1 * np.random.default_rng(0).standard_normal(sr)).astype(np.float32)
+    return int(FeatureExtractor.from_spec(spec)(y, sr).shape[0])
+
+
+def load_model(path: Path, map_location: Any = "cpu") -> tuple[Any, dict[str, Any]]:
+    """A trained model file back as ``(torch module in eval mode, metadata)``; the metadata holds
+    ``classes``, ``input``, ``experiment``, ``fingerprint`` and the last ``metrics``.
+
+    Raises:
+        CheckpointError: unreadable, or not a labswarm model file of a known format.
+    """
+    state = checkpoint.load(Path(path), map_location)
+    if state.get("format") != MODEL_FORMAT:
+        raise CheckpointError(f"{path} is not a labswarm model file (format {state.get('format')!r})")
+    model = Model.from_spec(state["model"]).build(state["n_bins"], len(state["classes"]))
+    model.load_state_dict(state["state_dict"])
+    model.eval()
+    return model, {k: v for k, v in state.items() if k != "state_dict"}
