@@ -116,16 +116,52 @@ def run(
     health: Annotated[bool, typer.Option(help="Steer the publish rate with the health controller.")] = True,
     rabbitmq_api: Annotated[str | None, typer.Option(help="RabbitMQ management API for the controller "
                                                      "(default: queue depth from the session ledger).")] = None,
+    train: Annotated[bool, typer.Option("--train/--no-train", help="Train after computing, when the experiment "
+                                        "has a `training` section.")] = True,
 ) -> None:
-    """Run an experiment distributed over workers: embedded manager and broker unless URLs are given."""
+    """Run an experiment distributed over workers (embedded manager and broker unless URLs are given); then,
+    when the experiment has a `training` section, train its model on the features."""
+    config = _load(experiment)
+    _compute(config, workers=workers, concurrency=concurrency, broker=broker, manager=manager, rate=rate,
+             health=health, rabbitmq_api=rabbitmq_api)
+    if train and config.training is not None:
+        _train(config, resume=False)
+
+
+@app.command()
+def train(
+    experiment: Annotated[Path, typer.Argument(help="Experiment YAML file with `model` and `training` sections.")],
+    resume: Annotated[bool, typer.Option(help="Continue after the last checkpoint of this configuration.")] = False,
+    compute: Annotated[bool, typer.Option(help="First compute the features missing from the store, through the "
+                                          "distributed run (embedded default).")] = True,
+    workers: Annotated[int, typer.Option(min=0, help="Local workers for the missing features.")] = 2,
+) -> None:
+    """Train the experiment's model on its features: per-epoch metrics as JSON lines, a checkpoint every epoch
+    (resume with --resume), the trained model saved under the experiment's name and configuration hash."""
+    config = _load(experiment)
+    if config.training is None:
+        raise _fail(ConfigError([("training", "missing: add `model` and `training` sections to train")]), 2)
+    if compute:
+        _compute(config, workers=workers)
+    _train(config, resume=resume)
+
+
+def _load(path: Path):
     from labswarm.config import load_experiment
+
+    try:
+        return load_experiment(path)
+    except ConfigError as exc:
+        raise _fail(exc, 2) from None
+
+
+def _compute(config, *, workers: int = 2, concurrency: int = 1, broker: str | None = None,
+             manager: str | None = None, rate: float | None = None, health: bool = True,
+             rabbitmq_api: str | None = None) -> None:
+    """The features of every sample into the store, as a session (exits non-zero unless it completes)."""
     from labswarm.run import run_experiment
     from labswarm.settings import load_settings
 
-    try:
-        config = load_experiment(experiment)
-    except ConfigError as exc:
-        raise _fail(exc, 2) from None
     settings = load_settings()
     with _progress() as progress:
         task = progress.add_task(config.name, total=None, rate=0.0, failed=0)
@@ -152,6 +188,38 @@ def run(
         console.print(f"health figure (queue depth; publish vs consume rate): {result.figure}")
     if p["status"] != "completed":
         raise typer.Exit(1)
+
+
+def _train(config, *, resume: bool) -> None:
+    """Train the experiment's model, printing one line per epoch and the held-out result."""
+    from labswarm.settings import load_settings
+    from labswarm.train.trainer import Trainer
+
+    def show(r: dict) -> None:
+        console.print(
+            f"epoch {r['epoch']}/{r['epochs']}  loss {r['train_loss']:.3f}  train acc {r['train_accuracy']:.3f}  "
+            f"val acc {r.get('val_accuracy', float('nan')):.3f}  val F1 {r.get('val_macro_f1', float('nan')):.3f}  "
+            f"{r['samples_per_s']:.0f} samples/s  waiting for data {100 * r['data_wait_share']:.1f} %  "
+            f"({r['epoch_s']:.0f} s)", highlight=False)
+
+    try:
+        trainer = Trainer(config, load_settings().home, on_epoch=show)
+        console.print(f"training {config.model.name} on {config.model.input} for {config.training.epochs} epochs; "
+                      f"metrics: {trainer.metrics_path}")
+        result = trainer.fit(resume=resume)
+    except (LabswarmError, ImportError) as exc:
+        raise _fail(exc if isinstance(exc, LabswarmError) else LabswarmError(str(exc))) from None
+    final = result.final
+    table = Table(title=f"{config.name}: held-out accuracy (validation sources unseen in training)",
+                  show_header=False)
+    table.add_row("accuracy", f"{final.get('val_accuracy', float('nan')):.3f}")
+    for name, f1 in final.get("val_f1", {}).items():
+        table.add_row(f"F1 {name}", f"{f1:.3f}")
+    table.add_row("validation samples", str(final.get("val_samples", 0)))
+    table.add_row("epochs", f"{final['epoch']} (resumed after {result.resumed_from})" if result.resumed_from
+                  else str(final["epoch"]))
+    table.add_row("model", str(result.model_path))
+    console.print(table)
 
 
 @app.command()

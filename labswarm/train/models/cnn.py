@@ -15,10 +15,12 @@ class CNNConfig(ModelConfig):
     Attributes:
         input: the feature to read; a spectrogram-like ``(n_bins, frames)`` array (default ``mel``).
         channels: output channels of each convolution block (the first block has stride 2).
+        bands: frequency bands the last feature maps are averaged into (time is averaged out).
     """
 
     input: str = "mel"
     channels: list[int] = Field(default_factory=lambda: [16, 32, 64, 64], min_length=1)
+    bands: int = Field(4, ge=1)
 
 
 @register_model
@@ -32,4 +34,4 @@ class CNN(Model):
         import_torch()
         from labswarm.train.models.nets import MelCNN
 
-        return MelCNN(n_classes, list(self.config.channels), self.config.dropout)
+        return MelCNN(n_classes, list(self.config.channels), self.config.dropout, self.config.bands)

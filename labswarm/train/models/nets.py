@@ -10,19 +10,22 @@ class MelCNN(nn.Module):
     """A small CNN on a (log-)mel spectrogram.
 
     An input BatchNorm standardizes the dB values; then blocks of 3×3 convolution, BatchNorm and ReLU (the
-    first with stride 2, each later one followed by 2×2 max pooling); global average pooling makes any number
-    of frames valid; dropout; a linear classifier. The shape follows the small VGG-like audio taggers of
+    first with stride 2, the middle ones followed by 2×2 max pooling); adaptive average pooling to ``bands``
+    frequency bands × 1 (averaging over time makes any number of frames valid, while the bands keep where in
+    frequency a pattern lies: a low tone and a high tone look alike to a fully global pooling); dropout; a
+    linear classifier. The shape follows the small VGG-like audio taggers of
     Choi et al., "Automatic tagging using deep convolutional neural networks" (ISMIR 2016), scaled down.
 
     Args:
         n_classes: output classes.
         channels: output channels of each convolution block.
         dropout: dropout probability before the classifier.
+        bands: frequency bands kept by the final pooling.
 
     Input: float32 ``(batch, n_mels, frames)``. Output: logits ``(batch, n_classes)``.
     """
 
-    def __init__(self, n_classes: int, channels: list[int], dropout: float) -> None:
+    def __init__(self, n_classes: int, channels: list[int], dropout: float, bands: int = 4) -> None:
         super().__init__()
         layers: list[nn.Module] = [nn.BatchNorm2d(1)]
         previous = 1
@@ -32,12 +35,12 @@ class MelCNN(nn.Module):
             if 0 < i < len(channels) - 1:
                 layers.append(nn.MaxPool2d(2))
             previous = width
+        layers.append(nn.AdaptiveAvgPool2d((bands, 1)))
         self.features = nn.Sequential(*layers)
-        self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(previous, n_classes))
+        self.head = nn.Sequential(nn.Flatten(), nn.Dropout(dropout), nn.Linear(previous * bands, n_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.features(x.unsqueeze(1))
-        return self.head(h.mean(dim=(2, 3)))
+        return self.head(self.features(x.unsqueeze(1)))
 
 
 class StatsMLP(nn.Module):
