@@ -58,3 +58,17 @@ def test_killed_mid_epoch_then_resume_ends_with_every_epoch_once(tmp_path: Path)
     assert _epochs(metrics) == list(range(1, EPOCHS + 1))  # no gap, no repeat
     models = list((home / "models").glob("three-*.pt"))
     assert len(models) == 1
+
+
+def test_train_computes_missing_features_through_a_session_first(tmp_path: Path) -> None:
+    root = write_three_classes(tmp_path / "data", per_class=6)
+    data = training_experiment(root, tmp_path / "store", training={"epochs": 2, "validation": 0.25, "threads": 1})
+    data["pipeline"][2] = {"name": "features", "compute_missing": False}  # training itself computes nothing
+    experiment = tmp_path / "three.yml"
+    experiment.write_text(yaml.safe_dump(data))
+    cmd, env = _command(experiment, tmp_path / "home", "--compute", "--workers", "1")
+    cmd.remove("--no-compute")
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "completed" in result.stdout and "held-out accuracy" in result.stdout
+    assert len(list((tmp_path / "store").rglob("*.npy"))) == 3 * 6 * 2 * 2  # samples × (mel, mfcc)
