@@ -11,8 +11,10 @@ rank, however fast each producer runs.
 exits; the consumer keeps taking the batches already in its queue, then starts a replacement that skips the
 batches already delivered (``Context.skip``: skipped batches read no features). A producer that does not exit
 within ``grace`` seconds, or that dies, is killed and its queue discarded (a killed writer may leave half a
-message); the replacement resumes after the last batch delivered. Batches are numbered, so none is lost or
-delivered twice within the epoch.
+message: the trainer keeps no write end of a producer's pipe, so that reads as end-of-file, not as a wait for the
+rest); the replacement resumes after the last batch delivered. Batches are numbered, so none is lost or
+delivered twice within the epoch; a gap in the numbers (a batch that could not be pickled) fails the epoch, and
+so does a producer that dies :data:`MAX_DEATHS` times in a row at the same batch.
 
 **Resume.** :meth:`Prefetcher.state_dict` (batches delivered per producer, whose turn is next) restarts an epoch
 where it stopped (:meth:`Prefetcher.__init__`'s ``state``).
@@ -21,6 +23,7 @@ where it stopped (:meth:`Prefetcher.__init__`'s ``state``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import multiprocessing as mp
 import queue as queue_module
@@ -39,6 +42,9 @@ from labswarm.errors import LabswarmError
 from labswarm.pipeline.base import SKIPPED, Block, BlockConfig, Context, chain, register_block
 
 log = logging.getLogger(__name__)
+
+#: A producer that dies this many times in a row at the same batch fails the epoch instead of being replaced.
+MAX_DEATHS = 3
 
 
 class PipelineError(LabswarmError):
@@ -95,6 +101,8 @@ class _Slot:
     retire_at: float | None = None
     spawned: int = 0
     rss_peak: int = field(default=0)
+    deaths: int = 0
+    died_at: int = -1
 
 
 def _produce(blocks: Sequence[Block], ctx: Context, out: Any, stop: Any, retire: Any, threads: int) -> None:
@@ -199,11 +207,14 @@ class Prefetcher:
             name=f"labswarm-producer-{slot.index}", daemon=True,
         )
         slot.process.start()
+        # The producer holds the only write end of its pipe: when it dies, a read gets end-of-file (EOFError,
+        # or OSError in the middle of a message) instead of waiting forever for the rest of a half-written one.
+        slot.queue._writer.close()
         slot.spawned += 1
 
-    def _replace(self, slot: _Slot, why: str) -> None:
-        log.warning("replacing producer %d (pid %s): %s; it resumes after batch %d",
-                    slot.index, slot.process.pid, why, slot.delivered)
+    def _replace(self, slot: _Slot, why: str, level: int = logging.WARNING) -> None:
+        log.log(level, "replacing producer %d (pid %s): %s; it resumes after batch %d",
+                slot.index, slot.process.pid, why, slot.delivered)
         if slot.process.is_alive():
             slot.process.kill()
         slot.process.join(5)
@@ -242,19 +253,25 @@ class Prefetcher:
             try:
                 return slot.queue.get(timeout=0.05)
             except queue_module.Empty:
-                pass
-            if slot.process.is_alive():
-                continue
-            try:  # exited: take what it flushed before exiting
-                return slot.queue.get(timeout=0.05)
-            except queue_module.Empty:
-                pass
-            if slot.retire_at is not None:
-                log.info("producer %d retired after %d batches", slot.index, slot.delivered)
-                self.respawns += 1
-                self._spawn(slot)
+                if slot.process.is_alive():
+                    continue
+                try:  # exited: take what it flushed before exiting
+                    return slot.queue.get(timeout=0.05)
+                except (queue_module.Empty, EOFError, OSError):
+                    pass
+            except (EOFError, OSError):  # its end of the pipe is closed: every message was read (EOFError), or
+                pass                     # it died in the middle of one (OSError), which is discarded with the queue
+            slot.process.join(5)
+            if slot.retire_at is not None and slot.process.exitcode == 0:
+                self._replace(slot, "it retired", logging.INFO)
             else:
-                self._replace(slot, f"it died (exit code {slot.process.exitcode})")
+                code = slot.process.exitcode
+                slot.deaths = slot.deaths + 1 if slot.died_at == slot.delivered else 1
+                slot.died_at = slot.delivered
+                if slot.deaths >= MAX_DEATHS:  # it would die there again and again: give up
+                    raise PipelineError(f"producer {slot.index} died {slot.deaths} times at its batch "
+                                        f"{slot.delivered} (exit code {code})")
+                self._replace(slot, f"it died (exit code {code})")
 
     # iteration
     def __iter__(self) -> Prefetcher:
@@ -275,12 +292,18 @@ class Prefetcher:
                 kind, *rest = self._get(slot)
                 if kind == "error":
                     raise PipelineError(f"producer {slot.index} failed:\n{rest[0]}")
+                seq = rest[0]
+                if seq > slot.delivered:  # the queue's feeder thread dropped a message it could not pickle
+                    raise PipelineError(
+                        f"batch {slot.delivered} of producer {slot.index} never came (got {kind} {seq}): it could "
+                        "not be sent, see the producer's stderr for the pickling error"
+                    )
                 if kind == "end":
                     slot.done = True
                     self.turn = (self.turn + 1) % self.n
                     continue
-                seq, batch = rest
-                if seq != slot.delivered:  # a replay of a batch already delivered: drop it
+                batch = rest[1]
+                if seq < slot.delivered:  # a replay of a batch already delivered: drop it
                     continue
                 slot.delivered += 1
                 self.turn = (self.turn + 1) % self.n
@@ -293,7 +316,9 @@ class Prefetcher:
     def _next_local(self) -> Any:
         slot = self.slots[0]
         if self._local is None:
-            self._local = chain(self.blocks, self.ctx.with_(producer=0, producers=1, skip=slot.delivered))
+            items = chain(self.blocks, self.ctx.with_(producer=0, producers=1, skip=slot.delivered))
+            # the first ``delivered`` are SKIPPED from a batch block, or the items of a chain without one
+            self._local = itertools.islice(items, slot.delivered, None)
         started = time.perf_counter()
         try:
             for batch in self._local:

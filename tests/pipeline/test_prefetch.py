@@ -1,0 +1,261 @@
+"""The multiprocess prefetcher: every batch exactly once, deterministic, resumable, and a producer that leaks
+memory or dies is replaced without losing or repeating a batch."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+from pydantic import Field
+
+from labswarm.config import ExperimentConfig
+from labswarm.pipeline import SKIPPED, Block, BlockConfig, Context, PipelineError, Prefetcher, register_block
+from labswarm.pipeline.prefetch import PrefetchConfig
+from labswarm.sample import iter_samples
+
+#: What the leaking block keeps alive: in a producer process only (forked, so this list starts empty there).
+_LEAKED: list[np.ndarray] = []
+
+
+class LeakConfig(BlockConfig):
+    """Parameters of the leaking test block."""
+
+    mb: int = Field(25, ge=1)
+
+
+@register_block
+class Leak(Block):
+    """A test block that leaks ``mb`` MiB (resident) per batch that passes through it."""
+
+    name = "test_leak"
+    config_model = LeakConfig
+
+    def __call__(self, items: Iterator[Any] | None, ctx: Context) -> Iterator[Any]:
+        for batch in items:
+            if batch is not SKIPPED:
+                _LEAKED.append(np.ones(self.config.mb * 2**20 // 8))
+            yield batch
+
+
+class ExplodeConfig(BlockConfig):
+    """Parameters of the failing test block."""
+
+    after: int = 1
+
+
+@register_block
+class Explode(Block):
+    """A test block that raises after ``after`` batches."""
+
+    name = "test_explode"
+    config_model = ExplodeConfig
+
+    def __call__(self, items: Iterator[Any] | None, ctx: Context) -> Iterator[Any]:
+        for n, batch in enumerate(items):
+            if n == self.config.after:
+                raise RuntimeError(f"boom in producer {ctx.producer}")
+            yield batch
+
+
+@register_block
+class Unpicklable(Block):
+    """A test block whose second batch cannot be pickled (it carries a lambda)."""
+
+    name = "test_unpicklable"
+
+    def __call__(self, items: Iterator[Any] | None, ctx: Context) -> Iterator[Any]:
+        for n, batch in enumerate(items):
+            if n == 1 and batch is not SKIPPED:
+                batch.failed.append(("?", lambda: "no pickle"))
+            yield batch
+
+
+@register_block
+class Crash(Block):
+    """A test block that kills its own process (producer 0) at its second batch, every time."""
+
+    name = "test_crash"
+
+    def __call__(self, items: Iterator[Any] | None, ctx: Context) -> Iterator[Any]:
+        for n, batch in enumerate(items):
+            if n >= 1 and batch is not SKIPPED and ctx.producer == 0:
+                time.sleep(0.2)  # the queue's feeder thread sends the batch before
+                os.kill(os.getpid(), signal.SIGKILL)
+            yield batch
+
+
+class Stalled(Exception):
+    """What :func:`deadline` raises: not an ``OSError`` like ``TimeoutError``, which the prefetcher catches
+    around its reads from a pipe."""
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Fail instead of hanging: raise :class:`Stalled` in this (main) thread after ``seconds``."""
+
+    def expire(signum: int, frame: Any) -> None:
+        raise Stalled(f"the prefetcher made no progress within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _blocks(*extra: dict, size: int = 2, frames: int | None = None) -> list[Block]:
+    specs = [{"name": "source"}, {"name": "shuffle", "buffer": 100}, {"name": "features"},
+             {"name": "batch", "size": size, "frames": frames}, *extra]
+    return [Block.from_spec(s) for s in specs]
+
+
+def _context(config: ExperimentConfig, **changes: Any) -> Context:
+    return Context(experiment=config, classes=("high", "low"), **changes)
+
+
+def _prefetch(**params: Any) -> PrefetchConfig:
+    return PrefetchConfig(name="prefetch", **{"producers": 2, "depth": 2, **params})
+
+
+def _epoch(blocks: list[Block], ctx: Context, config: PrefetchConfig, **kwargs: Any) -> list[list[str]]:
+    with deadline(30), Prefetcher(blocks, ctx, config, **kwargs) as prefetcher:
+        return [batch.ids for batch in prefetcher]
+
+
+def _flat(batches: list[list[str]]) -> list[str]:
+    return [i for ids in batches for i in ids]
+
+
+def test_two_producers_deliver_every_sample_once_in_a_seeded_order(tones: ExperimentConfig) -> None:
+    every = sorted(s.id for s in iter_samples(tones))
+    ctx = _context(tones)
+    first = _epoch(_blocks(), ctx, _prefetch())
+    assert sorted(_flat(first)) == every and len(first) == 8
+    assert _epoch(_blocks(), ctx, _prefetch()) == first  # however the producers are scheduled
+    second = _epoch(_blocks(), ctx.with_(epoch=1), _prefetch())
+    assert sorted(_flat(second)) == every and second != first
+    assert sorted(_flat(_epoch(_blocks(), ctx, _prefetch(producers=3)))) == every
+    in_process = _epoch(_blocks(), ctx, _prefetch(producers=0))
+    assert sorted(_flat(in_process)) == every
+    assert _epoch(_blocks(), ctx, _prefetch(producers=0)) == in_process
+
+
+@pytest.mark.parametrize("producers", [0, 2])
+def test_state_dict_resumes_mid_epoch(tones: ExperimentConfig, producers: int) -> None:
+    ctx = _context(tones, epoch=3)
+    whole = _epoch(_blocks(size=3), ctx, _prefetch(producers=producers))  # 6 batches, the last of one sample
+    with deadline(30), Prefetcher(_blocks(size=3), ctx, _prefetch(producers=producers)) as prefetcher:
+        head = [next(prefetcher).ids for _ in range(3)]
+        state = prefetcher.state_dict()
+    assert state["epoch"] == 3 and sum(state["delivered"]) == 3
+    tail = _epoch(_blocks(size=3), ctx, _prefetch(producers=producers), state=state)
+    assert head + tail == whole
+    with pytest.raises(PipelineError, match="cannot resume"):
+        Prefetcher(_blocks(), ctx.with_(epoch=4), _prefetch(producers=producers), state)
+
+
+@pytest.mark.parametrize("producers", [0, 2])
+def test_a_chain_of_samples_without_batches_resumes_too(tones: ExperimentConfig, producers: int) -> None:
+    blocks = [Block.from_spec({"name": "source"}), Block.from_spec({"name": "shuffle"})]
+    ctx = _context(tones)
+    with deadline(30), Prefetcher(blocks, ctx, _prefetch(producers=producers)) as prefetcher:
+        whole = [s.id for s in prefetcher]
+    with deadline(30), Prefetcher(blocks, ctx, _prefetch(producers=producers)) as prefetcher:
+        head = [next(prefetcher).id for _ in range(5)]
+        state = prefetcher.state_dict()
+    with deadline(30), Prefetcher(blocks, ctx, _prefetch(producers=producers), state) as prefetcher:
+        tail = [s.id for s in prefetcher]
+    assert head + tail == whole and sorted(whole) == sorted(s.id for s in iter_samples(tones))
+
+
+def test_a_producer_that_raises_fails_the_epoch_with_its_traceback(tones: ExperimentConfig) -> None:
+    blocks = _blocks({"name": "test_explode", "after": 1})
+    with deadline(30), Prefetcher(blocks, _context(tones), _prefetch()) as p, pytest.raises(PipelineError) as info:
+        list(p)
+    message = str(info.value)
+    assert "Traceback" in message and "RuntimeError: boom in producer" in message and "test_prefetch.py" in message
+
+
+def test_a_batch_that_cannot_be_sent_fails_the_epoch(tones: ExperimentConfig) -> None:
+    blocks = _blocks({"name": "test_unpicklable"})
+    with deadline(30), Prefetcher(blocks, _context(tones), _prefetch()) as p, pytest.raises(PipelineError) as info:
+        list(p)
+    assert "batch 1 of producer 0 never came" in str(info.value)
+
+
+def test_a_producer_that_dies_at_the_same_batch_again_fails_the_epoch(tones: ExperimentConfig) -> None:
+    with deadline(30), Prefetcher(_blocks({"name": "test_crash"}), _context(tones), _prefetch()) as prefetcher:
+        got = [next(prefetcher).ids for _ in range(2)]  # producer 0's first batch, then producer 1's
+        with pytest.raises(PipelineError, match=r"producer 0 died 3 times at its batch 1 \(exit code -9\)"):
+            next(prefetcher)
+    assert len(got) == 2 and prefetcher.respawns == 2
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def test_close_stops_the_producers(tones: ExperimentConfig) -> None:
+    before = _children()
+    with deadline(30):
+        prefetcher = Prefetcher(_blocks(size=1), _context(tones), _prefetch(depth=1))
+        next(prefetcher)
+        pids = {slot.process.pid for slot in prefetcher.slots}
+        assert pids <= _children() - before  # running, with full queues
+        prefetcher.close()
+    assert _children() - before == set()
+    assert all(not psutil.pid_exists(pid) for pid in pids)
+    with pytest.raises(StopIteration):
+        next(prefetcher)
+    prefetcher.close()  # idempotent
+
+
+def test_watchdog_replaces_a_leaking_producer_without_losing_a_batch(tones: ExperimentConfig,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    ctx = _context(tones)
+    # the reference epoch, and a producer's resident memory without the leak
+    with deadline(30), Prefetcher(_blocks(size=1), ctx, _prefetch(memory_limit_mb=1e6, check_interval=0.01)) as p:
+        reference = [batch.ids for batch in p]
+        baseline = max(slot.rss_peak for slot in p.slots) / 2**20
+    assert baseline > 0 and p.respawns == 0
+    limit = baseline + 40  # two leaked batches (25 MiB each) pass it
+    config = _prefetch(memory_limit_mb=limit, check_interval=0.01, grace=20)
+    got, respawns = [], []
+    caplog.set_level(logging.INFO, logger="labswarm.pipeline.prefetch")
+    with deadline(30), Prefetcher(_blocks({"name": "test_leak", "mb": 25}, size=1), ctx, config) as prefetcher:
+        for batch in prefetcher:
+            got.append(batch.ids)
+            respawns.append(prefetcher.respawns)
+    assert respawns[-1] >= 1 and respawns[-2] >= 1  # replaced while the epoch went on
+    assert Counter(_flat(got)) == Counter(_flat(reference)) and set(Counter(_flat(got)).values()) == {1}
+    assert got == reference  # the very same order
+    assert max(slot.spawned for slot in prefetcher.slots) >= 2
+    replaced = [r.getMessage() for r in caplog.records if "replacing producer" in r.getMessage()]
+    assert len(replaced) == prefetcher.respawns and all("it retired" in m for m in replaced)  # none killed
+
+
+def test_a_killed_producer_is_replaced_mid_epoch(tones: ExperimentConfig) -> None:
+    # big batches (≈0.7 MB, more than a pipe holds): the killed producer's queue is likely to hold half a message
+    blocks = _blocks(size=1, frames=4000)
+    ctx = _context(tones)
+    reference = _epoch(blocks, ctx, _prefetch())
+    got = []
+    with deadline(30), Prefetcher(blocks, ctx, _prefetch()) as prefetcher:
+        got += [next(prefetcher).ids for _ in range(3)]
+        victim = prefetcher.slots[1].process.pid
+        time.sleep(0.5)  # its queue fills up; its feeder thread blocks in the middle of a message
+        os.kill(victim, signal.SIGKILL)
+        got += [batch.ids for batch in prefetcher]
+        assert prefetcher.respawns == 1 and prefetcher.slots[1].process.pid != victim
+    assert got == reference
