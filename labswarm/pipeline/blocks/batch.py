@@ -95,13 +95,24 @@ class Batcher(Block):
         out: dict[str, np.ndarray] = {}
         for name in names:
             frames = self.config.frames or max(a[name].shape[-1] for a in arrays)
-            out[name] = np.stack([_fit(a[name], frames, rng, ctx.train) for a in arrays]).astype(np.float32)
+            out[name] = np.stack([fit_frames(a[name], frames, rng, ctx.train) for a in arrays]).astype(np.float32)
         labels = np.array([item.label for item in kept], dtype=np.int64)
         return Batch(out, labels, [item.sample.id for item in kept], failed)
 
 
-def _fit(array: np.ndarray, frames: int, rng: np.random.Generator, random_crop: bool) -> np.ndarray:
-    """``array`` ``(n_bins, n)`` cropped or padded (with its minimum) to ``(n_bins, frames)``."""
+def fit_frames(array: np.ndarray, frames: int, rng: np.random.Generator, random_crop: bool) -> np.ndarray:
+    """Crop or pad a feature array along its last axis (frames) to a fixed length.
+
+    Args:
+        array: features ``(n_bins, n)`` (any leading axes).
+        frames: the length wanted, in frames.
+        rng: draws the crop offset when ``random_crop`` (one integer draw per call that crops).
+        random_crop: crop at a random offset; otherwise centred (``(n - frames) // 2``).
+
+    Returns:
+        ``(n_bins, frames)``, same dtype: ``array`` itself when it has ``frames`` frames, a view when cropped,
+        a copy padded at the end with the array's minimum (silence, for dB-scaled features) when shorter.
+    """
     n = array.shape[-1]
     if n > frames:
         start = int(rng.integers(0, n - frames + 1)) if random_crop else (n - frames) // 2
