@@ -227,7 +227,7 @@ def test_watchdog_replaces_a_leaking_producer_without_losing_a_batch(tones: Expe
     # the reference epoch, and a producer's resident memory without the leak
     with deadline(30), Prefetcher(_blocks(size=1), ctx, _prefetch(memory_limit_mb=1e6, check_interval=0.01)) as p:
         reference = [batch.ids for batch in p]
-        baseline = max(slot.rss_peak for slot in p.slots) / 2**20
+        baseline = max(slot.memory_peak for slot in p.slots) / 2**20
     assert baseline > 0 and p.respawns == 0
     limit = baseline + 40  # two leaked batches (25 MiB each) pass it
     config = _prefetch(memory_limit_mb=limit, check_interval=0.01, grace=20)
