@@ -122,7 +122,8 @@ class StoreDataset(Dataset):
         item = next(self._block(iter([self.samples[i]]), self._ctx))  # store read, or compute + store
         array = item.features[self.output]
         if self.frames is not None:
-            array = fit_frames(array, self.frames, self._ctx.rng("store-crop", i), self.random_crop)
+            position = self._ctx.rng("store-crop", i).random() if self.random_crop else None
+            array = fit_frames(array, self.frames, position)
         features = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
         return features, torch.tensor(item.label, dtype=torch.int64)
 

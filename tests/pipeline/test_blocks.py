@@ -269,3 +269,21 @@ def test_chain_and_prefetch_pass_through(tones: ExperimentConfig) -> None:
     assert [s.id for s in chain(blocks, _context(tones))] == [s.id for s in iter_samples(tones)]
     with pytest.raises(ValueError, match="empty chain"):
         chain([], _context(tones))
+
+
+def test_batch_crops_every_feature_of_a_sample_at_one_position(tones: ExperimentConfig) -> None:
+    item = next(Features()(iter(iter_samples(tones)), _context(tones)))
+    mel, mfcc = item.features["mel"], item.features["mfcc"]
+    assert mel.shape[-1] == mfcc.shape[-1]  # one hop length: one frame rate
+    batch = _batches(tones, {"name": "batch", "size": 1, "frames": 20}, train=True)[0]
+    starts = [next(s for s in range(mel.shape[-1] - 19) if np.array_equal(batch.features[name][0], raw[:, s:s + 20]))
+              for name, raw in (("mel", mel), ("mfcc", mfcc))]
+    assert starts[0] == starts[1]
+
+
+def test_eval_frames_none_keeps_whole_clips_in_evaluation(tones: ExperimentConfig) -> None:
+    n = next(Features()(iter(iter_samples(tones)), _context(tones))).features["mel"].shape[-1]
+    spec = {"name": "batch", "size": 2, "frames": 20, "eval_frames": None}
+    assert _batches(tones, spec, train=True)[0].features["mel"].shape == (2, 32, 20)
+    assert _batches(tones, spec)[0].features["mel"].shape == (2, 32, n)
+    assert _batches(tones, {**spec, "eval_frames": 30})[0].features["mel"].shape == (2, 32, 30)

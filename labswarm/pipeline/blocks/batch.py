@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -44,21 +44,25 @@ class BatchConfig(BlockConfig):
         frames: frames (last axis) of every feature array in a batch: longer ones are cropped, shorter ones
             padded with their own minimum (silence, for dB-scaled features); ``None`` pads to the longest in
             the batch.
+        eval_frames: the same in evaluation mode; ``same`` (default) uses ``frames``, ``None`` keeps whole
+            clips (padded to the longest in the batch), e.g. to train on random crops and validate on whole
+            clips with a model that pools over time.
         drop_last: drop a last batch smaller than ``size``.
     """
 
     size: int = Field(32, ge=1)
     frames: int | None = Field(None, ge=1)
+    eval_frames: int | Literal["same"] | None = "same"
     drop_last: bool = False
 
 
 @register_block
 class Batcher(Block):
-    """Groups consecutive items into :class:`Batch` objects. Crops are random in training mode (offset drawn
-    from :meth:`Context.rng` of the batch's index, so a respawned producer crops alike) and centred in
-    evaluation mode. The first ``ctx.skip`` batches are yielded as :data:`~labswarm.pipeline.base.SKIPPED`
-    without reading their items' features. An item whose features fail is dropped from its batch and
-    reported in :attr:`Batch.failed`; a batch whose every item failed is yielded empty."""
+    """Groups consecutive items into :class:`Batch` objects. Crops are random in training mode (one position per
+    sample, shared by its features, drawn from :meth:`Context.rng` of the batch's index, so a respawned producer
+    crops alike) and centred in evaluation mode. The first ``ctx.skip`` batches are yielded as
+    :data:`~labswarm.pipeline.base.SKIPPED` without reading their items' features. An item whose features fail
+    is dropped from its batch and reported in :attr:`Batch.failed`; a batch whose every item failed is yielded empty."""
 
     name = "batch"
     config_model = BatchConfig
@@ -91,23 +95,28 @@ class Batcher(Block):
                 log.warning("dropping sample %s from its batch: %s", item.sample.id, exc)
                 failed.append((item.sample.id, f"{type(exc).__name__}: {exc}"))
         names = list(arrays[0]) if arrays else []
-        rng = ctx.rng("crop", index)
+        positions = ctx.rng("crop", index).random(len(arrays)) if ctx.train else [None] * len(arrays)
+        wanted = self.config.frames
+        if not ctx.train and self.config.eval_frames != "same":
+            wanted = self.config.eval_frames
         out: dict[str, np.ndarray] = {}
         for name in names:
-            frames = self.config.frames or max(a[name].shape[-1] for a in arrays)
-            out[name] = np.stack([fit_frames(a[name], frames, rng, ctx.train) for a in arrays]).astype(np.float32)
+            frames = wanted or max(a[name].shape[-1] for a in arrays)
+            out[name] = np.stack([fit_frames(a[name], frames, p) for a, p in zip(arrays, positions, strict=True)])
+            out[name] = out[name].astype(np.float32, copy=False)
         labels = np.array([item.label for item in kept], dtype=np.int64)
         return Batch(out, labels, [item.sample.id for item in kept], failed)
 
 
-def fit_frames(array: np.ndarray, frames: int, rng: np.random.Generator, random_crop: bool) -> np.ndarray:
+def fit_frames(array: np.ndarray, frames: int, position: float | None = None) -> np.ndarray:
     """Crop or pad a feature array along its last axis (frames) to a fixed length.
 
     Args:
         array: features ``(n_bins, n)`` (any leading axes).
         frames: the length wanted, in frames.
-        rng: draws the crop offset when ``random_crop`` (one integer draw per call that crops).
-        random_crop: crop at a random offset; otherwise centred (``(n - frames) // 2``).
+        position: where to crop, as a fraction in [0, 1) of the possible offsets (``int(position * (n - frames
+            + 1))``): the same position crops the same window of features that share a frame rate;
+            ``None`` crops the centre (``(n - frames) // 2``).
 
     Returns:
         ``(n_bins, frames)``, same dtype: ``array`` itself when it has ``frames`` frames, a view when cropped,
@@ -115,7 +124,7 @@ def fit_frames(array: np.ndarray, frames: int, rng: np.random.Generator, random_
     """
     n = array.shape[-1]
     if n > frames:
-        start = int(rng.integers(0, n - frames + 1)) if random_crop else (n - frames) // 2
+        start = (n - frames) // 2 if position is None else min(int(position * (n - frames + 1)), n - frames)
         return array[..., start:start + frames]
     if n < frames:
         fill = float(array.min()) if array.size else 0.0
