@@ -42,6 +42,8 @@ class Pipeline:
             validation = experiment.training.validation if experiment.training is not None else 0.0
         clips = read_clips(experiment.dataset.root, experiment.dataset.labels_path)
         self.classes: tuple[str, ...] = tuple(sorted({c.label for c in clips}))
+        self._current: Prefetcher | None = None
+        self._resume: dict[str, Any] | None = None
         self.context = Context(experiment=experiment, classes=self.classes, split=split,
                                validation=validation, train=split == "train" if train is None else train,
                                rank=rank, world=world)
@@ -60,4 +62,20 @@ class Pipeline:
         Returns:
             A :class:`Prefetcher` (use as a context manager, or call ``close()``, to stop its producers early).
         """
-        return Prefetcher(self.blocks, self.context.with_(epoch=epoch), self.prefetch, state)
+        if state is None and self._resume is not None and self._resume["epoch"] == epoch:
+            state = self._resume["prefetch"]
+        self._resume = None
+        self._current = Prefetcher(self.blocks, self.context.with_(epoch=epoch), self.prefetch, state)
+        return self._current
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the epoch last started by :meth:`epoch` stands: ``{epoch, prefetch}`` (``prefetch`` is the
+        :meth:`Prefetcher.state_dict`, ``None`` before any epoch); JSON-serializable, for a checkpoint."""
+        if self._current is None:
+            return {"epoch": 0, "prefetch": None}
+        return {"epoch": self._current.ctx.epoch, "prefetch": self._current.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from a :meth:`state_dict`: the next ``epoch(state["epoch"])`` continues where that epoch
+        stopped (batches already delivered are skipped without reading their features)."""
+        self._resume = dict(state) if state.get("prefetch") is not None else None

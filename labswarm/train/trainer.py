@@ -133,7 +133,7 @@ class Trainer:
         cosine = self.training.schedule == "cosine"
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda e: 0.5 * (1 + math.cos(math.pi * e / epochs)) if cosine else 1.0)
-        start = self._restore(resume, model, optimizer, schedule)
+        start = self._restore(resume, model, optimizer, schedule, train)
         records = checkpoint.read_metrics(self.metrics_path)
         for epoch in range(start, epochs):
             torch.manual_seed(train.context.with_(epoch=epoch).seed("torch"))
@@ -146,7 +146,7 @@ class Trainer:
             checkpoint.save({                                      # replays this epoch, truncating its line
                 "epoch": epoch + 1, "fingerprint": self.experiment.fingerprint(), "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-                "pipeline": {"epoch": epoch + 1, "state": None},
+                "pipeline": {"epoch": epoch + 1, "prefetch": None},  # Pipeline.state_dict() of the next epoch
             }, self.checkpoint_path)
             records.append(record)
             if self.on_epoch is not None:
@@ -160,7 +160,7 @@ class Trainer:
         }, self.model_path)
         return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started)
 
-    def _restore(self, resume: bool, model: Any, optimizer: Any, schedule: Any) -> int:
+    def _restore(self, resume: bool, model: Any, optimizer: Any, schedule: Any, train: Pipeline) -> int:
         """Load the checkpoint when resuming (returns the epochs it covers), else start a fresh run dir."""
         if not resume or not self.checkpoint_path.is_file():
             if resume:
@@ -174,6 +174,7 @@ class Trainer:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
+        train.load_state_dict(state["pipeline"])
         done = int(state["epoch"])
         checkpoint.truncate_metrics(self.metrics_path, done)
         log.info("resuming %s after epoch %d", self.experiment.name, done)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 from labswarm.config import ExperimentConfig
@@ -73,3 +74,18 @@ def test_without_a_prefetch_block_the_chain_runs_in_process(tones: ExperimentCon
     assert _ids(batches) == [s.id for s in iter_samples(tones)]  # evaluation mode: dataset order
     assert [s["name"] for s in pipeline.specs()] == ["source", "shuffle", "features", "batch", "prefetch"]
     assert pipeline.specs()[-1]["producers"] == 0
+
+
+def test_state_dict_and_load_state_dict_resume_an_epoch_in_a_new_pipeline(tones: ExperimentConfig) -> None:
+    blocks = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"}, {"name": "batch", "size": 2},
+              {"name": "prefetch", "producers": 2}]
+    first = Pipeline(tones, split="all", train=True, blocks=blocks)
+    whole = _ids(first.epoch(1))
+    assert first.state_dict()["prefetch"]["delivered"] == [4, 4]  # 16 samples, 8 batches, 2 producers
+    with first.epoch(1) as batches:
+        head = [i for _, batch in zip(range(3), batches, strict=False) for i in batch.ids]
+    state = json.loads(json.dumps(first.state_dict()))  # as a checkpoint would store it
+    second = Pipeline(tones, split="all", train=True, blocks=blocks)
+    second.load_state_dict(state)
+    assert head + _ids(second.epoch(1)) == whole
+    assert _ids(second.epoch(1)) == whole  # the state was used once
