@@ -126,6 +126,7 @@ class Trainer:
         train, validation = self._pipelines()
         classes = train.classes
         n_bins = _feature_bins(self.experiment, self.input)
+        torch.manual_seed(train.context.seed("init"))  # the same initial weights for the same configuration
         model = self.spec.build(n_bins, len(classes)).to(device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=self.training.learning_rate,
                                       weight_decay=self.training.weight_decay)

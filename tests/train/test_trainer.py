@@ -85,3 +85,13 @@ def test_training_needs_model_and_training_sections(three_classes: Path, tmp_pat
         parse_experiment(data)
     assert ("training", "Value error, training needs a `model` section (e.g. {name: cnn, input: mel})") in \
         caught.value.errors
+
+
+def test_the_same_configuration_trains_the_same_model(three_classes: Path, tmp_path: Path) -> None:
+    config = parse_experiment(training_experiment(three_classes, tmp_path / "store",
+                                                  training={"epochs": 1, "validation": 0.25, "threads": 1}))
+    first = Trainer(config, tmp_path / "a").fit()
+    second = Trainer(config, tmp_path / "b").fit()
+    weights = [load_model(r.model_path)[0].state_dict() for r in (first, second)]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+    assert first.final["train_loss"] == second.final["train_loss"]
