@@ -16,9 +16,10 @@ process:
 Then the hand-off alone: ready-made batches of the same size (no compute, no step), to price what moving one
 batch from a producer to the trainer costs in wall time and in the trainer's CPU.
 
-    .venv/bin/python bench/prefetch.py [DEMO_DIR] [--clips N] [--batch B] [--step SECONDS]
+    .venv/bin/python bench/prefetch.py [DEMO_DIR] [--clips N] [--batch B] [--step SECONDS] [--handoff [N]]
 
-DEMO_DIR defaults to data/demo (built when missing). --clips 60 takes ~2-3 minutes on 2 cores.
+DEMO_DIR defaults to data/demo (built when missing). --clips 60 takes ~2-3 minutes on 2 cores. ``--handoff``
+runs the hand-off test alone (N batches, default 100; ~10 s).
 Goal (issue 5): waiting < 5% where the producers can keep up, and no worse than DataLoader.
 """
 
@@ -220,8 +221,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=32, help="samples per batch (32 x 128 x 431 float32 = 7 MB)")
     parser.add_argument("--step", type=float, default=None,
                         help="trainer step in seconds (default: one core's time to build a batch)")
-    parser.add_argument("--handoff", type=int, default=100, help="ready-made batches in the hand-off test")
+    parser.add_argument("--handoff", type=int, nargs="?", const=100, default=None, metavar="N",
+                        help="only the hand-off test, with N ready-made batches (default 100; 100 after the "
+                             "compute test without this flag)")
     args = parser.parse_args()
+    handoff = args.handoff or 100
 
     from labswarm.local import limit_threads
     from labswarm.pipeline.features import FeaturesBlock
@@ -233,6 +237,14 @@ def main() -> None:
         config_with_store = demo_experiment(Path(args.demo), args.clips, tmp)
         config = config_with_store("warmup")
         samples = list(iter_samples(config))
+        mib = args.batch * 128 * FRAMES * 4 / 2**20
+        if args.handoff is not None:
+            print(f"hand-off only: {handoff} ready-made batches of {args.batch} mel arrays ({mib:.1f} MiB each), "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
+            moves = handoff_variants(config, args.batch, handoff // 2)
+            print(f"\nhand-off of {mib:.1f} MiB batches ({handoff} per run), no compute, no step:\n")
+            handoff_table(moves, mib)
+            return
         print(f"{len(samples)} samples ({len(samples) // len(config.transformations)} clips x "
               f"{len(config.transformations)} transformations), batches of {args.batch} mel arrays "
               f"({args.batch * 128 * FRAMES * 4 / 2**20:.1f} MiB each)", flush=True)
@@ -258,14 +270,13 @@ def main() -> None:
         print("\ncompute on the fly, fixed trainer step:", flush=True)
         runs = compute_variants(config_with_store, args.batch, step)
         print("\nhand-off only (ready-made batches, no step):", flush=True)
-        moves = handoff_variants(config, args.batch, args.handoff // 2)
+        moves = handoff_variants(config, args.batch, handoff // 2)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
     print(f"\nfeatures computed on the fly, trainer step {step:.2f} s, {args.clips} clips:\n")
     table(runs, runs[1], runs[-1])
-    mib = args.batch * 128 * FRAMES * 4 / 2**20
-    print(f"\nhand-off of {mib:.1f} MiB batches ({args.handoff} per run), no compute, no step:\n")
+    print(f"\nhand-off of {mib:.1f} MiB batches ({handoff} per run), no compute, no step:\n")
     handoff_table(moves, mib)
 
 

@@ -6,6 +6,12 @@ and numbered, into its own bounded queue. The trainer takes batch ``j`` of the e
 (skipping producers that have finished): the order is deterministic for a seed, a number of producers and a
 rank, however fast each producer runs.
 
+**Hand-off.** A batch's feature arrays do not go through the queue's pipe: the producer writes them into a free
+slot of its ring of shared-memory slots (:mod:`labswarm.pipeline.shm`; ``depth + 2`` slots that the trainer
+creates, sizes from the first batch and unlinks) and puts the batch without them, with where they lie; the
+trainer copies them out (the batch it returns owns its arrays) and gives the slot back. The first batches of a
+producer, before its ring is sized, and anything that is not a :class:`Batch` travel pickled.
+
 **Memory watchdog.** Every ``check_interval`` seconds the consumer reads each producer's unique set size
 (psutil USS: the memory only that producer holds; its RSS would also count the pages it shares with the trainer
 after a fork). A producer above ``memory_limit_mb`` is asked to retire: it stops after the batch it is building and
@@ -15,7 +21,8 @@ within ``grace`` seconds, or that dies, is killed and its queue discarded (a kil
 message: the trainer keeps no write end of a producer's pipe, so that reads as end-of-file, not as a wait for the
 rest); the replacement resumes after the last batch delivered. Batches are numbered, so none is lost or
 delivered twice within the epoch; a gap in the numbers (a batch that could not be pickled) fails the epoch, and
-so does a producer that dies :data:`MAX_DEATHS` times in a row at the same batch.
+so does a producer that dies :data:`MAX_DEATHS` times in a row at the same batch. A replacement gets a new ring
+(of the old one's size); the old one, and whatever a killed producer left half written in it, is unlinked.
 
 **Resume.** :meth:`Prefetcher.state_dict` (batches delivered per producer, whose turn is next) restarts an epoch
 where it stopped (:meth:`Prefetcher.__init__`'s ``state``).
@@ -24,6 +31,7 @@ where it stopped (:meth:`Prefetcher.__init__`'s ``state``).
 from __future__ import annotations
 
 import contextlib
+import copy
 import itertools
 import logging
 import multiprocessing as mp
@@ -36,11 +44,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import psutil
 from pydantic import Field
 
 from labswarm.errors import LabswarmError
 from labswarm.pipeline.base import SKIPPED, Block, BlockConfig, Context, chain, register_block
+from labswarm.pipeline.shm import MAX_SLOTS, SlotRing, SlotWriter
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +101,13 @@ class Prefetch(Block):
 
 @dataclass
 class _Slot:
-    """One producer: its process, queue and retire event, and how many of its batches were delivered."""
+    """One producer: its process, queue, ring of shared-memory slots and retire event, and how many of its
+    batches were delivered."""
 
     index: int
     process: Any = None
     queue: Any = None
+    ring: SlotRing | None = None
     retire: Any = None
     delivered: int = 0
     done: bool = False
@@ -106,9 +118,11 @@ class _Slot:
     died_at: int = -1
 
 
-def _produce(blocks: Sequence[Block], ctx: Context, out: Any, stop: Any, retire: Any, threads: int) -> None:
-    """A producer process: run the chain, put ``("batch", seq, batch)`` per batch, then ``("end", n)``; on an
-    error put ``("error", traceback)``. Returns early when ``stop`` or ``retire`` is set."""
+def _produce(blocks: Sequence[Block], ctx: Context, out: Any, credits: Any, stop: Any, retire: Any,
+             threads: int) -> None:
+    """A producer process: run the chain, put ``("batch", seq, batch, placement)`` per batch (the batch without
+    its arrays when :class:`~labswarm.pipeline.shm.Placement` says which slot of the ring holds them), then
+    ``("end", n)``; on an error put ``("error", traceback)``. Returns early when ``stop`` or ``retire`` is set."""
     from labswarm.local import limit_threads
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops us
@@ -126,6 +140,21 @@ def _produce(blocks: Sequence[Block], ctx: Context, out: Any, stop: Any, retire:
                 continue
         return False
 
+    slots = SlotWriter(credits)
+
+    def message(seq: int, batch: Any) -> tuple | None:
+        arrays = _arrays(batch)
+        if arrays is None:
+            return ("batch", seq, batch, None)
+        placement = slots.place(arrays, stop.is_set)
+        if placement is None:  # stopped while waiting for a free slot
+            return None
+        if placement.slot is None:  # no slot (yet): the arrays go pickled, the placement says how large
+            return ("batch", seq, batch, placement)
+        light = copy.copy(batch)  # the batch without its arrays (whatever other fields it has)
+        light.features = {}
+        return ("batch", seq, light, placement)
+
     seq = 0
     try:
         for batch in chain(blocks, ctx):
@@ -135,7 +164,7 @@ def _produce(blocks: Sequence[Block], ctx: Context, out: Any, stop: Any, retire:
             if seq < ctx.skip:  # a chain without a batch block: skip items here
                 seq += 1
                 continue
-            if stop.is_set() or not put(("batch", seq, batch)):
+            if stop.is_set() or (sent := message(seq, batch)) is None or not put(sent):
                 return
             seq += 1
             if retire.is_set():
@@ -143,6 +172,19 @@ def _produce(blocks: Sequence[Block], ctx: Context, out: Any, stop: Any, retire:
         put(("end", seq))
     except Exception:  # every failure goes to the trainer, with its traceback
         put(("error", traceback.format_exc()))
+    finally:
+        slots.close()
+
+
+def _arrays(item: Any) -> dict[str, np.ndarray] | None:
+    """The feature arrays of a batch, to hand over in shared memory; ``None`` for any other item, a batch
+    without arrays, or one with arrays of Python objects (those go pickled)."""
+    from labswarm.pipeline.blocks.batch import Batch  # not at the top: the blocks package imports this module
+
+    if not isinstance(item, Batch) or not isinstance(item.features, dict) or not item.features:
+        return None
+    arrays = item.features.values()
+    return item.features if all(isinstance(a, np.ndarray) and not a.dtype.hasobject for a in arrays) else None
 
 
 class Prefetcher:
@@ -202,10 +244,12 @@ class Prefetcher:
         slot.queue = self._mp.Queue(self.config.depth)
         slot.retire = self._mp.Event()
         slot.retire_at = None
+        # a fresh ring (sized as the last one): nothing in it is left unread, nothing written by a dead producer
+        slot.ring = SlotRing(min(self.config.depth + 2, MAX_SLOTS), slot.ring.size if slot.ring is not None else 0)
         ctx = self.ctx.with_(producer=slot.index, skip=slot.delivered)
         slot.process = self._mp.Process(
-            target=_produce, args=(self.blocks, ctx, slot.queue, self._stop, slot.retire, self.config.threads),
-            name=f"labswarm-producer-{slot.index}", daemon=True,
+            target=_produce, name=f"labswarm-producer-{slot.index}", daemon=True,
+            args=(self.blocks, ctx, slot.queue, slot.ring.reader, self._stop, slot.retire, self.config.threads),
         )
         slot.process.start()
         # The producer holds the only write end of its pipe: when it dies, a read gets end-of-file (EOFError,
@@ -221,6 +265,7 @@ class Prefetcher:
         slot.process.join(5)
         slot.queue.close()
         slot.queue.cancel_join_thread()
+        slot.ring.close()
         self.respawns += 1
         self._spawn(slot)
 
@@ -305,7 +350,14 @@ class Prefetcher:
                     slot.done = True
                     self.turn = (self.turn + 1) % self.n
                     continue
-                batch = rest[1]
+                batch, placement = rest[1:]
+                if placement is not None:  # copy the arrays out of their slot (not for a replay), free the slot
+                    arrays = slot.ring.receive(placement, copy=seq == slot.delivered)
+                    if arrays is not None:
+                        batch.features = arrays
+                    for other in self.slots if placement.need else ():  # the first batches tell their size:
+                        if other.ring is not None:                        # start every producer's ring with it
+                            other.ring.start(slot.ring.size)
                 if seq < slot.delivered:  # a replay of a batch already delivered: drop it
                     continue
                 slot.delivered += 1
@@ -335,7 +387,8 @@ class Prefetcher:
         raise StopIteration
 
     def close(self) -> None:
-        """Stop the producers (graceful, then killed after 2 s) and free their queues; idempotent."""
+        """Stop the producers (graceful, then killed after 2 s), free their queues and unlink their rings of
+        shared memory; idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -352,6 +405,9 @@ class Prefetcher:
             slot.process.join(5)
             slot.queue.close()
             slot.queue.cancel_join_thread()
+        for slot in self.slots:
+            if slot.ring is not None:
+                slot.ring.close()
 
     def __enter__(self) -> Prefetcher:
         return self

@@ -1,15 +1,22 @@
 """The multiprocess prefetcher: every batch exactly once, deterministic, resumable, and a producer that leaks
-memory or dies is replaced without losing or repeating a batch."""
+memory or dies is replaced without losing or repeating a batch; batches come through shared memory, whatever the
+start method, and no segment is left behind."""
 
 from __future__ import annotations
 
+import gc
+import json
 import logging
 import os
+import pickle
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,9 +25,11 @@ import pytest
 from pydantic import Field
 
 from labswarm.config import ExperimentConfig
-from labswarm.pipeline import SKIPPED, Block, BlockConfig, Context, PipelineError, Prefetcher, register_block
+from labswarm.pipeline import SKIPPED, Block, BlockConfig, Context, PipelineError, Prefetcher, register_block, shm
 from labswarm.pipeline.prefetch import PrefetchConfig
 from labswarm.sample import iter_samples
+
+ROOT = Path(__file__).resolve().parents[2]
 
 #: What the leaking block keeps alive: in a producer process only (forked, so this list starts empty there).
 _LEAKED: list[np.ndarray] = []
@@ -112,6 +121,20 @@ def deadline(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def _segments(pid: int | None = None) -> set[str]:
+    """The shared-memory segments of process ``pid`` (this one by default) in /dev/shm."""
+    return {p.name for p in Path("/dev/shm").glob(f"{shm.PREFIX}{pid or os.getpid()}_*")}
+
+
+@pytest.fixture(autouse=True)
+def no_segment_left() -> Iterator[None]:
+    """Every test here leaves no shared-memory segment behind (closed, or garbage collected)."""
+    before = _segments()
+    yield
+    gc.collect()
+    assert _segments() - before == set()
 
 
 def _blocks(*extra: dict, size: int = 2, frames: int | None = None) -> list[Block]:
@@ -259,3 +282,125 @@ def test_a_killed_producer_is_replaced_mid_epoch(tones: ExperimentConfig) -> Non
         got += [batch.ids for batch in prefetcher]
         assert prefetcher.respawns == 1 and prefetcher.slots[1].process.pid != victim
     assert got == reference
+
+
+def test_batches_come_through_shared_memory_as_copies_of_the_right_arrays(tones: ExperimentConfig,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx = _context(tones)
+    reference = {}
+    with deadline(30), Prefetcher(_blocks(), ctx, _prefetch(producers=0)) as prefetcher:
+        for batch in prefetcher:
+            for row, i in enumerate(batch.ids):
+                reference[i] = {name: array[row] for name, array in batch.features.items()}
+    placements = []
+    receive = shm.SlotRing.receive
+
+    def spy(ring: shm.SlotRing, placement: shm.Placement, copy: bool = True) -> Any:
+        placements.append(placement)
+        return receive(ring, placement, copy)
+
+    monkeypatch.setattr(shm.SlotRing, "receive", spy)
+    got = {}
+    with deadline(30), Prefetcher(_blocks(), ctx, _prefetch(depth=1)) as prefetcher:  # rings of 3 slots, 4 batches
+        for batch in prefetcher:
+            assert batch.labels.dtype == np.int64 and len(batch.labels) == len(batch.ids) == 2 and batch.failed == []
+            for name, array in batch.features.items():
+                # copied out of a slot, or unpickled (the first ones): never a view of a slot
+                assert (array.flags.owndata or isinstance(array.base, bytes)) and array.dtype == np.float32
+                for row, i in enumerate(batch.ids):
+                    got.setdefault(i, {})[name] = array[row]
+        sizes = [slot.ring.size for slot in prefetcher.slots]
+    assert got.keys() == reference.keys() and all(reference[i].keys() == {"mel", "mfcc"} for i in got)
+    assert all(np.array_equal(got[i][name], reference[i][name]) for i in got for name in reference[i])
+    assert all(size > 0 for size in sizes) and sum(p.slot is not None for p in placements) >= 4
+
+
+needs_dev_shm = pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="lists the segments in /dev/shm (Linux)")
+
+
+@needs_dev_shm
+def test_a_killed_producers_ring_is_unlinked_and_its_replacement_gets_a_new_one(tones: ExperimentConfig) -> None:
+    blocks = _blocks(size=1, frames=4000)
+    ctx = _context(tones)
+    reference = _epoch(blocks, ctx, _prefetch())
+    with deadline(30), Prefetcher(blocks, ctx, _prefetch()) as prefetcher:
+        got = [next(prefetcher).ids for _ in range(3)]
+        victim, old = prefetcher.slots[1].process.pid, set(prefetcher.slots[1].ring.names)
+        assert old and old <= _segments()
+        time.sleep(0.5)  # it fills its queue and every free slot
+        os.kill(victim, signal.SIGKILL)
+        while not prefetcher.respawns:
+            got.append(next(prefetcher).ids)
+        new = set(prefetcher.slots[1].ring.names)
+        assert new and not new & old and not old & _segments()  # the new one at once: the old one's size
+        got += [batch.ids for batch in prefetcher]
+        assert prefetcher.respawns == 1
+    assert got == reference
+    assert not (old | new) & _segments()
+
+
+@needs_dev_shm
+def test_an_unclosed_prefetcher_unlinks_its_segments_when_garbage_collected(tones: ExperimentConfig) -> None:
+    with deadline(30):
+        prefetcher = Prefetcher(_blocks(size=1), _context(tones), _prefetch())
+        next(prefetcher)
+        next(prefetcher)
+        time.sleep(0.2)
+    names = {name for slot in prefetcher.slots for name in slot.ring.names}
+    assert names and names <= _segments()
+    del prefetcher
+    gc.collect()
+    assert not names & _segments()
+
+
+#: Run in a fresh interpreter (its resource tracker stops when it exits and would complain there): an epoch per
+#: start method, a producer killed mid-epoch in each.
+SCENARIO = """
+import json, os, pickle, signal, sys
+from labswarm.pipeline import Prefetcher
+from labswarm.pipeline.prefetch import PrefetchConfig
+
+if __name__ == "__main__":
+    with open(sys.argv[1], "rb") as f:
+        blocks, ctx = pickle.load(f)
+    epochs = {}
+    for method in ("fork", "spawn", "forkserver"):
+        config = PrefetchConfig(name="prefetch", producers=2, depth=2, start_method=method)
+        with Prefetcher(blocks, ctx, config) as prefetcher:
+            ids = [next(prefetcher).ids for _ in range(3)]
+            os.kill(prefetcher.slots[1].process.pid, signal.SIGKILL)
+            ids += [batch.ids for batch in prefetcher]
+        epochs[method] = [ids, prefetcher.respawns]
+    print(json.dumps(epochs))
+"""
+
+
+@pytest.mark.slow
+@needs_dev_shm
+def test_every_start_method_works_and_leaves_no_segment_nor_tracker_warning(tones: ExperimentConfig,
+                                                                             tmp_path: Path) -> None:
+    blocks, ctx = _blocks(size=1, frames=4000), _context(tones)
+    reference = _epoch(blocks, ctx, _prefetch())
+    (tmp_path / "scenario.py").write_text(SCENARIO)
+    with open(tmp_path / "chain.pkl", "wb") as f:
+        pickle.dump((blocks, ctx), f)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with subprocess.Popen([sys.executable, str(tmp_path / "scenario.py"), str(tmp_path / "chain.pkl")], cwd=ROOT,
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+        # read to the end: the child's resource tracker, which writes its warnings to the same stderr, is done
+        out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    epochs = json.loads(out)
+    for method, (ids, respawns) in epochs.items():
+        assert ids == reference and respawns == 1, method
+    assert "resource_tracker" not in err and "leaked" not in err and "Traceback" not in err, err
+    assert _segments(child.pid) == set()
+
+
+def test_a_resumed_epoch_whose_other_producer_is_done_starts_only_the_ring_it_needs(tones: ExperimentConfig) -> None:
+    ctx = _context(tones)
+    whole = _epoch(_blocks(size=3), ctx, _prefetch())  # producer 0: batches 0, 2, 4; producer 1: 1, 3, 5
+    state = {"epoch": 0, "producers": 2, "delivered": [3, 2], "done": [True, False], "turn": 1}
+    with deadline(30), Prefetcher(_blocks(size=3), ctx, _prefetch(), state) as prefetcher:
+        assert prefetcher.slots[0].ring is None
+        assert [batch.ids for batch in prefetcher] == whole[5:]
