@@ -1,7 +1,8 @@
 """Rings of shared-memory slots: a producer process hands the arrays of a batch to the trainer without pickling
 them through a pipe.
 
-Each producer process has a ring of slots (POSIX shared-memory segments, ``/dev/shm/labswarm_<trainer pid>_…``)
+Each producer process has a ring of slots (POSIX shared-memory segments,
+``/dev/shm/labswarm_<pid namespace>_<trainer pid>_…``)
 and its own one-way pipe of :class:`Credit` s. The trainer's :class:`SlotRing` owns the segments: it alone creates,
 grows and unlinks them. The producer's :class:`SlotWriter` takes a credit (a free slot), writes a batch's arrays
 into it and says where they lie in its message (:class:`Placement`, a few hundred bytes); the trainer copies them
@@ -13,7 +14,9 @@ grows by at least :data:`GROWTH` when a larger one comes.
 A ring serves one producer *process*: a replacement gets a fresh ring (the old one, with whatever a killed
 producer left half written in it, is unlinked), so a new producer never writes into a slot the trainer has not
 read. Segments are unlinked by :meth:`SlotRing.close`, when the ring is garbage collected, and at interpreter exit;
-if the trainer is killed, multiprocessing's resource tracker unlinks them. Producers attach to a segment without
+if the trainer is killed, multiprocessing's resource tracker unlinks them, and if the tracker was killed with it
+(SIGKILL to the process group), the next ring created in the same pid namespace unlinks what that dead trainer
+left (:func:`sweep_stale`). Producers attach to a segment without
 registering it with the resource tracker: before Python 3.13 every attach registers (gh-82300), and a producer
 forked before the trainer's tracker started would start a tracker of its own, which unlinks the trainer's live
 segments when the producer exits and warns of leaks.
@@ -49,7 +52,7 @@ ALIGN = 64
 GRAIN = 64 * 2**10
 #: A ring that must grow grows to at least this factor times its slot size (batches that vary regrow rarely).
 GROWTH = 1.25
-#: Segment names start with this, then ``<pid of the trainer>_``.
+#: Segment names start with this, then ``<pid namespace>_<pid of the trainer>_``.
 PREFIX = "labswarm_"
 #: Most slots in a ring: their credits (~120 bytes each) always fit in a pipe's buffer, so giving them never blocks.
 MAX_SLOTS = 64
@@ -325,6 +328,44 @@ class SlotWriter:
         return shm
 
 
+def _namespace() -> str:
+    """This process's pid namespace (the inode of ``/proc/self/ns/pid``), in hex: a pid means something only
+    within its namespace, so stale segments are judged only against the trainers of the same one."""
+    try:
+        return format(os.stat("/proc/self/ns/pid").st_ino, "x")
+    except OSError:
+        return "0"
+
+
+_swept = False
+
+
+def sweep_stale(root: str = "/dev/shm") -> list[str]:
+    """Unlink the segments that dead trainers of this pid namespace left behind (a trainer killed together with
+    its resource tracker); segments of live processes, and of other namespaces, are left alone.
+
+    Returns:
+        The names unlinked.
+    """
+    import psutil
+
+    mine = f"{PREFIX}{_namespace()}_"
+    removed = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(root):
+            if not name.startswith(mine):
+                continue
+            pid = name[len(mine):].split("_", 1)[0]
+            if not pid.isdigit() or int(pid) == os.getpid() or psutil.pid_exists(int(pid)):
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(root, name))
+                removed.append(name)
+    if removed:
+        log.warning("removed %d shared-memory segments left by dead trainers: %s", len(removed), removed)
+    return removed
+
+
 def _round_up(n: int) -> int:
     return max(GRAIN, -(-n // GRAIN) * GRAIN)
 
@@ -336,9 +377,13 @@ def _create(size: int) -> SharedMemory:
     Raises:
         OSError: it cannot be created (too many open files, no ``/dev/shm``).
     """
+    global _swept
+    if not _swept:
+        _swept = True
+        sweep_stale()
     while True:
         try:
-            return SharedMemory(f"{PREFIX}{os.getpid()}_{secrets.token_hex(4)}", create=True, size=size)
+            return SharedMemory(f"{PREFIX}{_namespace()}_{os.getpid()}_{secrets.token_hex(4)}", create=True, size=size)
         except FileExistsError:
             continue
 

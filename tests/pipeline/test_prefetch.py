@@ -125,7 +125,7 @@ def deadline(seconds: float) -> Iterator[None]:
 
 def _segments(pid: int | None = None) -> set[str]:
     """The shared-memory segments of process ``pid`` (this one by default) in /dev/shm."""
-    return {p.name for p in Path("/dev/shm").glob(f"{shm.PREFIX}{pid or os.getpid()}_*")}
+    return {p.name for p in Path("/dev/shm").glob(f"{shm.PREFIX}{shm._namespace()}_{pid or os.getpid()}_*")}
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,8 @@ import gc
 import itertools
 import logging
 import os
+import subprocess
+import sys
 from multiprocessing import resource_tracker
 from pathlib import Path
 
@@ -22,7 +24,7 @@ pytestmark = pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="POSIX sha
 
 def segments() -> set[str]:
     """This process's segments in /dev/shm."""
-    return {p.name for p in Path("/dev/shm").glob(f"{shm.PREFIX}{os.getpid()}_*")}
+    return {p.name for p in Path("/dev/shm").glob(f"{shm.PREFIX}{shm._namespace()}_{os.getpid()}_*")}
 
 
 @pytest.fixture(autouse=True)
@@ -205,3 +207,17 @@ def test_close_and_garbage_collection_unlink_every_segment() -> None:
     del ring
     gc.collect()
     assert not names & segments()
+
+
+def test_sweep_removes_what_dead_trainers_of_this_namespace_left(tmp_path: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    names = {
+        "dead": f"{shm.PREFIX}{shm._namespace()}_{dead_pid}_feed",
+        "alive": f"{shm.PREFIX}{shm._namespace()}_{os.getpid()}_feed",
+        "other namespace": f"{shm.PREFIX}ffff0000_{dead_pid}_feed",
+    }
+    for name in names.values():
+        (tmp_path / name).write_bytes(b"x")
+    assert shm.sweep_stale(str(tmp_path)) == [names["dead"]]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([names["alive"], names["other namespace"]])
