@@ -116,14 +116,18 @@ def run(
     health: Annotated[bool, typer.Option(help="Steer the publish rate with the health controller.")] = True,
     rabbitmq_api: Annotated[str | None, typer.Option(help="RabbitMQ management API for the controller "
                                                      "(default: queue depth from the session ledger).")] = None,
+    launcher: Annotated[str, typer.Option(help="Who runs the workers: local (processes here), swarm (a docker swarm "
+                                          "service the manager creates; needs --manager), none.")] = "local",
     train: Annotated[bool, typer.Option("--train/--no-train", help="Train after computing, when the experiment "
                                         "has a `training` section.")] = True,
 ) -> None:
     """Run an experiment distributed over workers (embedded manager and broker unless URLs are given); then,
     when the experiment has a `training` section, train its model on the features."""
     config = _load(experiment)
+    if launcher not in ("local", "swarm", "none"):
+        raise _fail(ConfigError([("--launcher", f"unknown launcher {launcher!r}; known: local, none, swarm")]), 2)
     _compute(config, workers=workers, concurrency=concurrency, broker=broker, manager=manager, rate=rate,
-             health=health, rabbitmq_api=rabbitmq_api)
+             health=health, rabbitmq_api=rabbitmq_api, launcher=launcher)
     if train and config.training is not None:
         _train(config, resume=False)
 
@@ -157,7 +161,7 @@ def _load(path: Path):
 
 def _compute(config, *, workers: int = 2, concurrency: int = 1, broker: str | None = None,
              manager: str | None = None, rate: float | None = None, health: bool = True,
-             rabbitmq_api: str | None = None) -> None:
+             rabbitmq_api: str | None = None, launcher: str = "local") -> None:
     """The features of every sample into the store, as a session (exits non-zero unless it completes)."""
     from labswarm.run import run_experiment
     from labswarm.settings import load_settings
@@ -173,7 +177,7 @@ def _compute(config, *, workers: int = 2, concurrency: int = 1, broker: str | No
         try:
             result = run_experiment(config, workers=workers, concurrency=concurrency, broker_url=broker,
                                     manager_url=manager, rate=rate, settings=settings, on_progress=update,
-                                    health=health, rabbitmq_api=rabbitmq_api)
+                                    health=health, rabbitmq_api=rabbitmq_api, launcher=launcher)
         except LabswarmError as exc:
             raise _fail(exc) from None
     p = result.progress

@@ -66,12 +66,25 @@ class ManagerClient:
         return self._call("GET", "/settings")
 
     # sessions
-    def start_session(self, experiment: str, rate: float | None = None, weight: float | None = None) -> dict:
-        """Start a session of ``experiment``; ``rate`` in tasks/s, ``weight`` its share of shared workers
-        relative to other sessions (default 1)."""
-        body: dict[str, float] = {} if rate is None else {"rate": rate}
-        if weight is not None:
-            body["weight"] = weight
+    def start_session(self, experiment: str, rate: float | None = None, weight: float | None = None, *,
+                      launcher: str | None = None, workers: int | None = None) -> dict:
+        """Start a session of ``experiment``.
+
+        Args:
+            experiment: a registered experiment's name.
+            rate: initial publish rate in tasks/s (default: the manager's).
+            weight: its share of shared workers relative to other sessions (default 1).
+            launcher: who runs its workers: ``none`` (someone else, the default) or ``swarm`` (a docker swarm
+                service the manager creates, scales and removes).
+            workers: workers the launcher starts.
+
+        Raises:
+            ManagerError: the manager refused (unknown experiment, an active session, a Docker engine error).
+        """
+        body: dict[str, float | int | str] = {} if rate is None else {"rate": rate}
+        for key, value in (("weight", weight), ("launcher", launcher), ("workers", workers)):
+            if value is not None:
+                body[key] = value
         return self._call("POST", f"/experiments/{experiment}/sessions", json=body)
 
     def session(self, session_id: str) -> dict:
@@ -89,6 +102,14 @@ class ManagerClient:
     def set_weight(self, session_id: str, weight: float) -> dict:
         """Set a session's weight (its share of shared workers relative to other sessions)."""
         return self._call("PUT", f"/sessions/{session_id}/weight", json={"weight": weight})
+
+    def set_workers(self, session_id: str, workers: int) -> dict:
+        """Scale the workers of a session whose launcher the manager runs (``launcher: swarm``).
+
+        Raises:
+            ManagerError: no such session, it has ended, or its workers are not the manager's (409).
+        """
+        return self._call("PUT", f"/sessions/{session_id}/workers", json={"workers": workers})
 
     def pause(self, session_id: str) -> dict:
         return self._call("POST", f"/sessions/{session_id}/pause")

@@ -102,6 +102,7 @@ def run_experiment(
     log_dir: Path | None = None,
     health: bool = True,
     rabbitmq_api: str | None = None,
+    launcher: str = "local",
 ) -> RunResult:
     """Run ``config`` as a session and wait for its end.
 
@@ -119,6 +120,8 @@ def run_experiment(
         health: run the health controller on the session (rate steered from its first outcome on) and draw
             its figure at the end.
         rabbitmq_api: the RabbitMQ management API for the controller; ``None`` takes depth from the ledger.
+        launcher: ``local`` starts ``workers`` worker processes here; ``swarm`` asks the manager to run them as
+            a docker swarm service (see docs/deployment.md); ``none`` starts none.
 
     Raises:
         ManagerError: the manager refused the experiment or cannot be reached.
@@ -134,16 +137,19 @@ def run_experiment(
             settings = settings.model_copy(update={"broker_url": broker_url})
         server = EmbeddedServer(create_app(settings)).start()
         manager_url = server.url
-    launcher = None
+    local = None
     controller = None
     client = ManagerClient(manager_url, settings.api_token)
     try:
         client.post_experiment(config.model_dump(mode="json"))
-        session = client.start_session(config.name, rate)
-        if workers:
-            launcher = LocalLauncher(config.name, manager_url, concurrency=concurrency, token=settings.api_token,
-                                     log_dir=log_dir or settings.home / "logs")
-            launcher.start(workers)
+        if launcher == "local":
+            session = client.start_session(config.name, rate)
+        else:
+            session = client.start_session(config.name, rate, launcher=launcher, workers=workers)
+        if workers and launcher == "local":
+            local = LocalLauncher(config.name, manager_url, concurrency=concurrency, token=settings.api_token,
+                                  log_dir=log_dir or settings.home / "logs")
+            local.start(workers)
         if health:
             controller = HealthThread(manager_url, settings.api_token, rabbitmq_api, max(1, workers * concurrency),
                                       settings.home / "health").start()
@@ -164,8 +170,8 @@ def run_experiment(
     finally:
         if controller is not None:
             controller.stop()
-        if launcher is not None:
-            launcher.stop()
+        if local is not None:
+            local.stop()
         client.close()
         if server is not None:
             server.stop()

@@ -369,3 +369,17 @@ def test_spec_is_frozen_data() -> None:
     spec = ServiceSpec(name="n", image="i", command=("c",), network="net", replicas=1)
     with pytest.raises(AttributeError):
         spec.replicas = 2  # type: ignore[misc]
+
+
+def test_client_starts_and_scales_a_swarm_session(manager_http: httpx.Client, engine: FakeEngine) -> None:
+    from labswarm.client import ManagerClient
+    from labswarm.errors import ManagerError
+
+    with ManagerClient(str(manager_http.base_url)) as client:
+        session = client.start_session("tones", 1.0, launcher="swarm", workers=2)
+        assert session["launcher"] == "swarm" and engine.services[SWARM_NAME].replicas == 2
+        assert client.set_workers(session["id"], 3)["workers"] == 3
+        assert engine.services[SWARM_NAME].replicas == 3
+        client.cancel(session["id"])
+        with pytest.raises(ManagerError, match="409"):
+            client.set_workers(session["id"], 1)
