@@ -287,3 +287,20 @@ def test_eval_frames_none_keeps_whole_clips_in_evaluation(tones: ExperimentConfi
     assert _batches(tones, spec, train=True)[0].features["mel"].shape == (2, 32, 20)
     assert _batches(tones, spec)[0].features["mel"].shape == (2, 32, n)
     assert _batches(tones, {**spec, "eval_frames": 30})[0].features["mel"].shape == (2, 32, 30)
+
+
+def test_training_shards_mix_transformations_and_change_every_epoch(tones: ExperimentConfig) -> None:
+    ctx = _context(tones, train=True, producers=2)
+
+    def transformations(shard_ctx: Context) -> set[str]:
+        return {s.id.rsplit("#", 1)[1] for s in Source()(None, shard_ctx)}
+
+    # tones has 2 transformations and 2 shards: `index mod shards` gave each shard one transformation only
+    assert transformations(ctx.with_(producer=0)) == transformations(ctx.with_(producer=1)) == {"0", "1"}
+    every = sorted(s.id for s in Source()(None, _context(tones)))
+    for epoch in (0, 1):
+        shards = [[s.id for s in Source()(None, ctx.with_(producer=k, epoch=epoch))] for k in range(2)]
+        assert sorted(shards[0] + shards[1]) == every and abs(len(shards[0]) - len(shards[1])) <= 1
+    first = [s.id for s in Source()(None, ctx.with_(producer=0, epoch=0))]
+    assert first != [s.id for s in Source()(None, ctx.with_(producer=0, epoch=1))]
+    assert first == [s.id for s in Source()(None, ctx.with_(producer=0, epoch=0))]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 from pydantic import Field
 
 from labswarm.datasets.folder import read_clips
@@ -26,8 +29,14 @@ class SourceConfig(BlockConfig):
 @register_block
 class Source(Block):
     """Yields the :class:`~labswarm.sample.Sample` objects of the context's split (whole source recordings
-    held out for ``validation``, see :mod:`labswarm.pipeline.split`), in dataset order, keeping every
-    ``ctx.shards``-th one from ``ctx.shard`` on: producers and learners each read a disjoint share.
+    held out for ``validation``, see :mod:`labswarm.pipeline.split`) in dataset order, the ones of this chain's
+    shard only, so that producers and learners each read a disjoint share (together: the whole split).
+
+    In training mode the shards are drawn anew every epoch: sample ``i`` of the split goes to shard
+    ``perm[i] mod shards``, ``perm`` a permutation seeded by (experiment seed, epoch) alone, so shards stay
+    disjoint and their sizes differ by at most one (dataset order groups a clip's transformations and often the
+    classes: a fixed ``index mod shards`` gave every producer, hence every batch, the same transformations or a
+    single class, epoch after epoch). In evaluation mode every ``ctx.shards``-th sample from ``ctx.shard`` on.
 
     Raises (when iterated):
         DatasetError: the labels CSV is unreadable or malformed.
@@ -43,12 +52,20 @@ class Source(Block):
             held = validation_sources(read_clips(config.dataset.root, config.dataset.labels_path),
                                       ctx.validation, config.seed)
         want_held = ctx.split == "validation"
-        index = 0
-        for sample in iter_samples(config):
-            if ctx.split != "all" and (sample.source in held) != want_held:
-                continue
-            if self.config.limit is not None and index >= self.config.limit:
-                break
-            if index % ctx.shards == ctx.shard:
+
+        def split() -> Iterator[Sample]:
+            for n, sample in enumerate(s for s in iter_samples(config)
+                                       if ctx.split == "all" or (s.source in held) == want_held):
+                if self.config.limit is not None and n >= self.config.limit:
+                    return
                 yield sample
-            index += 1
+
+        if ctx.train:
+            count = sum(1 for _ in split())
+            text = json.dumps([config.seed, ctx.epoch, "source"]).encode()
+            seed = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
+            shards = np.random.default_rng(seed).permutation(count) % ctx.shards
+        for index, sample in enumerate(split()):
+            shard = int(shards[index]) if ctx.train else index % ctx.shards
+            if shard == ctx.shard:
+                yield sample
