@@ -283,11 +283,13 @@ class Manager:
 
         ``none`` starts nothing (workers are run by someone else). The launcher is recorded with the session: the
         manager scales it (:meth:`set_workers`), stops it when the session ends or is cancelled, and finds it
-        again after a restart.
+        again after a restart. A session that has already ended (e.g. every sample was cached, so it completed
+        right after :meth:`start_session`) has nothing left to run: nothing is started. One that ends while its
+        workers start has them stopped again.
 
         Raises:
             NotFound: no such session.
-            Conflict: the session has ended, or already has a launcher.
+            Conflict: the session already has a launcher.
             ConfigError: unknown launcher name, or invalid ``swarm_*`` settings; the session is then failed.
             DeployError: the workers could not be started; the session is then failed with that reason.
             ValueError: ``workers`` < 0.
@@ -298,7 +300,7 @@ class Manager:
         if launcher == NONE:
             return
         if row.status not in ACTIVE:
-            raise Conflict(f"session {session_id} is {row.status}")
+            return  # it ended already (all samples cached, cancelled, failed): no workers to run
         if session_id in self._launchers:
             raise Conflict(f"session {session_id} already has its launcher")
         try:
@@ -307,10 +309,17 @@ class Manager:
         except (ConfigError, DeployError) as exc:
             self._fail_session(session_id, f"{launcher} launcher: {exc}")
             raise
-        with self.db() as db:
-            db.get(SessionRow, session_id).launcher = launcher
-            db.commit()
+        # registered before the status is read again: a session that ends from now on finds its launcher in
+        # session_finished; one that ended during start() is seen here. _stop_launcher pops it, so exactly one of
+        # the two stops it
         self._launchers[session_id] = instance
+        with self.db() as db:
+            current = db.get(SessionRow, session_id)
+            current.launcher = launcher
+            db.commit()
+            ended = current.status not in ACTIVE
+        if ended:
+            self._stop_launcher(session_id)
 
     def set_workers(self, session_id: str, workers: int) -> None:
         """Run ``workers`` workers for an active session from now on, through its launcher.

@@ -8,7 +8,7 @@ the real ones, so ``to_docker()`` goes through the SDK's own validation and seri
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,8 @@ class FakeServices:
     def create(self, image: str, command: list[str] | None = None, **kwargs: Any) -> FakeService:
         self.engine.calls.append(("create", kwargs["name"]))
         self.engine.fail("create")
+        if self.engine.on_create is not None:  # e.g. something that happens during the engine's round trip
+            self.engine.on_create(kwargs)
         # the real SDK turns these keyword arguments into the engine's ContainerSpec / TaskTemplate: any argument
         # it does not know raises TypeError here, as it would against an engine
         docker.models.services._get_create_service_kwargs("create", dict(kwargs, image=image, command=command))
@@ -90,6 +92,7 @@ class FakeEngine:
         self.services: dict[str, FakeService] = {}
         self.calls: list[tuple] = []
         self.errors: dict[str, Exception] = {}
+        self.on_create: Callable[[dict[str, Any]], None] | None = None
         self.services_api = FakeServices(self)
 
     def fail(self, operation: str) -> None:
@@ -304,25 +307,58 @@ def test_session_end_removes_the_service(manager_http: httpx.Client, engine: Fak
     session = manager_http.post("/experiments/tones/sessions",
                                 json={"rate": 1000, "launcher": "swarm", "workers": 1}).json()
     assert SWARM_NAME in engine.services
-    # no real workers: report every sample done, as workers would; the session then completes
-    progress = manager_http.get(f"/sessions/{session['id']}").json()
+    _complete_session(manager_http, session["id"])  # no real workers: every sample reported done, as they would
     deadline = time.monotonic() + 20
-    while progress["published"] + progress["cached"] < progress["total"]:
-        assert time.monotonic() < deadline, progress
-        time.sleep(0.05)
-        progress = manager_http.get(f"/sessions/{session['id']}").json()
-    from labswarm.config import parse_experiment
-    from labswarm.sample import iter_samples
-
-    config = parse_experiment(manager_http.get("/experiments/tones/config").json())
-    outcomes = [{"sample_id": s.id, "status": "done"} for s in iter_samples(config)]
-    assert manager_http.post(f"/sessions/{session['id']}/outcomes", json={"outcomes": outcomes}).status_code == 200
-    while manager_http.get(f"/sessions/{session['id']}").json()["status"] != "completed":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
     while SWARM_NAME in engine.services:
         assert time.monotonic() < deadline, "the service of a completed session was not removed"
         time.sleep(0.05)
+
+
+def _complete_session(http: httpx.Client, session_id: str, timeout: float = 20.0) -> None:
+    """Report every sample of a session done, as workers would, and wait until it is completed."""
+    from labswarm.config import parse_experiment
+    from labswarm.sample import iter_samples
+
+    deadline = time.monotonic() + timeout
+    progress = http.get(f"/sessions/{session_id}").json()
+    while progress["published"] + progress["cached"] < progress["total"]:
+        assert time.monotonic() < deadline, progress
+        time.sleep(0.05)
+        progress = http.get(f"/sessions/{session_id}").json()
+    config = parse_experiment(http.get("/experiments/tones/config").json())
+    outcomes = [{"sample_id": s.id, "status": "done"} for s in iter_samples(config)]
+    assert http.post(f"/sessions/{session_id}/outcomes", json={"outcomes": outcomes}).status_code == 200
+    while http.get(f"/sessions/{session_id}").json()["status"] != "completed":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_session_that_ends_while_its_service_starts_has_it_removed(tmp_path: Path, engine: FakeEngine,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    def factory(experiment: str, session_id: str, settings: Settings) -> SwarmLauncher:
+        return SwarmLauncher(service_spec(experiment, session_id, settings), client=FakeClient(engine))
+
+    monkeypatch.setitem(sessions.SESSION_LAUNCHERS, "swarm", factory)
+    dataset = write_dataset(tmp_path / "data", n_per_label=10)
+    app = create_app(Settings(home=tmp_path / "home"))
+    with EmbeddedServer(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        assert http.post("/experiments", json=experiment_dict(dataset, tmp_path / "store")).status_code == 201
+
+        def session_ends_meanwhile(kwargs: dict[str, Any]) -> None:
+            # the Docker round trip is slow; the session completes (its runner finishes) before it returns
+            with httpx.Client(base_url=server.url, timeout=10) as other:
+                _complete_session(other, kwargs["labels"][LABEL_SESSION])
+
+        engine.on_create = session_ends_meanwhile
+        response = http.post("/experiments/tones/sessions", json={"rate": 1000, "launcher": "swarm", "workers": 2})
+        assert response.status_code == 201, response.text
+        assert response.json()["status"] == "completed"
+        assert SWARM_NAME not in engine.services, "the service of a session that ended during its start was kept"
+        assert [c[0] for c in engine.calls] == ["create", "remove"]
+
+        # a session that ended before its launcher starts: nothing to run, no error, nothing created
+        app.state.manager.launch(response.json()["id"], "swarm", 2)
+        assert [c[0] for c in engine.calls] == ["create", "remove"]
 
 
 def test_engine_refusal_fails_the_session_with_the_reason(manager_http: httpx.Client, engine: FakeEngine) -> None:
