@@ -278,7 +278,7 @@ def health(
     log_dir: Annotated[Path, typer.Option(help="Where each session's decisions are logged.")] = HEALTH_LOGS,
     metrics_port: Annotated[int | None, typer.Option(help="Serve the decisions as Prometheus metrics here.")] = None,
     max_total_waiting: Annotated[int | None, typer.Option(
-        min=1, help="Budget of messages waiting in all sessions' queues together (default: "
+        min=0, help="Budget of messages waiting in all sessions' queues together; 0: no budget (default: "
         "LABSWARM_MAX_TOTAL_WAITING, 2000).")] = None,
 ) -> None:
     """Run the control loop until interrupted (Ctrl-C). Running sessions share the workers by weight."""

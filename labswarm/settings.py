@@ -29,8 +29,8 @@ class Settings(BaseSettings):
         max_queue_length: hard bound on the messages waiting in each experiment queue (RabbitMQ ``x-max-length``
             with reject-publish; the publisher backs off when it is reached). ``None`` or 0: unbounded.
         max_total_waiting: budget of messages waiting in all the running sessions' queues together: the health
-            controller scales the sessions' target depths down so they sum to at most this. ``None``: no budget
-            (each session's own target, a few seconds of its consume rate).
+            controller scales the sessions' target depths down so they sum to at most this. ``None`` or 0: no
+            budget (each session's own target, a few seconds of its consume rate).
         reconcile_after: seconds without any outcome, with the queue empty, before a session looks for samples
             that lost their message or their report (at least 4x the slowest task seen).
         swarm_image: image of the worker services the swarm launcher creates (every node must be able to pull
@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     swarm_data_nfs_options: str = "rw,nfsvers=4"
     swarm_constraints: list[str] = Field(default_factory=list)
     swarm_stop_grace: float = Field(60.0, gt=0)
-    max_total_waiting: int | None = Field(2_000, ge=1)
+    max_total_waiting: int | None = Field(2_000, ge=0)
 
     def resolved_database_url(self) -> str:
         """``database_url``, or the SQLite file ``home/manager.sqlite``."""

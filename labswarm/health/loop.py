@@ -55,7 +55,7 @@ class HealthLoop:
         window: seconds the publish and consume rates are measured over.
         consumers: worker processes assumed per session when the broker cannot say (ledger mode).
         max_total_waiting: budget of messages waiting in all the sessions' queues together: their target
-            depths are scaled down to sum to at most this. ``None``: each session's own target.
+            depths are scaled down to sum to at most this. ``None`` or 0: no budget, each session's own target.
         log_dir: where each session's decisions are written as JSON lines; ``None`` writes none.
         clock: monotonic clock in seconds (tests).
     """

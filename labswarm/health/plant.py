@@ -219,7 +219,7 @@ def simulate_shared(controllers: list[Controller], weights: list[float], plant: 
         plant: the shared queues model (mutated).
         seconds: simulated duration.
         rates: the initial publish rates, tasks/s.
-        max_total_waiting: the budget of waiting messages over all queues, or ``None``.
+        max_total_waiting: the budget of waiting messages over all queues; ``None`` or 0: none.
         period: control period in seconds.
         dt: integration step in seconds.
         events: ``{time s: workers}``: change the number of workers at those times.

@@ -19,7 +19,7 @@ time on the other queues. Weighted shares therefore come from caps:
    robin alone shares the workers, and each controller only keeps its queue short.
 
 The total of waiting messages is bounded by scaling the sessions' target depths down, in proportion, until they
-sum to at most ``max_total_waiting`` (:attr:`Observation.max_target`).
+sum to at most ``max_total_waiting`` (:attr:`Observation.max_target`); ``None`` or 0 is no budget.
 
 Every session one health process steers is taken to share one pool of workers (each worker consumes every
 session's queue, ``labswarm worker --experiment a --experiment b``). Pools that share nothing are steered by a
@@ -112,7 +112,8 @@ def fair_limits(claims: Mapping[K, Claim], max_total_waiting: float | None = Non
 
     Args:
         claims: every steered session.
-        max_total_waiting: the budget of messages waiting in all the sessions' queues together, or ``None``.
+        max_total_waiting: the budget of messages waiting in all the sessions' queues together; ``None`` or 0:
+            no budget (each session keeps its own target).
 
     Returns:
         A :class:`Limit` per session.
@@ -132,7 +133,7 @@ def fair_limits(claims: Mapping[K, Claim], max_total_waiting: float | None = Non
                     caps[k] = shares[k]
     targets: dict[K, float | None] = dict.fromkeys(claims)
     total_target = sum(c.target for c in claims.values())
-    if max_total_waiting is not None and total_target > 0:
+    if max_total_waiting and total_target > 0:  # None or 0: no budget
         targets = {k: max_total_waiting * c.target / total_target for k, c in claims.items()}
     return {k: Limit(rate=caps[k], target=targets[k], share=shares.get(k)) for k in claims}
 
@@ -143,7 +144,7 @@ def steer(sessions: Mapping[K, tuple[Controller, Observation, float]],
 
     Args:
         sessions: per session, its controller, its observation (without limits) and its weight.
-        max_total_waiting: the budget of waiting messages of all the sessions together, or ``None``.
+        max_total_waiting: the budget of waiting messages of all the sessions together; ``None`` or 0: none.
 
     Returns:
         Per session, the new publish rate in samples/s and the observation with its limits, as the controller

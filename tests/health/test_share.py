@@ -51,6 +51,22 @@ def test_budget_scales_the_targets_down_in_proportion() -> None:
     assert controller.target_depth(obs) == pytest.approx(45)  # 3 s x 30/s = 90 without the budget
 
 
+@pytest.mark.parametrize("unbounded", [None, 0])
+def test_no_budget_leaves_each_session_its_own_target(unbounded: int | None) -> None:
+    claims = {"a": Claim(1, 30, 90), "b": Claim(1, 10, 30)}
+    assert [lim.target for lim in fair_limits(claims, max_total_waiting=unbounded).values()] == [None, None]
+    sessions = {"a": (make_controller({"name": "pi"}), Observation(t=0, depth=0, consume_rate=30, consumers=2,
+                                                                   rate=30), 1.0)}
+    _, seen = steer(sessions, max_total_waiting=unbounded)["a"]
+    assert seen.max_target is None
+
+
+def test_a_zero_budget_is_the_setting_for_no_budget() -> None:
+    from labswarm.settings import Settings
+
+    assert Settings(max_total_waiting=0).max_total_waiting == 0  # 0: unbounded, as for max_queue_length
+
+
 def test_the_cap_holds_the_rate_and_freezes_the_integral() -> None:
     controller = make_controller({"name": "pi"})
     for t in range(30):  # an empty queue for 30 s: the controller wants more, the share holds it
