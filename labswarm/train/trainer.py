@@ -24,6 +24,7 @@ from labswarm.config import ExperimentConfig
 from labswarm.errors import ConfigError
 from labswarm.pipeline.base import Block
 from labswarm.pipeline.pipeline import Pipeline
+from labswarm.pipeline.prefetch import PipelineError
 from labswarm.train import checkpoint
 from labswarm.train.checkpoint import CheckpointError
 from labswarm.train.metrics import accuracy, confusion, f1_per_class
@@ -115,7 +116,8 @@ class Trainer:
 
         Raises:
             CheckpointError: ``resume`` found a checkpoint of another configuration, or an unreadable one.
-            PipelineError: a producer failed.
+            PipelineError: a producer failed (e.g. the store is unreadable), or an epoch had no sample whose
+                features could be read.
             ImportError: torch is not installed.
         """
         torch = import_torch()
@@ -202,6 +204,9 @@ class Trainer:
                 correct += int((logits.argmax(1) == y).sum())
                 seen += len(batch)
             waited, respawns = batches.waited, batches.respawns
+        if not seen:
+            raise PipelineError(f"epoch {epoch + 1} delivered no training sample ({failed} failed): see the log for "
+                                "the reasons")
         seconds = time.perf_counter() - t0
         return {
             "epoch": epoch + 1, "epochs": self.training.epochs, "samples": seen,

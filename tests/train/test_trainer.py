@@ -12,6 +12,7 @@ from three_classes import training_experiment
 from labswarm.config import parse_experiment
 from labswarm.errors import ConfigError
 from labswarm.pipeline.pipeline import Pipeline
+from labswarm.pipeline.prefetch import PipelineError
 from labswarm.train import checkpoint
 from labswarm.train.trainer import Trainer, load_model
 
@@ -95,3 +96,14 @@ def test_the_same_configuration_trains_the_same_model(three_classes: Path, tmp_p
     weights = [load_model(r.model_path)[0].state_dict() for r in (first, second)]
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
     assert first.final["train_loss"] == second.final["train_loss"]
+
+
+def test_an_unreadable_store_stops_training_instead_of_training_on_nothing(three_classes: Path,
+                                                                            tmp_path: Path) -> None:
+    config = parse_experiment(training_experiment(three_classes, tmp_path / "store",
+                                                  training={"epochs": 1, "validation": 0.25, "threads": 1}))
+    Trainer(config, tmp_path / "home").fit()  # computes and stores the features
+    for entry in (tmp_path / "store").rglob("*.npy"):
+        entry.write_bytes(b"not an array")  # every entry corrupt: not the samples' fault
+    with pytest.raises(PipelineError, match="StoreError"):
+        Trainer(config, tmp_path / "home").fit()

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from labswarm.errors import LabswarmError
+from labswarm.errors import SampleError
 from labswarm.pipeline.base import SKIPPED, Block, BlockConfig, Context, register_block
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,9 @@ class Batcher(Block):
     sample, shared by its features, drawn from :meth:`Context.rng` of the batch's index, so a respawned producer
     crops alike) and centred in evaluation mode. The first ``ctx.skip`` batches are yielded as
     :data:`~labswarm.pipeline.base.SKIPPED` without reading their items' features. An item whose features fail
-    is dropped from its batch and reported in :attr:`Batch.failed`; a batch whose every item failed is yielded empty."""
+    with a :class:`~labswarm.errors.SampleError` (missing or corrupt audio, a failing transformation or
+    extractor) is dropped from its batch and reported in :attr:`Batch.failed`; a batch whose every item failed is
+    yielded empty. Other errors (the store unreadable, say) end the epoch: they are not the sample's fault."""
 
     name = "batch"
     config_model = BatchConfig
@@ -91,7 +93,7 @@ class Batcher(Block):
             try:
                 arrays.append(item.features)
                 kept.append(item)
-            except LabswarmError as exc:
+            except SampleError as exc:  # this sample only; a store or dataset failure stops the epoch
                 log.warning("dropping sample %s from its batch: %s", item.sample.id, exc)
                 failed.append((item.sample.id, f"{type(exc).__name__}: {exc}"))
         names = list(arrays[0]) if arrays else []
