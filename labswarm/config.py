@@ -147,7 +147,7 @@ class ExperimentConfig(_Strict):
 
     @field_validator("pipeline", mode="before")
     @classmethod
-    def _pipeline(cls, value: Any) -> Any:
+    def _pipeline(cls, value: Any, info: ValidationInfo) -> Any:
         from labswarm.pipeline.base import BLOCKS
         from labswarm.pipeline.blocks import Prefetch  # registers the built-ins
 
@@ -162,6 +162,13 @@ class ExperimentConfig(_Strict):
             raise ValueError("`prefetch` can only be the last block")
         if repeat := _first_repeat(n for n in names if n != "shuffle"):
             raise ValueError(f"item {repeat[0]} repeats the `{names[repeat[0]]}` block of item {repeat[1]}")
+        if names.index("features") > names.index("batch"):
+            raise ValueError("the `features` block must come before the `batch` block (a batch holds features)")
+        outputs = [f.output_name for f in info.data.get("features") or []]
+        features = specs[names.index("features")]
+        if outputs and (unknown := sorted(set(features.outputs or ()) - set(outputs))):
+            raise ValueError(f"item {names.index('features')} (features) reads {unknown}, which the experiment does "
+                             f"not compute; its feature outputs are {outputs}")
         return specs
 
     @field_validator("model", mode="before")
@@ -175,6 +182,10 @@ class ExperimentConfig(_Strict):
         outputs = [f.output_name for f in info.data.get("features") or []]
         if outputs and spec.input not in outputs:
             raise ValueError(f"input {spec.input!r} is not a feature output; the features are {outputs}")
+        read = [b.outputs for b in info.data.get("pipeline") or [] if b.name == "features" and b.outputs]
+        if read and spec.input not in read[0]:
+            raise ValueError(f"input {spec.input!r} is not among the outputs the pipeline's features block reads "
+                             f"({read[0]})")
         return spec
 
     @field_validator("training")

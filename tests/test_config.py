@@ -3,6 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import experiment_dict
 
 from labswarm.config import ExperimentConfig, load_experiment, parse_experiment
 from labswarm.errors import ConfigError
@@ -97,3 +98,19 @@ def test_shipped_example_is_valid() -> None:
     config = load_experiment(Path(__file__).parents[1] / "examples" / "music_speech_noise.yml")
     assert len(config.transformations) == 9
     assert [f.name for f in config.features] == ["mel", "mfcc"]
+
+
+@pytest.mark.parametrize(("changes", "path", "reason"), [
+    ({"pipeline": [{"name": "source"}, {"name": "batch"}, {"name": "features"}]}, "pipeline",
+     "must come before the `batch` block"),
+    ({"pipeline": [{"name": "source"}, {"name": "features", "outputs": ["nope"]}, {"name": "batch"}]}, "pipeline",
+     "reads ['nope'], which the experiment does not compute"),
+    ({"pipeline": [{"name": "source"}, {"name": "features", "outputs": ["mfcc"]}, {"name": "batch"}],
+      "model": {"name": "cnn", "input": "mel"}}, "model", "not among the outputs the pipeline's features block reads"),
+    ({"pipeline": [{"name": "source"}, {"name": "features"}, {"name": "batch", "eval_frames": 0}]},
+     "pipeline.2.eval_frames.constrained-int", "greater than or equal to 1"),
+])
+def test_training_sections_are_checked_together(tmp_path: Path, changes: dict, path: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_experiment(experiment_dict(tmp_path, tmp_path / "store", **changes))
+    assert any(p == path and reason in r for p, r in caught.value.errors), caught.value.errors

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -52,7 +52,7 @@ class BatchConfig(BlockConfig):
 
     size: int = Field(32, ge=1)
     frames: int | None = Field(None, ge=1)
-    eval_frames: int | Literal["same"] | None = "same"
+    eval_frames: Annotated[int, Field(ge=1)] | Literal["same"] | None = "same"
     drop_last: bool = False
 
 
