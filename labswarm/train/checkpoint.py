@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +30,16 @@ def save(obj: dict[str, Any], path: Path) -> None:
 
 
 def load(path: Path, map_location: Any = "cpu") -> dict[str, Any]:
-    """Read a file written by :func:`save`.
+    """Read a file written by :func:`save` (``torch.load`` with ``weights_only=True``).
 
     Raises:
-        CheckpointError: missing or unreadable.
+        CheckpointError: missing, unreadable, truncated, or holding objects other than tensors and plain data.
     """
     import torch
 
-    try:
-        return torch.load(path, map_location=map_location, weights_only=False)
-    except (OSError, RuntimeError, EOFError, ValueError) as exc:
+    try:  # weights_only: tensors and plain containers only, so a shared model file cannot run code when loaded
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, KeyError, pickle.UnpicklingError) as exc:
         raise CheckpointError(f"cannot read {path}: {exc}") from exc
 
 

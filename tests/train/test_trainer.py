@@ -14,6 +14,7 @@ from labswarm.errors import ConfigError
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.pipeline.prefetch import PipelineError
 from labswarm.train import checkpoint
+from labswarm.train.checkpoint import CheckpointError
 from labswarm.train.trainer import Trainer, load_model
 
 
@@ -107,3 +108,13 @@ def test_an_unreadable_store_stops_training_instead_of_training_on_nothing(three
         entry.write_bytes(b"not an array")  # every entry corrupt: not the samples' fault
     with pytest.raises(PipelineError, match="StoreError"):
         Trainer(config, tmp_path / "home").fit()
+
+
+def test_a_corrupt_checkpoint_or_model_file_is_a_checkpoint_error(tmp_path: Path) -> None:
+    for content in (b"", b"not a checkpoint", b"PK\x03\x04truncated"):
+        path = tmp_path / "checkpoint.pt"
+        path.write_bytes(content)
+        with pytest.raises(CheckpointError, match="cannot read"):
+            checkpoint.load(path)
+        with pytest.raises(CheckpointError):
+            load_model(path)
