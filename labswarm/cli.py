@@ -218,7 +218,7 @@ def _train(config, *, resume: bool) -> None:
                   show_header=False)
     table.add_row("accuracy", f"{final.get('val_accuracy', float('nan')):.3f}")
     for name, f1 in final.get("val_f1", {}).items():
-        table.add_row(f"F1 {name}", f"{f1:.3f}")
+        table.add_row(f"F1 {name}", "n/a (no validation sample)" if f1 is None else f"{f1:.3f}")
     table.add_row("validation samples", str(final.get("val_samples", 0)))
     table.add_row("epochs", f"{final['epoch']} (resumed after {result.resumed_from})" if result.resumed_from
                   else str(final["epoch"]))

@@ -27,12 +27,20 @@ def accuracy(matrix: np.ndarray) -> float:
     return float(np.trace(matrix) / total) if total else float("nan")
 
 
-def f1_per_class(matrix: np.ndarray, classes: Sequence[str]) -> dict[str, float]:
+def f1_per_class(matrix: np.ndarray, classes: Sequence[str]) -> dict[str, float | None]:
     """F1 = 2·precision·recall / (precision + recall) = 2·TP / (predicted + actual) per class (van Rijsbergen
-    1979); 0 for a class neither predicted nor present, as scikit-learn's ``f1_score(zero_division=0)``."""
-    out = {}
+    1979); ``None`` for a class neither present nor predicted (undefined: e.g. a class whose only source recording
+    stayed in training), 0 for one present or predicted but never right."""
+    out: dict[str, float | None] = {}
     for i, name in enumerate(classes):
         tp = float(matrix[i, i])
         predicted, actual = float(matrix[:, i].sum()), float(matrix[i, :].sum())
-        out[name] = 2 * tp / (predicted + actual) if predicted + actual else 0.0
+        out[name] = 2 * tp / (predicted + actual) if predicted + actual else None
     return out
+
+
+def macro_f1(f1: dict[str, float | None]) -> float:
+    """Mean F1 over the classes where it is defined (NaN when none is), as scikit-learn's
+    ``f1_score(average="macro")`` over the labels present."""
+    defined = [v for v in f1.values() if v is not None]
+    return float(np.mean(defined)) if defined else float("nan")

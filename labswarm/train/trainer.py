@@ -27,7 +27,7 @@ from labswarm.pipeline.pipeline import Pipeline
 from labswarm.pipeline.prefetch import PipelineError
 from labswarm.train import checkpoint
 from labswarm.train.checkpoint import CheckpointError
-from labswarm.train.metrics import accuracy, confusion, f1_per_class
+from labswarm.train.metrics import accuracy, confusion, f1_per_class, macro_f1
 from labswarm.train.models.base import Model, import_torch
 
 log = logging.getLogger(__name__)
@@ -235,7 +235,7 @@ class Trainer:
         f1 = f1_per_class(matrix, validation.classes)
         n = int(matrix.sum())
         return {"val_samples": n, "val_loss": loss_sum / n, "val_accuracy": accuracy(matrix), "val_f1": f1,
-                "val_macro_f1": float(np.mean(list(f1.values()))), "val_confusion": matrix.tolist()}
+                "val_macro_f1": macro_f1(f1), "val_confusion": matrix.tolist()}
 
 
 def _feature_bins(experiment: ExperimentConfig, output: str) -> int:
