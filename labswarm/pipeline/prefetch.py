@@ -16,8 +16,10 @@ producer, before its ring is sized, and anything that is not a :class:`Batch` tr
 (psutil USS: the memory only that producer holds; its RSS would also count the pages it shares with the trainer
 after a fork). A producer above ``memory_limit_mb`` is asked to retire: it stops after the batch it is building and
 exits; the consumer keeps taking the batches already in its queue, then starts a replacement that skips the
-batches already delivered (``Context.skip``: skipped batches read no features). A producer that does not exit
-within ``grace`` seconds, or that dies, is killed and its queue discarded (a killed writer may leave half a
+batches already delivered (``Context.skip``: skipped batches read no features). A retiring producer whose queue
+holds batches may be waiting for the trainer (to put its last batch, or for a free slot): its grace starts again.
+One that has not exited after its queue stayed empty for ``grace`` seconds, or that dies, is killed and its queue
+discarded (a killed writer may leave half a
 message: the trainer keeps no write end of a producer's pipe, so that reads as end-of-file, not as a wait for the
 rest); the replacement resumes after the last batch delivered. Batches are numbered, so none is lost or
 delivered twice within the epoch; a gap in the numbers (a batch that could not be pickled) fails the epoch, and
@@ -70,7 +72,8 @@ class PrefetchConfig(BlockConfig):
         depth: batches each producer may hold ready in its queue.
         memory_limit_mb: unique set size (USS) in MiB above which a producer is replaced; ``None``: no watchdog.
         check_interval: seconds between two memory checks.
-        grace: seconds a retiring producer has to exit before it is killed.
+        grace: seconds a retiring producer has to exit, counted while its queue is empty (while it holds
+            batches the trainer has not taken, it may be waiting for the trainer), before it is killed.
         start_method: how producers start (``fork`` is fastest on Linux; ``spawn`` re-imports everything).
         threads: maths-library threads per producer (BLAS / OpenMP / torch).
     """
@@ -270,7 +273,12 @@ class Prefetcher:
         self._spawn(slot)
 
     def _watch(self) -> None:
-        """The memory watchdog: ask producers over the limit to retire; kill those past their grace."""
+        """The memory watchdog: ask producers over the limit to retire; kill those past their grace.
+
+        The grace runs only while a retiring producer could make progress: while its queue holds batches, the
+        trainer has not taken what it made (it may be blocked putting its last batch, or waiting for a free slot,
+        and this check only runs while the trainer waits for a batch), so its clock starts again.
+        """
         limit = self.config.memory_limit_mb
         now = time.monotonic()
         if limit is None or now - self._last_check < self.config.check_interval:
@@ -280,7 +288,9 @@ class Prefetcher:
             if slot.done or slot.process is None or not slot.process.is_alive():
                 continue
             if slot.retire_at is not None:
-                if now - slot.retire_at > self.config.grace:
+                if not slot.queue.empty():  # waiting for the trainer, not stuck: the grace starts again
+                    slot.retire_at = now
+                elif now - slot.retire_at > self.config.grace:
                     self._replace(slot, f"did not retire within {self.config.grace} s")
                 continue
             try:

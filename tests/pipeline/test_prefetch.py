@@ -268,6 +268,26 @@ def test_watchdog_replaces_a_leaking_producer_without_losing_a_batch(tones: Expe
     assert len(replaced) == prefetcher.respawns and all("it retired" in m for m in replaced)  # none killed
 
 
+def test_a_retiring_producer_blocked_by_a_slow_trainer_is_not_killed(tones: ExperimentConfig,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    ctx = _context(tones)
+    with deadline(30), Prefetcher(_blocks(size=1), ctx, _prefetch(memory_limit_mb=1e6, check_interval=0.01)) as p:
+        baseline = max(slot.memory_peak for slot in p.slots) / 2**20
+    # a producer retires after two leaked batches; a training step (0.3 s) is longer than the grace (0.1 s): a
+    # retiring producer waits for the trainer to take its queued batches, which is no reason to kill it
+    config = _prefetch(memory_limit_mb=baseline + 40, check_interval=0.01, grace=0.1)
+    got = []
+    caplog.set_level(logging.INFO, logger="labswarm.pipeline.prefetch")
+    with deadline(30), Prefetcher(_blocks({"name": "test_leak", "mb": 25}, size=1), ctx, config) as prefetcher:
+        for batch in prefetcher:
+            got.append(batch.ids)
+            time.sleep(0.3)
+    assert Counter(_flat(got)) == Counter(s.id for s in iter_samples(tones))  # every id, once
+    replaced = [r.getMessage() for r in caplog.records if "replacing producer" in r.getMessage()]
+    assert prefetcher.respawns >= 1 and len(replaced) == prefetcher.respawns
+    assert all("it retired" in m for m in replaced), replaced  # none killed ("did not retire within 0.1 s")
+
+
 def test_a_killed_producer_is_replaced_mid_epoch(tones: ExperimentConfig) -> None:
     # big batches (≈0.7 MB, more than a pipe holds): the killed producer's queue is likely to hold half a message
     blocks = _blocks(size=1, frames=4000)
