@@ -309,7 +309,12 @@ class SlotWriter:
                 else:
                     self._started = True
                     self._free.append(credit)
-        except (EOFError, OSError):  # the trainer closed the ring: it is stopping us
+        except (EOFError, OSError):
+            # every write end of the credit pipe is closed: pickle from now on. This is not what stops a producer:
+            # with ``fork`` a producer inherits the write end of its own ring, and each producer forked later those
+            # of the earlier rings, so the trainer closing a ring gives no end-of-file here while any of them lives
+            # (with spawn or forkserver it does). The stop event, polled while waiting for a slot (``stopped`` in
+            # :meth:`place`) or to put a message, is what stops producers.
             self._broken = True
 
     def _attach(self, credit: Credit) -> SharedMemory:
