@@ -121,10 +121,19 @@ class Trainer:
             ImportError: torch is not installed.
         """
         torch = import_torch()
-        started = time.perf_counter()
-        if self.training.threads:
-            torch.set_num_threads(self.training.threads)
+        threads = torch.get_num_threads()
         device = self._device(torch)
+        cuda = [device.index or 0] if device.type == "cuda" else []
+        try:  # the caller's random state and thread count are theirs: restored afterwards
+            with torch.random.fork_rng(devices=cuda):
+                if self.training.threads:
+                    torch.set_num_threads(self.training.threads)
+                return self._fit(torch, device, resume)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _fit(self, torch: Any, device: Any, resume: bool) -> TrainResult:
+        started = time.perf_counter()
         train, validation = self._pipelines()
         classes = train.classes
         n_bins = _feature_bins(self.experiment, self.input)

@@ -118,3 +118,15 @@ def test_a_corrupt_checkpoint_or_model_file_is_a_checkpoint_error(tmp_path: Path
             checkpoint.load(path)
         with pytest.raises(CheckpointError):
             load_model(path)
+
+
+def test_fit_leaves_the_caller_s_torch_state_alone(three_classes: Path, tmp_path: Path) -> None:
+    config = parse_experiment(training_experiment(three_classes, tmp_path / "store",
+                                                  training={"epochs": 1, "validation": 0.25, "threads": 1}))
+    threads = torch.get_num_threads()
+    torch.manual_seed(1234)
+    expected = torch.rand(3)
+    torch.manual_seed(1234)
+    Trainer(config, tmp_path / "home").fit()
+    assert torch.equal(torch.rand(3), expected)
+    assert torch.get_num_threads() == threads
