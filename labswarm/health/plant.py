@@ -9,6 +9,7 @@ several sessions' queues drained by one pool of workers that take from every non
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -60,12 +61,7 @@ class QueuePlant:
             self._history.popleft()
 
     def _at(self, t: float) -> tuple[float, float, float, int, float]:
-        best = self._history[0]
-        for item in self._history:
-            if item[0] > t:
-                break
-            best = item
-        return best
+        return _state_at(self._history, t)
 
     def observe(self, rate: float) -> Observation:
         """What a monitor reports now: the state ``lag`` seconds ago."""
@@ -110,6 +106,16 @@ def simulate(controller: Controller, plant: QueuePlant, seconds: float, *, rate:
             trace["capacity"].append(plant.workers * plant.capacity)
         plant.step(rate, dt)
     return {k: np.asarray(v) for k, v in trace.items()}
+
+
+def _state_at(history: Iterable[tuple], t: float) -> tuple:
+    """The last recorded state ``(t, ...)`` at or before time ``t`` (the oldest one if all are later)."""
+    best = None
+    for item in history:
+        if best is not None and item[0] > t:
+            break
+        best = item
+    return best
 
 
 def round_robin(available: np.ndarray, work: float) -> np.ndarray:
@@ -189,12 +195,7 @@ class SharedPlant:
         self._record()
 
     def _at(self, t: float) -> tuple:
-        best = self._history[0]
-        for item in self._history:
-            if item[0] > t:
-                break
-            best = item
-        return best
+        return _state_at(self._history, t)
 
     def observe(self, i: int, rate: float) -> Observation:
         """What a monitor reports now of queue ``i``: its state ``lag`` seconds ago."""
