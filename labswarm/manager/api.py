@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from labswarm.errors import ConfigError, DatasetError, DeployError, LabswarmError
 from labswarm.manager.metrics import SessionCollector
-from labswarm.manager.service import Conflict, Manager, NotFound
+from labswarm.manager.service import Manager, NotFound
 from labswarm.queue.app import queue_name
 from labswarm.settings import Settings
 
@@ -94,14 +94,6 @@ def create_app(settings: Settings, manager: Manager | None = None) -> FastAPI:
 
     mutating = [Depends(auth)]
 
-    @app.exception_handler(NotFound)
-    async def _not_found(_request: Request, exc: NotFound) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
-
-    @app.exception_handler(Conflict)
-    async def _conflict(_request: Request, exc: Conflict) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=409)
-
     @app.exception_handler(ConfigError)
     async def _config(_request: Request, exc: ConfigError) -> JSONResponse:
         detail = [{"path": path, "reason": reason} for path, reason in exc.errors]
@@ -118,15 +110,13 @@ def create_app(settings: Settings, manager: Manager | None = None) -> FastAPI:
     async def _dataset(_request: Request, exc: DatasetError) -> JSONResponse:
         return JSONResponse({"detail": [{"path": "dataset", "reason": str(exc)}]}, status_code=422)
 
-    @app.exception_handler(DeployError)
-    async def _deploy(_request: Request, exc: DeployError) -> JSONResponse:
-        # the Docker engine refused or could not be reached: a gateway error, with the engine's reason
-        return JSONResponse({"detail": str(exc)}, status_code=502)
-
-    @app.exception_handler(LabswarmError)
-    async def _labswarm(_request: Request, exc: LabswarmError) -> JSONResponse:
-        # anything else labswarm refuses on purpose (e.g. a queue declared with other arguments)
-        return JSONResponse({"detail": str(exc)}, status_code=409)
+    # errors answered with their message; the most specific class wins (Starlette looks handlers up by MRO)
+    for error, status in (
+        (NotFound, 404),
+        (DeployError, 502),  # the Docker engine refused or could not be reached: the engine's reason
+        (LabswarmError, 409),  # Conflict, and anything else labswarm refuses on purpose (e.g. queue arguments)
+    ):
+        app.add_exception_handler(error, _detail(status))
 
     @app.get("/health")
     def health() -> dict[str, str]:
@@ -247,6 +237,15 @@ def create_app(settings: Settings, manager: Manager | None = None) -> FastAPI:
         return {"run": manager.redelivered(session_id, body.sample_id)}
 
     return app
+
+
+def _detail(status: int):
+    """An exception handler answering ``status`` with ``{"detail": message}``."""
+
+    async def handler(_request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=status)
+
+    return handler
 
 
 def _experiment(row, with_config: bool = False) -> dict[str, Any]:
