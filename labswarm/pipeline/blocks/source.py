@@ -47,25 +47,23 @@ class Source(Block):
 
     def __call__(self, items: Iterator[Any] | None, ctx: Context) -> Iterator[Sample]:
         config = ctx.experiment
-        held = frozenset()
-        if ctx.split != "all":
-            held = validation_sources(read_clips(config.dataset.root, config.dataset.labels_path),
-                                      ctx.validation, config.seed)
+        clips = read_clips(config.dataset.root, config.dataset.labels_path)
+        held = validation_sources(clips, ctx.validation, config.seed) if ctx.split != "all" else frozenset()
         want_held = ctx.split == "validation"
 
-        def split() -> Iterator[Sample]:
-            for n, sample in enumerate(s for s in iter_samples(config)
-                                       if ctx.split == "all" or (s.source in held) == want_held):
-                if self.config.limit is not None and n >= self.config.limit:
-                    return
-                yield sample
+        def wanted(source: str) -> bool:
+            return ctx.split == "all" or (source in held) == want_held
 
-        if ctx.train:
-            count = sum(1 for _ in split())
+        limit = self.config.limit
+        if ctx.train:  # the split's size from the clips (each yields one sample per transformation)
+            count = sum(wanted(c.source) for c in clips) * len(config.transformations)
+            count = count if limit is None else min(count, limit)
             text = json.dumps([config.seed, ctx.epoch, "source"]).encode()
             seed = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
             shards = np.random.default_rng(seed).permutation(count) % ctx.shards
-        for index, sample in enumerate(split()):
+        for index, sample in enumerate(s for s in iter_samples(config) if wanted(s.source)):
+            if limit is not None and index >= limit:
+                return
             shard = int(shards[index]) if ctx.train else index % ctx.shards
             if shard == ctx.shard:
                 yield sample
