@@ -51,7 +51,7 @@ import psutil
 from pydantic import Field
 
 from labswarm.errors import LabswarmError
-from labswarm.pipeline.base import SKIPPED, Block, BlockConfig, Context, chain, register_block
+from labswarm.pipeline.base import Block, BlockConfig, Context, chain, register_block
 from labswarm.pipeline.shm import MAX_SLOTS, SlotRing, SlotWriter
 
 log = logging.getLogger(__name__)
@@ -158,25 +158,26 @@ def _produce(blocks: Sequence[Block], ctx: Context, out: Any, credits: Any, stop
         light.features = {}
         return ("batch", seq, light, placement)
 
-    seq = 0
+    made = ctx.skip
     try:
-        for batch in chain(blocks, ctx):
-            if batch is SKIPPED:
-                seq += 1
-                continue
-            if seq < ctx.skip:  # a chain without a batch block: skip items here
-                seq += 1
-                continue
+        for seq, batch in _resumed(chain(blocks, ctx), ctx.skip):
             if stop.is_set() or (sent := message(seq, batch)) is None or not put(sent):
                 return
-            seq += 1
+            made = seq + 1
             if retire.is_set():
                 return
-        put(("end", seq))
+        put(("end", made))
     except Exception:  # every failure goes to the trainer, with its traceback
         put(("error", traceback.format_exc()))
     finally:
         slots.close()
+
+
+def _resumed(items: Iterator[Any], skip: int) -> Iterator[tuple[int, Any]]:
+    """``(position, item)`` of a chain's output from position ``skip`` on: the first ``skip`` are dropped, whether
+    :data:`~labswarm.pipeline.base.SKIPPED` markers (a batch block skips without reading features) or the items
+    of a chain without a batch block."""
+    return itertools.islice(enumerate(items), skip, None)
 
 
 def _arrays(item: Any) -> dict[str, np.ndarray] | None:
@@ -382,13 +383,10 @@ class Prefetcher:
         slot = self.slots[0]
         if self._local is None:
             items = chain(self.blocks, self.ctx.with_(producer=0, producers=1, skip=slot.delivered))
-            # the first ``delivered`` are SKIPPED from a batch block, or the items of a chain without one
-            self._local = itertools.islice(items, slot.delivered, None)
+            self._local = _resumed(items, slot.delivered)
         started = time.perf_counter()
         try:
-            for batch in self._local:
-                if batch is SKIPPED:
-                    continue
+            for _seq, batch in self._local:
                 slot.delivered += 1
                 return batch
         finally:
