@@ -10,7 +10,9 @@
     ├── FeatureError              a feature extractor that cannot run on a waveform
     ├── StoreError                the feature store cannot read or write
     ├── ManagerError              the manager API refused a request or cannot be reached
-    └── DeployError               the Docker engine refused or could not be reached (swarm launcher)
+    ├── DeployError               the Docker engine refused or could not be reached (swarm launcher)
+    ├── NotFound                  no experiment, session or job of that name (HTTP 404)
+    └── Conflict                  the request conflicts with the current state (HTTP 409)
 
 Third-party errors are translated at the boundary (``raise AudioError(...) from exc``) so callers catch only
 these. A per-sample error (``AudioError``, ``TransformError``, ``FeatureError``) fails that one sample; the
@@ -95,3 +97,11 @@ def format_loc(loc: Sequence[str | int]) -> str:
 class DeployError(LabswarmError):
     """A launcher could not start, scale or remove workers: the Docker engine refused the request, could not be
     reached, or the docker SDK is not installed. The message names the service and the engine's explanation."""
+
+
+class NotFound(LabswarmError):
+    """No experiment, session or job of that name / id (HTTP 404)."""
+
+
+class Conflict(LabswarmError):
+    """The request conflicts with the current state, e.g. a second active session of one experiment (HTTP 409)."""

@@ -357,7 +357,7 @@ def test_session_that_ends_while_its_service_starts_has_it_removed(tmp_path: Pat
         assert [c[0] for c in engine.calls] == ["create", "remove"]
 
         # a session that ended before its launcher starts: nothing to run, no error, nothing created
-        app.state.manager.launch(response.json()["id"], "swarm", 2)
+        app.state.sessions.launchers.launch(response.json()["id"], "swarm", 2)
         assert [c[0] for c in engine.calls] == ["create", "remove"]
 
 

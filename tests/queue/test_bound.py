@@ -20,11 +20,11 @@ def test_full_queue_pushes_back_and_loses_nothing(make_cluster, rabbitmq_url: st
     cluster.client.post_experiment(cluster.config.model_dump(mode="json"))
     session = cluster.client.start_session(cluster.name, 1000.0)  # far faster than anything consumes: no worker
     cluster.session_id = session["id"]
-    manager = cluster.server._server.config.app.state.manager
+    broker = cluster.server._server.config.app.state.sessions.broker
     depths = []
     deadline = time.monotonic() + 4.0
     while time.monotonic() < deadline:
-        depths.append(manager.queue_depth(cluster.name))
+        depths.append(broker.queue_depth(cluster.name))
         time.sleep(0.1)
     assert max(d for d in depths if d is not None) == 5, depths  # filled to the bound, never past it
     assert cluster.progress()["status"] == "running"

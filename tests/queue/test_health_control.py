@@ -74,7 +74,7 @@ def test_controller_converges_and_follows_the_workers(make_cluster, rabbitmq_url
 
         # the hard bound held throughout (the controller's view lags; the broker's own count is checked too)
         assert max(r["depth"] for r in _rows(log, 0)) <= BOUND
-        assert cluster.server._server.config.app.state.manager.queue_depth(cluster.name) <= BOUND
+        assert cluster.server._server.config.app.state.sessions.broker.queue_depth(cluster.name) <= BOUND
         print(f"\nconsume {two_workers:.1f}/s with 2 workers, rate {rate_one:.1f}/s with 1, {rate_three:.1f}/s with 3")
     finally:
         health.stop()

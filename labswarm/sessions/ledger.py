@@ -8,7 +8,8 @@ from sqlalchemy import case, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from labswarm.manager.db import SampleRow, utcnow
+from labswarm.db import utcnow
+from labswarm.sessions.models import SampleRow
 
 #: Statuses that end a sample: nothing more will happen to it.
 TERMINAL = ("done", "cached", "failed")

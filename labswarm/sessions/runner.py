@@ -20,14 +20,15 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from labswarm.manager import ledger
-from labswarm.manager.db import SessionRow, utcnow
-from labswarm.manager.ratelimit import TokenBucket
+from labswarm.db import utcnow
 from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import Sample, iter_samples
+from labswarm.sessions import ledger
+from labswarm.sessions.models import SessionRow
+from labswarm.sessions.ratelimit import TokenBucket
 
 if TYPE_CHECKING:
-    from labswarm.manager.service import Manager
+    from labswarm.sessions.service import SessionService
 
 log = logging.getLogger(__name__)
 
@@ -41,20 +42,20 @@ class SessionRunner(threading.Thread):
     """The thread that publishes and reconciles one session.
 
     Args:
-        manager: the manager (database, broker, settings).
+        service: the session service (database, broker, settings).
         session_id: the session to run; its row gives the experiment, rate, cursor and status.
     """
 
-    def __init__(self, manager: Manager, session_id: str) -> None:
+    def __init__(self, service: SessionService, session_id: str) -> None:
         super().__init__(name=f"session-{session_id}", daemon=True)
-        self.manager = manager
+        self.service = service
         self.session_id = session_id
-        with manager.db() as db:
+        with service.db() as db:
             row = db.get(SessionRow, session_id)
             self.experiment = row.experiment
             self.bucket = TokenBucket(row.rate)
             paused = row.status == "paused"
-        self.config = manager.experiment_config(self.experiment)
+        self.config = service.registry.config(self.experiment)
         self.stop_event = threading.Event()
         self.running = threading.Event()
         if not paused:
@@ -96,14 +97,14 @@ class SessionRunner(threading.Thread):
                 self._reconcile_phase(block)
         except Exception as exc:
             log.exception("session %s failed", self.session_id)
-            with self.manager.db() as db:
+            with self.service.db() as db:
                 row = db.get(SessionRow, self.session_id)
                 row.status, row.error, row.finished_at = "failed", f"{type(exc).__name__}: {exc}", utcnow()
                 db.commit()
-            self.manager.session_finished(self.session_id)  # its workers stop too
+            self.service.session_finished(self.session_id)  # its workers stop too
 
     def _publish_phase(self, block: FeaturesBlock) -> None:
-        with self.manager.db() as db:
+        with self.service.db() as db:
             cursor = db.get(SessionRow, self.session_id).cursor
         rows: list[tuple[str, str, str | None]] = []
         published = 0
@@ -119,7 +120,7 @@ class SessionRunner(threading.Thread):
             else:
                 if not self.bucket.acquire(self.stop_event):
                     break
-                if not self.manager.publish(self.session_id, self.experiment, sample, self.stop_event):
+                if not self.service.broker.publish(self.session_id, self.experiment, sample, self.stop_event):
                     break
                 rows.append((sample.id, "published", None))
                 published += 1
@@ -133,7 +134,7 @@ class SessionRunner(threading.Thread):
         self._commit(rows, index, published)
 
     def _commit(self, rows: list[tuple[str, str, str | None]], cursor: int, published: int) -> None:
-        with self.manager.db() as db:
+        with self.service.db() as db:
             ledger.add_samples(db, self.session_id, rows)
             row = db.get(SessionRow, self.session_id)
             row.cursor = max(row.cursor, cursor)
@@ -141,13 +142,13 @@ class SessionRunner(threading.Thread):
             db.commit()
 
     def _reconcile_phase(self, block: FeaturesBlock) -> None:
-        settings = self.manager.settings
+        settings = self.service.settings
         last_counts = None
         self.last_progress = time.monotonic()
         while not self.stop_event.is_set():
             if not self._wait_running():
                 return
-            with self.manager.db() as db:
+            with self.service.db() as db:
                 counts = ledger.counts(db, self.session_id)
             if counts["published"] == 0:
                 self._finish("completed")
@@ -155,14 +156,15 @@ class SessionRunner(threading.Thread):
             if counts != last_counts:
                 last_counts, self.last_progress = counts, time.monotonic()
             idle_limit = max(settings.reconcile_after, 4 * self.max_task_seconds)
-            if time.monotonic() - self.last_progress > idle_limit and self.manager.queue_depth(self.experiment) == 0:
+            idle = time.monotonic() - self.last_progress > idle_limit
+            if idle and self.service.broker.queue_depth(self.experiment) == 0:
                 self._republish_missing(block)
                 self.last_progress = time.monotonic()
             self.stop_event.wait(0.25)
 
     def _republish_missing(self, block: FeaturesBlock) -> None:
-        max_attempts = self.manager.settings.max_attempts
-        with self.manager.db() as db:
+        max_attempts = self.service.settings.max_attempts
+        with self.service.db() as db:
             missing = ledger.pending(db, self.session_id)
         if not missing:
             return
@@ -180,7 +182,7 @@ class SessionRunner(threading.Thread):
                 exhausted.append(sample.id)
             else:
                 again.append(sample)
-        with self.manager.db() as db:
+        with self.service.db() as db:
             ledger.set_status(db, self.session_id, found, "done", None)
             ledger.set_status(db, self.session_id, exhausted, "failed",
                               f"no outcome after {max_attempts} deliveries (worker lost or task lost)")
@@ -189,10 +191,10 @@ class SessionRunner(threading.Thread):
         for sample in again:
             if not self.bucket.acquire(self.stop_event):
                 break
-            if not self.manager.publish(self.session_id, self.experiment, sample, self.stop_event):
+            if not self.service.broker.publish(self.session_id, self.experiment, sample, self.stop_event):
                 break
             sent.append(sample.id)
-        with self.manager.db() as db:
+        with self.service.db() as db:
             ledger.add_attempt(db, self.session_id, sent)
             row = db.get(SessionRow, self.session_id)
             row.published += len(sent)
@@ -200,9 +202,9 @@ class SessionRunner(threading.Thread):
             db.commit()
 
     def _finish(self, status: str) -> None:
-        with self.manager.db() as db:
+        with self.service.db() as db:
             row = db.get(SessionRow, self.session_id)
             if row.status in ("running", "paused"):
                 row.status, row.finished_at = status, utcnow()
             db.commit()
-        self.manager.session_finished(self.session_id)
+        self.service.session_finished(self.session_id)

@@ -1,25 +1,20 @@
-"""The manager's persistent state (SQLAlchemy): experiments, sessions and the per-sample ledger.
+"""The sessions' tables: registered experiments, sessions and the per-sample ledger.
 
-SQLite by default (WAL mode: a commit costs ~0.8 ms instead of ~8 ms), PostgreSQL by URL. The ledger has one
-row per published sample; its status is the truth of a session's progress, together with the feature store.
+The ledger has one row per published sample; its status is the truth of a session's progress, together with the
+feature store.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
-from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, create_engine, event
-from sqlalchemy.engine import Engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, select
+from sqlalchemy.orm import Mapped, Session, mapped_column
 
+from labswarm.db import Base, utcnow
 
-def utcnow() -> datetime:
-    """Now, timezone-aware UTC."""
-    return datetime.now(UTC)
-
-
-class Base(DeclarativeBase):
-    pass
+#: Session statuses in which a publisher thread runs.
+ACTIVE = ("running", "paused")
 
 
 class ExperimentRow(Base):
@@ -84,23 +79,6 @@ class SampleRow(Base):
     __table_args__ = (Index("ix_samples_session_status", "session_id", "status"),)
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url`` with the tables created; SQLite gets WAL mode and a busy timeout."""
-    if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-
-        @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record) -> None:  # pragma: no cover - trivial
-            cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.close()
-    else:
-        engine = create_engine(url, pool_pre_ping=True)
-    Base.metadata.create_all(engine)
-    return engine
-
-
-def make_sessionmaker(engine: Engine) -> sessionmaker:
-    """A session factory whose objects stay readable after commit."""
-    return sessionmaker(bind=engine, expire_on_commit=False)
+def active_session(db: Session, experiment: str) -> str | None:
+    """The id of the experiment's running or paused session, if any."""
+    return db.scalar(select(SessionRow.id).where(SessionRow.experiment == experiment, SessionRow.status.in_(ACTIVE)))

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from labswarm.manager.ratelimit import TokenBucket
+from labswarm.sessions.ratelimit import TokenBucket
 
 
 class FakeClock:

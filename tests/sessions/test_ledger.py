@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.orm import Session
 
-from labswarm.manager import ledger
-from labswarm.manager.db import ExperimentRow, SampleRow, SessionRow, make_engine, make_sessionmaker
+from labswarm.db import make_engine, make_sessionmaker
+from labswarm.sessions import ledger
+from labswarm.sessions.models import ExperimentRow, SampleRow, SessionRow
 
 SID = "s1"
 

@@ -19,13 +19,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
-    from labswarm.manager.service import Manager
+    from labswarm.sessions.service import SessionService
 
 
 class SessionCollector(Collector):
-    """Collects every session's progress from a :class:`~labswarm.manager.service.Manager` when scraped."""
+    """Collects every session's progress from a :class:`~labswarm.sessions.service.SessionService` when scraped."""
 
-    def __init__(self, manager: Manager) -> None:
+    def __init__(self, manager: SessionService) -> None:
         self.manager = manager
 
     def collect(self) -> Iterator:

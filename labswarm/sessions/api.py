@@ -1,0 +1,194 @@
+"""The sessions' HTTP routes: experiments, sessions, and what workers report (mounted by the manager)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+from fastapi.params import Depends
+from pydantic import BaseModel, Field
+
+from labswarm.errors import ConfigError
+from labswarm.queue.app import queue_name
+from labswarm.sessions.models import ExperimentRow
+from labswarm.sessions.service import SessionService
+
+
+class RateBody(BaseModel):
+    """A publish rate in tasks/s."""
+
+    rate: float = Field(gt=0, le=100_000)
+
+
+class WeightBody(BaseModel):
+    """A session's weight: its share of the workers it shares with other sessions, relative to theirs."""
+
+    weight: float = Field(gt=0, le=1_000)
+
+
+class SessionBody(BaseModel):
+    """Options of a new session."""
+
+    rate: float | None = Field(None, gt=0, le=100_000)
+    weight: float = Field(1.0, gt=0, le=1_000, description="share of the workers relative to other sessions")
+    launcher: Literal["none", "swarm"] = Field("none", description="who runs the workers: none (someone else), "
+                                               "swarm (a docker swarm service the manager creates and removes)")
+    workers: int = Field(0, ge=0, le=10_000, description="workers the launcher starts")
+
+
+class WorkersBody(BaseModel):
+    """The number of workers of a session whose launcher the manager runs."""
+
+    workers: int = Field(ge=0, le=10_000)
+
+
+class Outcome(BaseModel):
+    """One sample's outcome, as a worker reports it."""
+
+    sample_id: str
+    status: str = Field(pattern="^(computed|done|cached|failed)$")
+    reason: str | None = None
+    seconds: float | None = None
+    finished_at: float | None = Field(None, description="when the worker finished the sample, Unix time in s")
+
+
+class OutcomesBody(BaseModel):
+    """A batch of outcomes of one session."""
+
+    outcomes: list[Outcome]
+
+
+class RedeliveryBody(BaseModel):
+    """A sample whose message the broker delivered again."""
+
+    sample_id: str
+
+
+def sessions_router(service: SessionService, mutating: Sequence[Depends]) -> APIRouter:
+    """The routes of the session service.
+
+    Args:
+        service: the session service.
+        mutating: dependencies of every route that changes state (authentication).
+    """
+    router = APIRouter()
+    settings = service.settings
+    mutating = list(mutating)
+
+    @router.get("/settings")
+    def worker_settings() -> dict[str, Any]:
+        """What a worker needs besides the experiment: the broker URL, the report interval, the queue bound."""
+        return {"broker_url": service.broker.url, "report_interval": settings.report_interval,
+                "max_queue_length": settings.max_queue_length}
+
+    @router.post("/experiments", status_code=201, dependencies=mutating)
+    async def post_experiment(request: Request) -> dict[str, Any]:
+        """Register an experiment from YAML (``Content-Type: application/yaml``) or JSON.
+
+        422 lists each invalid field with its path and the reason.
+        """
+        body = (await request.body()).decode("utf-8", errors="replace")
+        if "json" in request.headers.get("content-type", ""):
+            try:
+                data: Any = json.loads(body)
+            except ValueError as exc:
+                raise ConfigError([("", f"invalid JSON: {exc}")]) from None
+        else:
+            data = body
+        return _experiment(service.registry.register(data))
+
+    @router.get("/experiments")
+    def list_experiments() -> list[dict[str, Any]]:
+        """Every registered experiment (name, fingerprint, queue, times)."""
+        return [_experiment(row) for row in service.registry.list()]
+
+    @router.get("/experiments/{name}")
+    def get_experiment(name: str) -> dict[str, Any]:
+        """One experiment with its validated configuration."""
+        return _experiment(service.registry.get(name), with_config=True)
+
+    @router.get("/experiments/{name}/config")
+    def get_config(name: str) -> dict[str, Any]:
+        """The validated configuration; what a worker fetches once when it starts."""
+        return service.registry.get(name).config
+
+    @router.post("/experiments/{name}/sessions", status_code=201, dependencies=mutating)
+    def start_session(name: str, body: SessionBody | None = None) -> dict[str, Any]:
+        """Start a session: publish every sample of the experiment to its queue."""
+        row = service.start_session(name, body.rate if body else None, weight=body.weight if body else 1.0)
+        if body is not None and body.launcher != "none":
+            service.launchers.launch(row.id, body.launcher, body.workers)
+        return service.progress(row.id)
+
+    @router.get("/sessions")
+    def list_sessions() -> list[dict[str, Any]]:
+        """Every session's progress, newest first."""
+        return [service.progress(row.id) for row in service.sessions()]
+
+    @router.get("/sessions/{session_id}")
+    def get_session(session_id: str) -> dict[str, Any]:
+        """Progress: total, published, done, cached, failed, pending, current rate (tasks/s), times."""
+        return service.progress(session_id)
+
+    @router.put("/sessions/{session_id}/rate", dependencies=mutating)
+    def put_rate(session_id: str, body: RateBody) -> dict[str, Any]:
+        """Set the publish rate in tasks/s; takes effect within ~0.1 s."""
+        service.set_rate(session_id, body.rate)
+        return service.progress(session_id)
+
+    @router.put("/sessions/{session_id}/weight", dependencies=mutating)
+    def put_weight(session_id: str, body: WeightBody) -> dict[str, Any]:
+        """Set the session's weight (its share of shared workers); the health controller applies it."""
+        service.set_weight(session_id, body.weight)
+        return service.progress(session_id)
+
+    @router.put("/sessions/{session_id}/workers", dependencies=mutating)
+    def put_workers(session_id: str, body: WorkersBody) -> dict[str, Any]:
+        """Scale the workers of a session started with a launcher (e.g. its swarm service's replicas)."""
+        service.launchers.scale(session_id, body.workers)
+        return {**service.progress(session_id), "workers": body.workers}
+
+    @router.post("/sessions/{session_id}/pause", dependencies=mutating)
+    def pause(session_id: str) -> dict[str, Any]:
+        """Stop publishing (the workers finish what is queued)."""
+        service.pause(session_id)
+        return service.progress(session_id)
+
+    @router.post("/sessions/{session_id}/resume", dependencies=mutating)
+    def resume(session_id: str) -> dict[str, Any]:
+        """Publish again."""
+        service.resume(session_id)
+        return service.progress(session_id)
+
+    @router.post("/sessions/{session_id}/cancel", dependencies=mutating)
+    def cancel(session_id: str) -> dict[str, Any]:
+        """Stop publishing and purge the queue."""
+        service.cancel(session_id)
+        return service.progress(session_id)
+
+    @router.get("/sessions/{session_id}/failures")
+    def failures(session_id: str, limit: int = 1000, offset: int = 0) -> list[dict[str, Any]]:
+        """Failed samples with their reasons."""
+        return service.failures(session_id, limit, offset)
+
+    @router.post("/sessions/{session_id}/outcomes", dependencies=mutating)
+    def outcomes(session_id: str, body: OutcomesBody) -> dict[str, int]:
+        """Workers report sample outcomes here, in batches."""
+        return {"applied": service.record_outcomes(session_id, [o.model_dump() for o in body.outcomes])}
+
+    @router.post("/sessions/{session_id}/redeliveries", dependencies=mutating)
+    def redeliveries(session_id: str, body: RedeliveryBody) -> dict[str, bool]:
+        """A worker got a redelivered message: count the attempt; ``run`` false means skip it."""
+        return {"run": service.redelivered(session_id, body.sample_id)}
+
+    return router
+
+
+def _experiment(row: ExperimentRow, with_config: bool = False) -> dict[str, Any]:
+    out = {"name": row.name, "fingerprint": row.fingerprint, "queue": queue_name(row.name),
+           "created_at": row.created_at, "updated_at": row.updated_at}
+    if with_config:
+        out["config"] = row.config
+    return out

@@ -1,0 +1,126 @@
+"""Launcher orchestration: the workers the manager runs for its sessions (started, scaled, stopped, restored)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+
+from labswarm.deploy.base import Launcher
+from labswarm.deploy.sessions import NONE, session_launcher
+from labswarm.errors import ConfigError, Conflict, DeployError, LabswarmError
+from labswarm.sessions.models import ACTIVE, SessionRow
+
+if TYPE_CHECKING:
+    from labswarm.sessions.service import SessionService
+
+log = logging.getLogger(__name__)
+
+
+class SessionLaunchers:
+    """The launcher of each active session whose workers the manager runs.
+
+    Args:
+        service: the session service (database, settings, session failure).
+    """
+
+    def __init__(self, service: SessionService) -> None:
+        self.service = service
+        self._launchers: dict[str, Launcher] = {}
+
+    def get(self, session_id: str) -> Launcher | None:
+        """The launcher of a session, if the manager runs its workers."""
+        return self._launchers.get(session_id)
+
+    def launch(self, session_id: str, launcher: str, workers: int) -> None:
+        """Start ``workers`` workers for an active session with the launcher named ``launcher``.
+
+        ``none`` starts nothing (workers are run by someone else). The launcher is recorded with the session: the
+        manager scales it (:meth:`scale`), stops it when the session ends or is cancelled, and finds it
+        again after a restart. A session that has already ended (e.g. every sample was cached, so it completed
+        right after it started) has nothing left to run: nothing is started. One that ends while its
+        workers start has them stopped again.
+
+        Raises:
+            NotFound: no such session.
+            Conflict: the session already has a launcher.
+            ConfigError: unknown launcher name, or invalid ``swarm_*`` settings; the session is then failed.
+            DeployError: the workers could not be started; the session is then failed with that reason.
+            ValueError: ``workers`` < 0.
+        """
+        if workers < 0:
+            raise ValueError(f"workers must be >= 0, got {workers}")
+        row = self.service.session(session_id)
+        if launcher == NONE:
+            return
+        if row.status not in ACTIVE:
+            return  # it ended already (all samples cached, cancelled, failed): no workers to run
+        if session_id in self._launchers:
+            raise Conflict(f"session {session_id} already has its launcher")
+        try:
+            instance = session_launcher(launcher, row.experiment, session_id, self.service.settings)
+            instance.start(workers)
+        except (ConfigError, DeployError) as exc:
+            self.service.fail_session(session_id, f"{launcher} launcher: {exc}")
+            raise
+        # registered before the status is read again: a session that ends from now on finds its launcher in
+        # stop(); one that ended during start() is seen here. stop() pops it, so exactly one of the two stops it
+        self._launchers[session_id] = instance
+        with self.service.db() as db:
+            current = db.get(SessionRow, session_id)
+            current.launcher = launcher
+            db.commit()
+            ended = current.status not in ACTIVE
+        if ended:
+            self.stop(session_id)
+
+    def scale(self, session_id: str, workers: int) -> None:
+        """Run ``workers`` workers for an active session from now on, through its launcher.
+
+        Raises:
+            NotFound: no such session.
+            Conflict: the session has ended, or its workers are not the manager's (launcher ``none``).
+            DeployError: the launcher failed (e.g. the Docker engine refused).
+            ValueError: ``workers`` < 0.
+        """
+        if workers < 0:
+            raise ValueError(f"workers must be >= 0, got {workers}")
+        row = self.service.session(session_id)
+        if row.status not in ACTIVE:
+            raise Conflict(f"session {session_id} is {row.status}")
+        launcher = self._launchers.get(session_id)
+        if launcher is None:
+            raise Conflict(f"session {session_id} has no launcher (started with launcher {row.launcher!r}): its "
+                           "workers are started outside the manager (labswarm worker ...)")
+        launcher.scale(workers)
+
+    def restore(self) -> None:
+        """Rebuild the launchers of the active sessions that have one (after a manager restart)."""
+        with self.service.db() as db:
+            rows = list(db.execute(select(SessionRow.id, SessionRow.experiment, SessionRow.launcher)
+                                   .where(SessionRow.status.in_(ACTIVE), SessionRow.launcher != NONE)))
+        for session_id, experiment, name in rows:
+            try:
+                instance = session_launcher(name, experiment, session_id, self.service.settings)
+            except LabswarmError as exc:
+                log.error("session %s: cannot restore its %s launcher: %s", session_id, name, exc)
+                continue
+            if instance is not None:
+                self._launchers.setdefault(session_id, instance)
+
+    def stop(self, session_id: str, raise_errors: bool = False) -> None:
+        """Stop the workers of a session that ended, if the manager started them.
+
+        Raises:
+            LabswarmError: only with ``raise_errors``: the launcher could not stop them (else logged).
+        """
+        launcher = self._launchers.pop(session_id, None)
+        if launcher is None:
+            return
+        try:
+            launcher.stop()
+        except LabswarmError as exc:
+            log.error("session %s: cannot stop its workers: %s", session_id, exc)
+            if raise_errors:
+                raise

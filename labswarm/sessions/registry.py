@@ -1,0 +1,81 @@
+"""The experiment registry: validated experiment configurations stored by name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from labswarm.config import ExperimentConfig, parse_experiment
+from labswarm.db import utcnow
+from labswarm.errors import Conflict, NotFound
+from labswarm.sessions.models import ExperimentRow, active_session
+
+
+class ExperimentRegistry:
+    """Registers, lists and reads experiments; caches each validated configuration.
+
+    Args:
+        db: a factory of database sessions (context managers).
+    """
+
+    def __init__(self, db: Callable[[], AbstractContextManager[Session]]) -> None:
+        self.db = db
+        self._configs: dict[str, ExperimentConfig] = {}
+
+    def register(self, data: dict[str, Any] | str) -> ExperimentRow:
+        """Validate and store an experiment (replacing one of the same name without an active session).
+
+        Args:
+            data: the experiment as YAML text or a mapping.
+
+        Raises:
+            ConfigError: invalid configuration (each field with its dotted path and the reason).
+            Conflict: the experiment has an active session and a different configuration.
+        """
+        config = parse_experiment(data, source="request body")
+        with self.db() as db:
+            row = db.get(ExperimentRow, config.name)
+            changed = row is not None and row.fingerprint != config.fingerprint()
+            if changed and (active := active_session(db, config.name)):
+                raise Conflict(f"experiment {config.name!r} has an active session {active}; cancel it first")
+            if row is None:
+                row = ExperimentRow(name=config.name)
+                db.add(row)
+            row.config = config.model_dump(mode="json")
+            row.fingerprint = config.fingerprint()
+            row.updated_at = utcnow()
+            db.commit()
+            self._configs.pop(config.name, None)
+            return row
+
+    def list(self) -> list[ExperimentRow]:
+        """Every registered experiment, by name."""
+        with self.db() as db:
+            return list(db.scalars(select(ExperimentRow).order_by(ExperimentRow.name)))
+
+    def get(self, name: str) -> ExperimentRow:
+        """The stored experiment ``name``.
+
+        Raises:
+            NotFound: no such experiment.
+        """
+        with self.db() as db:
+            row = db.get(ExperimentRow, name)
+        if row is None:
+            raise NotFound(f"no experiment {name!r}")
+        return row
+
+    def config(self, name: str) -> ExperimentConfig:
+        """The validated configuration of a registered experiment.
+
+        Raises:
+            NotFound: no such experiment.
+        """
+        cached = self._configs.get(name)
+        if cached is None:
+            cached = self._configs[name] = ExperimentConfig.model_validate(self.get(name).config)
+        return cached

@@ -1,0 +1,302 @@
+"""The session service, independent of HTTP: session lifecycle, publisher threads, outcomes.
+
+It composes the experiment registry (:mod:`labswarm.sessions.registry`), the broker client
+(:mod:`labswarm.sessions.broker`), the launchers of the sessions whose workers it runs
+(:mod:`labswarm.sessions.launchers`) and one :class:`~labswarm.sessions.runner.SessionRunner` thread per active
+session. The manager hosts it beside the training-jobs service.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from labswarm.db import make_engine, make_sessionmaker, utcnow
+from labswarm.errors import Conflict, NotFound
+from labswarm.queue.app import queue_name
+from labswarm.sample import count_samples
+from labswarm.sessions import ledger
+from labswarm.sessions.broker import BrokerClient
+from labswarm.sessions.launchers import SessionLaunchers
+from labswarm.sessions.models import ACTIVE, SessionRow, active_session
+from labswarm.sessions.registry import ExperimentRegistry
+from labswarm.sessions.runner import SessionRunner
+from labswarm.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class SessionService:
+    """Owns the sessions: their rows, publisher threads, launchers; the registry and broker client they use.
+
+    Args:
+        settings: runtime settings (database and broker URLs, attempts, rates).
+        engine: the manager's database engine; default: one for ``settings``' database URL.
+    """
+
+    def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
+        self.settings = settings
+        settings.home.mkdir(parents=True, exist_ok=True)
+        self.engine = engine or make_engine(settings.resolved_database_url())
+        self._sessionmaker = make_sessionmaker(self.engine)
+        self.registry = ExperimentRegistry(self.db)
+        self.broker = BrokerClient(settings)
+        self.launchers = SessionLaunchers(self)
+        self._runners: dict[str, SessionRunner] = {}
+        self._lock = threading.Lock()
+
+    def db(self) -> AbstractContextManager[Session]:
+        """A new database session (use as a context manager)."""
+        return self._sessionmaker()
+
+    # lifecycle
+    def start(self) -> None:
+        """Resume every session left active by a previous manager process."""
+        with self.db() as db:
+            ids = list(db.scalars(select(SessionRow.id).where(SessionRow.status.in_(ACTIVE))))
+        self.launchers.restore()
+        for session_id in ids:
+            log.info("resuming session %s", session_id)
+            self._spawn(session_id)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every publisher thread; their sessions stay active in the database, to be resumed."""
+        with self._lock:
+            runners = list(self._runners.values())
+            self._runners.clear()
+        for runner in runners:
+            runner.stop()
+        for runner in runners:
+            runner.join(timeout)
+
+    def _spawn(self, session_id: str) -> SessionRunner:
+        runner = SessionRunner(self, session_id)
+        with self._lock:
+            self._runners[session_id] = runner
+        runner.start()
+        return runner
+
+    def session_finished(self, session_id: str) -> None:
+        """Called by a runner when its session ended: its workers stop too."""
+        with self._lock:
+            self._runners.pop(session_id, None)
+        self.launchers.stop(session_id)
+
+    # sessions
+    def start_session(self, experiment: str, rate: float | None = None, *, weight: float = 1.0) -> SessionRow:
+        """Start a session of ``experiment`` publishing at ``rate`` tasks/s (default from settings).
+
+        ``weight`` (> 0) is its share of the workers it shares with other sessions, relative to theirs.
+
+        Raises:
+            ValueError: ``weight`` is not > 0.
+            NotFound: unknown experiment.
+            Conflict: the experiment already has an active session.
+            DatasetError: the dataset cannot be read.
+        """
+        if not weight > 0:
+            raise ValueError("weight must be > 0")
+        config = self.registry.config(experiment)
+        with self.db() as db:
+            if active := active_session(db, experiment):
+                raise Conflict(f"experiment {experiment!r} already has an active session {active}")
+        total = count_samples(config)
+        self.broker.declare_queue(experiment)
+        row = SessionRow(
+            id=uuid.uuid4().hex[:12], experiment=experiment, status="running",
+            rate=rate or self.settings.default_rate, weight=weight, total=total, fingerprint=config.fingerprint(),
+            started_at=utcnow(),
+        )
+        with self.db() as db:
+            db.add(row)
+            db.commit()
+        self._spawn(row.id)
+        return row
+
+    def sessions(self) -> list[SessionRow]:
+        """Every session, newest first."""
+        with self.db() as db:
+            return list(db.scalars(select(SessionRow).order_by(SessionRow.created_at.desc())))
+
+    def session(self, session_id: str) -> SessionRow:
+        """The row of one session.
+
+        Raises:
+            NotFound: no such session.
+        """
+        with self.db() as db:
+            row = db.get(SessionRow, session_id)
+        if row is None:
+            raise NotFound(f"no session {session_id!r}")
+        return row
+
+    def progress(self, session_id: str) -> dict[str, Any]:
+        """A session's progress: counts per status, rate (tasks/s), times, samples/s.
+
+        Raises:
+            NotFound: no such session.
+        """
+        row = self.session(session_id)
+        with self.db() as db:
+            counts = ledger.counts(db, session_id)
+        end = row.finished_at or utcnow()
+        start = row.started_at or row.created_at
+        elapsed = max((_aware(end) - _aware(start)).total_seconds(), 1e-9)
+        finished = counts["done"] + counts["cached"] + counts["failed"]
+        runner = self._runners.get(session_id)
+        return {
+            "id": row.id, "experiment": row.experiment, "status": row.status,
+            "phase": runner.phase if runner else None,
+            "total": row.total, "published": row.published, "republished": row.republished,
+            "done": counts["done"], "cached": counts["cached"], "failed": counts["failed"],
+            "pending": counts["published"], "finished": finished,
+            "rate": runner.bucket.rate if runner else row.rate, "weight": row.weight,
+            "samples_per_s": counts["done"] / elapsed,
+            "created_at": row.created_at, "started_at": row.started_at, "finished_at": row.finished_at,
+            "elapsed_s": elapsed, "error": row.error, "queue": queue_name(row.experiment),
+            "launcher": row.launcher,
+        }
+
+    def _control(self, session_id: str, *, status: str | None = None, rate: float | None = None,
+                 weight: float | None = None) -> SessionRow:
+        """Change an active session's status, rate and/or weight in the database.
+
+        Raises:
+            NotFound: no such session.
+            Conflict: the session has ended.
+        """
+        with self.db() as db:
+            row = db.get(SessionRow, session_id)
+            if row is None:
+                raise NotFound(f"no session {session_id!r}")
+            if row.status not in ACTIVE:
+                raise Conflict(f"session {session_id} is {row.status}")
+            if status is not None:
+                row.status = status
+                if status in ("cancelled", "completed"):
+                    row.finished_at = utcnow()
+            if rate is not None:
+                row.rate = rate
+            if weight is not None:
+                row.weight = weight
+            db.commit()
+            return row
+
+    def set_rate(self, session_id: str, rate: float) -> SessionRow:
+        """Set the publish rate (tasks/s) of a session, live.
+
+        Raises:
+            ValueError: ``rate`` is not > 0.
+            NotFound: no such session.
+            Conflict: the session has ended.
+        """
+        if not rate > 0:
+            raise ValueError("rate must be > 0")
+        row = self._control(session_id, rate=rate)
+        runner = self._runners.get(session_id)
+        if runner is not None:
+            runner.set_rate(rate)
+        return row
+
+    def set_weight(self, session_id: str, weight: float) -> SessionRow:
+        """Set the weight of an active session (its share of shared workers; the health controller applies it).
+
+        Raises:
+            ValueError: ``weight`` is not > 0.
+            NotFound: no such session.
+            Conflict: the session has ended.
+        """
+        if not weight > 0:
+            raise ValueError("weight must be > 0")
+        return self._control(session_id, weight=weight)
+
+    def pause(self, session_id: str) -> SessionRow:
+        """Stop publishing until :meth:`resume` (workers finish what is queued)."""
+        row = self._control(session_id, status="paused")
+        if (runner := self._runners.get(session_id)) is not None:
+            runner.pause()
+        return row
+
+    def resume(self, session_id: str) -> SessionRow:
+        """Publish again after :meth:`pause`."""
+        row = self._control(session_id, status="running")
+        runner = self._runners.get(session_id)
+        if runner is not None:
+            runner.resume()
+        else:
+            self._spawn(session_id)
+        return row
+
+    def cancel(self, session_id: str) -> SessionRow:
+        """Cancel a session: stop publishing, purge its queue, stop the workers the manager runs for it."""
+        row = self._control(session_id, status="cancelled")
+        with self._lock:
+            runner = self._runners.pop(session_id, None)
+        if runner is not None:
+            runner.stop()
+            runner.join(10)
+        self.broker.purge_queue(row.experiment)
+        self.launchers.stop(session_id, raise_errors=True)
+        return row
+
+    def fail_session(self, session_id: str, error: str) -> None:
+        """Stop an active session's publisher and record it as failed with ``error``."""
+        with self._lock:
+            runner = self._runners.pop(session_id, None)
+        if runner is not None:
+            runner.stop()
+            runner.join(10)
+        with self.db() as db:
+            row = db.get(SessionRow, session_id)
+            if row.status in ACTIVE:
+                row.status, row.error, row.finished_at = "failed", error, utcnow()
+            db.commit()
+            experiment = row.experiment
+        self.broker.purge_queue(experiment)
+
+    def failures(self, session_id: str, limit: int = 1000, offset: int = 0) -> list[dict[str, Any]]:
+        """Failed samples of a session with their reasons, by sample id.
+
+        Raises:
+            NotFound: no such session.
+        """
+        self.session(session_id)
+        with self.db() as db:
+            rows = ledger.failures(db, session_id, limit, offset)
+        return [{"sample_id": r.sample_id, "reason": r.reason, "attempts": r.attempts} for r in rows]
+
+    # worker side
+    def record_outcomes(self, session_id: str, outcomes: list[dict[str, Any]]) -> int:
+        """Apply a batch of worker outcomes to the ledger; returns how many were applied.
+
+        Raises:
+            NotFound: no such session.
+        """
+        self.session(session_id)
+        with self.db() as db:
+            n = ledger.record_outcomes(db, session_id, outcomes)
+            db.commit()
+        runner = self._runners.get(session_id)
+        if runner is not None and outcomes:
+            runner.note_outcomes(max(float(o.get("seconds") or 0.0) for o in outcomes))
+        return n
+
+    def redelivered(self, session_id: str, sample_id: str) -> bool:
+        """Count a broker redelivery of a sample; ``False`` means the worker skips it (see ledger.redelivery)."""
+        self.session(session_id)
+        with self.db() as db:
+            run = ledger.redelivery(db, session_id, sample_id, self.settings.max_attempts)
+            db.commit()
+        return run
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
