@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from contextlib import suppress
 
 from labswarm.queue.app import TASK_NAME, app_queue, declare_queue, make_celery, queue_name
@@ -48,6 +49,16 @@ class BrokerClient:
                 with suppress(Exception):
                     self.declare_queue(experiment)
         return False
+
+    def publish_many(self, session_id: str, experiment: str, samples: Sequence[Sample],
+                     stop: threading.Event) -> int:
+        """Publish the tasks of ``samples`` in order; returns how many were confirmed (a prefix of ``samples``:
+        fewer than all only when ``stop`` was set first).
+        """
+        for n, sample in enumerate(samples):
+            if not self.publish(session_id, experiment, sample, stop):
+                return n
+        return len(samples)
 
     def queue_depth(self, experiment: str) -> int | None:
         """Ready messages in the experiment's queue, or ``None`` when the broker cannot be asked."""

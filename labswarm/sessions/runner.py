@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING
 
 from labswarm.db import utcnow
 from labswarm.pipeline.features import FeaturesBlock
-from labswarm.sample import Sample, iter_samples
+from labswarm.sample import iter_samples
 from labswarm.sessions import ledger
 from labswarm.sessions.models import SessionRow
 from labswarm.sessions.ratelimit import TokenBucket
+from labswarm.sessions.reconcile import reconcile
 
 if TYPE_CHECKING:
     from labswarm.sessions.service import SessionService
@@ -83,7 +84,8 @@ class SessionRunner(threading.Thread):
         self.last_progress = time.monotonic()
         self.max_task_seconds = max(self.max_task_seconds, max_seconds)
 
-    def _wait_running(self) -> bool:
+    def wait_running(self) -> bool:
+        """Block while paused; ``False`` once the runner is stopped."""
         self.running.wait()  # set while running; stop() sets it too, to wake a paused thread
         return not self.stop_event.is_set()
 
@@ -94,7 +96,7 @@ class SessionRunner(threading.Thread):
             self._publish_phase(block)
             if not self.stop_event.is_set():
                 self.phase = "reconcile"
-                self._reconcile_phase(block)
+                reconcile(self, block)
         except Exception as exc:
             log.exception("session %s failed", self.session_id)
             with self.service.db() as db:
@@ -113,7 +115,7 @@ class SessionRunner(threading.Thread):
         for index, sample in enumerate(iter_samples(self.config)):
             if index < cursor:
                 continue
-            if not self._wait_running():
+            if not self.wait_running():
                 break
             if block.is_cached(sample):
                 rows.append((sample.id, "cached", None))
@@ -141,67 +143,8 @@ class SessionRunner(threading.Thread):
             row.published += published
             db.commit()
 
-    def _reconcile_phase(self, block: FeaturesBlock) -> None:
-        settings = self.service.settings
-        last_counts = None
-        self.last_progress = time.monotonic()
-        while not self.stop_event.is_set():
-            if not self._wait_running():
-                return
-            with self.service.db() as db:
-                counts = ledger.counts(db, self.session_id)
-            if counts["published"] == 0:
-                self._finish("completed")
-                return
-            if counts != last_counts:
-                last_counts, self.last_progress = counts, time.monotonic()
-            idle_limit = max(settings.reconcile_after, 4 * self.max_task_seconds)
-            idle = time.monotonic() - self.last_progress > idle_limit
-            if idle and self.service.broker.queue_depth(self.experiment) == 0:
-                self._republish_missing(block)
-                self.last_progress = time.monotonic()
-            self.stop_event.wait(0.25)
-
-    def _republish_missing(self, block: FeaturesBlock) -> None:
-        max_attempts = self.service.settings.max_attempts
-        with self.service.db() as db:
-            missing = ledger.pending(db, self.session_id)
-        if not missing:
-            return
-        log.info("session %s: %d samples without outcome; reconciling", self.session_id, len(missing))
-        found: list[str] = []
-        exhausted: list[str] = []
-        again: list[Sample] = []
-        for sample in iter_samples(self.config):
-            attempts = missing.get(sample.id)
-            if attempts is None:
-                continue
-            if block.is_cached(sample):
-                found.append(sample.id)
-            elif attempts >= max_attempts:
-                exhausted.append(sample.id)
-            else:
-                again.append(sample)
-        with self.service.db() as db:
-            ledger.set_status(db, self.session_id, found, "done", None)
-            ledger.set_status(db, self.session_id, exhausted, "failed",
-                              f"no outcome after {max_attempts} deliveries (worker lost or task lost)")
-            db.commit()
-        sent: list[str] = []
-        for sample in again:
-            if not self.bucket.acquire(self.stop_event):
-                break
-            if not self.service.broker.publish(self.session_id, self.experiment, sample, self.stop_event):
-                break
-            sent.append(sample.id)
-        with self.service.db() as db:
-            ledger.add_attempt(db, self.session_id, sent)
-            row = db.get(SessionRow, self.session_id)
-            row.published += len(sent)
-            row.republished += len(sent)
-            db.commit()
-
-    def _finish(self, status: str) -> None:
+    def finish(self, status: str) -> None:
+        """End the session with ``status`` (unless it ended already) and tell the service."""
         with self.service.db() as db:
             row = db.get(SessionRow, self.session_id)
             if row.status in ("running", "paused"):
