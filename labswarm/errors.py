@@ -9,6 +9,7 @@
     ├── TransformError            an augmentation that cannot be applied to a waveform
     ├── FeatureError              a feature extractor that cannot run on a waveform
     ├── StoreError                the feature store cannot read or write
+    ├── StorageError              a job's data or results store (local folder, S3) cannot read or write
     ├── ManagerError              the manager API refused a request or cannot be reached
     ├── DeployError               the Docker engine refused or could not be reached (swarm launcher)
     ├── NotFound                  no experiment, session or job of that name (HTTP 404)
@@ -73,6 +74,11 @@ class FeatureError(SampleError):
 
 class StoreError(LabswarmError):
     """The feature store cannot read or write an entry."""
+
+
+class StorageError(LabswarmError):
+    """A training job's data or results store (a local folder, an S3-compatible object store) refused an
+    operation, could not be reached, or was given an invalid key. The message names the store and the key."""
 
 
 class ManagerError(LabswarmError):
