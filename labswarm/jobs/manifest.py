@@ -1,0 +1,418 @@
+"""The training-job manifest: a pydantic model loaded from YAML.
+
+::
+
+    name: msn-cnn                     # the job's name (same pattern as experiment names)
+    description: CNN on the demo set
+    experiment: music_speech_noise    # a registered experiment, or an inline experiment mapping
+    training: {epochs: 3}             # overrides of the experiment's training settings
+    learners: 1
+    resources: {cpus: 2, gpus: 0, memory_mb: 4096}      # per learner
+    framework: {name: labswarm}       # or {name: command, command: [...], metrics: {jsonl: metrics.jsonl}}
+    restart: {max_restarts_platform: 3, max_restarts_user: 0, backoff_s: 1, backoff_max_s: 60}
+    priority: 0
+    results_store: {name: local, path: ../results}      # or {name: s3, endpoint: ..., bucket: ..., prefix: ...}
+
+Unknown keys and bad values raise :class:`~labswarm.errors.ConfigError` with the dotted path of each field
+(``restart.backoff_s``, ``framework.metrics.regex.loss``) and the reason; relative paths in a manifest file are
+relative to the file. Credentials have no field anywhere (see :mod:`labswarm.jobs.storage.s3`), so neither a dump
+nor an error message can show one.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from labswarm.config import NAME_PATTERN, ExperimentConfig
+from labswarm.errors import ConfigError, format_loc
+from labswarm.jobs.storage.base import STORAGES, StorageConfig
+from labswarm.plugin import validate_plugin_spec
+from labswarm.train.config import TrainingConfig
+
+#: Exit codes counted as the user's fault by default: 1 (an uncaught Python exception), 2 (a usage error),
+#: 126 / 127 (the shell could not execute / find the command).
+DEFAULT_USER_EXIT_CODES = (1, 2, 126, 127)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Resources(_Strict):
+    """What each learner is given.
+
+    Attributes:
+        cpus: CPU cores (fractions allowed: a docker ``--cpus`` limit); default 1.
+        gpus: GPUs, each learner getting its own ``CUDA_VISIBLE_DEVICES``; default 0.
+        memory_mb: memory limit in MiB; default 4096 (the shipped experiment's prefetch alone may take 2048).
+    """
+
+    cpus: float = Field(1.0, gt=0, le=1024)
+    gpus: int = Field(0, ge=0, le=64)
+    memory_mb: int = Field(4096, ge=64)
+
+
+class MetricsSource(_Strict):
+    """Where a ``command`` learner's metrics come from: exactly one of the two.
+
+    Attributes:
+        jsonl: a JSON-lines file the program writes, one object per record (``{"epoch": 1, "loss": 0.4}``);
+            relative to the learner's working folder (no ``..``, not absolute).
+        regex: ``{metric: pattern}`` searched in each line of the program's stdout; the value is the pattern's
+            group named ``value``, or its only group.
+    """
+
+    jsonl: str | None = None
+    regex: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$")], str] | None = None
+
+    @field_validator("jsonl")
+    @classmethod
+    def _jsonl(cls, value: str | None) -> str | None:
+        if value is not None:
+            path = PurePosixPath(value)
+            if not value or path.is_absolute() or ".." in path.parts:
+                raise ValueError("must be a relative path inside the learner's folder (no '..')")
+        return value
+
+    @field_validator("regex")
+    @classmethod
+    def _regex(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("name at least one metric")
+        errors = []
+        for metric, pattern in value.items():
+            try:
+                compiled = re.compile(pattern)
+            except re.error as exc:
+                errors.append(((metric,), f"invalid regular expression: {exc}"))
+                continue
+            if "value" not in compiled.groupindex and compiled.groups != 1:
+                errors.append(((metric,), f"needs a group named `value` or exactly one group, has "
+                                          f"{compiled.groups}"))
+        if errors:
+            raise _validation_error("regex", errors)
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MetricsSource:
+        if (self.jsonl is None) == (self.regex is None):
+            raise ValueError("give exactly one of `jsonl` and `regex`")
+        return self
+
+
+class LabswarmFramework(_Strict):
+    """``framework: {name: labswarm}``: labswarm's own trainer runs in the learner."""
+
+    name: Literal["labswarm"] = "labswarm"
+
+
+class CommandFramework(_Strict):
+    """``framework: {name: command, ...}``: any learner program (the DLaaS ``train.sh`` route). It runs with the
+    data and results locations in its environment.
+
+    Attributes:
+        command: the program: a list is the argv, run without a shell; a string is a shell command line, stored
+            as ``["sh", "-c", string]``.
+        metrics: where its metrics come from; ``None``: it reports none.
+    """
+
+    name: Literal["command"]
+    command: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
+    metrics: MetricsSource | None = None
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if not value.strip():
+                raise ValueError("must not be empty")
+            try:
+                shlex.split(value)
+            except ValueError as exc:
+                raise ValueError(f"is not a valid shell command line: {exc}") from None
+            return ["sh", "-c", value]
+        return value
+
+
+#: ``framework``: one of the frameworks, chosen by ``name``.
+Framework = Annotated[LabswarmFramework | CommandFramework, Field(discriminator="name")]
+
+#: The discriminator values pydantic inserts in error locations after ``framework`` (removed from paths).
+_FRAMEWORK_TAGS = frozenset({"labswarm", "command"})
+
+
+class RestartPolicy(_Strict):
+    """How failed learners are restarted (each restart is a new attempt from the last checkpoint).
+
+    Attributes:
+        max_restarts_platform: restarts after platform faults (crash, hang, lost host); default 3.
+        max_restarts_user: restarts after user faults (an exit code in ``user_exit_codes``); default 0: a bug
+            does not fix itself.
+        backoff_s: seconds before the first restart; doubled for each further one.
+        backoff_max_s: the longest wait between restarts, in seconds (at least ``backoff_s``).
+        user_exit_codes: exit codes that are the user's fault (1–255; see :data:`DEFAULT_USER_EXIT_CODES`);
+            never retried beyond ``max_restarts_user``. Any other failure is the platform's.
+    """
+
+    max_restarts_platform: int = Field(3, ge=0, le=100)
+    max_restarts_user: int = Field(0, ge=0, le=100)
+    backoff_s: float = Field(1.0, ge=0, le=3600)
+    backoff_max_s: float = Field(60.0, ge=0, le=86400)
+    user_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
+        default_factory=lambda: list(DEFAULT_USER_EXIT_CODES))
+
+    @field_validator("backoff_max_s")
+    @classmethod
+    def _backoff_max(cls, value: float, info: ValidationInfo) -> float:
+        first = info.data.get("backoff_s")
+        if first is not None and value < first:
+            raise ValueError(f"must be at least backoff_s ({first})")
+        return value
+
+    @field_validator("user_exit_codes")
+    @classmethod
+    def _unique(cls, value: list[int]) -> list[int]:
+        return sorted(set(value))
+
+    def backoff(self, restart: int) -> float:
+        """Seconds to wait before restart number ``restart`` (1 for the first): ``backoff_s · 2^(restart-1)``,
+        at most ``backoff_max_s``."""
+        return min(self.backoff_s * 2.0 ** max(restart - 1, 0), self.backoff_max_s)
+
+
+class JobManifest(_Strict):
+    """A training job, as submitted.
+
+    Attributes:
+        name: lower-case identifier, the pattern of experiment names (:data:`labswarm.config.NAME_PATTERN`).
+        description: free text.
+        experiment: the name of a registered experiment, or an inline experiment (with ``model`` and
+            ``training`` sections).
+        training: overrides of the experiment's training settings (any keys of
+            :class:`~labswarm.train.config.TrainingConfig`); only the keys given.
+        learners: training processes; 1 for now (distributed learners come next).
+        resources: per learner (:class:`Resources`).
+        framework: what runs in a learner (:class:`LabswarmFramework` or :class:`CommandFramework`).
+        restart: :class:`RestartPolicy`.
+        priority: higher runs first; equal priorities run in submission order. Default 0.
+        data_store: where a ``command`` learner reads its data (a storage spec); ``None``: the experiment's
+            feature store only.
+        results_store: where checkpoints, the trained model, logs and metrics go (a storage spec).
+    """
+
+    name: str = Field(pattern=NAME_PATTERN)
+    description: str = ""
+    experiment: str | ExperimentConfig
+    training: dict[str, Any] = Field(default_factory=dict)
+    learners: int = Field(1, ge=1)
+    resources: Resources = Resources()
+    framework: Framework = LabswarmFramework()
+    restart: RestartPolicy = RestartPolicy()
+    priority: int = Field(0, ge=-1000, le=1000)
+    data_store: SerializeAsAny[StorageConfig] | None = None
+    results_store: SerializeAsAny[StorageConfig]
+
+    @field_validator("experiment", mode="before")
+    @classmethod
+    def _experiment(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if not re.fullmatch(NAME_PATTERN, value):
+                raise ValueError(f"must be a registered experiment's name (pattern {NAME_PATTERN}) or an "
+                                 "experiment mapping")
+            return value
+        if isinstance(value, ExperimentConfig):
+            config = value
+        elif isinstance(value, Mapping):
+            config = ExperimentConfig.model_validate(dict(value))
+        else:
+            raise ValueError("must be a registered experiment's name or an experiment mapping")
+        missing = [((section,), "a job's experiment needs this section") for section in ("model", "training")
+                   if getattr(config, section) is None]
+        if missing:
+            raise _validation_error("experiment", missing)
+        return config
+
+    @field_validator("training", mode="before")
+    @classmethod
+    def _training(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ValueError("must be a mapping of training settings to override")
+        checked = TrainingConfig.model_validate(dict(value))
+        return {key: getattr(checked, key) for key in value}
+
+    @field_validator("learners")
+    @classmethod
+    def _learners(cls, value: int) -> int:
+        if value != 1:
+            raise ValueError("only 1 learner is supported for now (distributed learners come with the next issue)")
+        return value
+
+    @field_validator("data_store", "results_store", mode="before")
+    @classmethod
+    def _store(cls, value: Any, info: ValidationInfo) -> Any:
+        import labswarm.jobs.storage  # noqa: F401  (registers the built-ins)
+
+        if value is None or isinstance(value, StorageConfig):
+            return value
+        return validate_plugin_spec(value, STORAGES, info.field_name)
+
+    @property
+    def experiment_name(self) -> str:
+        """The experiment's name, registered or inline."""
+        return self.experiment if isinstance(self.experiment, str) else self.experiment.name
+
+    def training_config(self, experiment: ExperimentConfig | None = None) -> TrainingConfig:
+        """The training settings the job runs with: the experiment's, with :attr:`training` on top.
+
+        Args:
+            experiment: the registered experiment the manifest names; ``None`` for an inline one.
+
+        Raises:
+            ConfigError: no experiment to take them from, another experiment than the one named, one without a
+                ``training`` section, or overrides that are invalid together with it.
+        """
+        config = self._experiment_config(experiment)
+        if config.training is None:
+            raise ConfigError([("experiment.training", f"experiment {config.name!r} has no training section")])
+        try:
+            return TrainingConfig.model_validate({**config.training.model_dump(), **self.training})
+        except ValidationError as exc:
+            raise ConfigError([(format_loc(("training", *e["loc"])), e["msg"]) for e in exc.errors()]) from None
+
+    def resolved(self, experiment: ExperimentConfig | None = None) -> dict[str, Any]:
+        """The manifest as the job runs it, JSON-ready: every default filled in and, when the experiment is known
+        (inline, or given), the whole experiment inline and the merged training settings. Loads back with
+        :func:`parse_manifest`. Holds no credential (the stores have no field for one).
+
+        Args:
+            experiment: the registered experiment the manifest names, to inline it.
+
+        Raises:
+            ConfigError: see :meth:`training_config`.
+        """
+        data = self.model_dump(mode="json")
+        if experiment is not None or isinstance(self.experiment, ExperimentConfig):
+            config = self._experiment_config(experiment)
+            data["experiment"] = config.model_dump(mode="json")
+            data["training"] = self.training_config(experiment).model_dump(mode="json")
+        return data
+
+    def resolve_paths(self, base: Path) -> JobManifest:
+        """A copy whose relative paths (an inline experiment's, a local store's ``path``, a
+        ``credentials_file``) are made absolute against ``base``."""
+        update: dict[str, Any] = {}
+        if isinstance(self.experiment, ExperimentConfig):
+            update["experiment"] = self.experiment.resolve_paths(base)
+        for field in ("data_store", "results_store"):
+            store = getattr(self, field)
+            changes = {attr: (base / value).resolve() for attr in ("path", "credentials_file")
+                       if isinstance(value := getattr(store, attr, None), Path) and not value.is_absolute()}
+            if changes:
+                update[field] = store.model_copy(update=changes)
+        return self.model_copy(update=update)
+
+    def _experiment_config(self, experiment: ExperimentConfig | None) -> ExperimentConfig:
+        if isinstance(self.experiment, ExperimentConfig):
+            if experiment is not None and experiment.name != self.experiment.name:
+                raise ConfigError([("experiment", f"the manifest's experiment is inline ({self.experiment.name!r})"
+                                                  f", not {experiment.name!r}")])
+            return self.experiment
+        if experiment is None:
+            raise ConfigError([("experiment", f"experiment {self.experiment!r} is registered: pass its config")])
+        if experiment.name != self.experiment:
+            raise ConfigError([("experiment", f"the manifest trains {self.experiment!r}, not {experiment.name!r}")])
+        return experiment
+
+
+def parse_manifest(data: Mapping[str, Any] | str, *, base_dir: Path | None = None,
+                   source: str | None = None) -> JobManifest:
+    """Validate a manifest from a mapping or YAML/JSON text.
+
+    Args:
+        data: the manifest, as a mapping or as YAML (JSON is YAML) text.
+        base_dir: relative paths are resolved against it; ``None`` keeps them as written.
+        source: where the text came from, for error messages.
+
+    Returns:
+        The validated :class:`JobManifest`.
+
+    Raises:
+        ConfigError: YAML syntax error, or every invalid field with its dotted path and the reason.
+    """
+    if isinstance(data, str):
+        try:
+            data = yaml.safe_load(data)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            raise ConfigError([("", f"invalid YAML: {where}{getattr(exc, 'problem', exc)}")], source=source) from None
+    if not isinstance(data, Mapping):
+        raise ConfigError([("", f"expected a mapping at the top level, got {type(data).__name__}")], source=source)
+    try:
+        manifest = JobManifest.model_validate(dict(data))
+    except ValidationError as exc:
+        raise ConfigError([(_yaml_path(e), e["msg"]) for e in exc.errors()], source=source) from None
+    return manifest.resolve_paths(base_dir) if base_dir is not None else manifest
+
+
+def load_manifest(path_or_text: str | Path) -> JobManifest:
+    """Load and validate a manifest from a file or from YAML text.
+
+    Args:
+        path_or_text: a :class:`~pathlib.Path`, or a string: a file's path when it is one line ending in
+            ``.yml``, ``.yaml`` or ``.json``, else YAML text. Relative paths in a file are relative to its folder.
+
+    Raises:
+        ConfigError: the file cannot be read, or the manifest is invalid (see :func:`parse_manifest`).
+    """
+    text = str(path_or_text)
+    if isinstance(path_or_text, Path) or ("\n" not in text and text.strip().endswith((".yml", ".yaml", ".json"))):
+        path = Path(text.strip())
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError([("", f"cannot read {path}: {exc.strerror or exc}")], source=str(path)) from None
+        return parse_manifest(text, base_dir=path.resolve().parent, source=str(path))
+    return parse_manifest(text, source="manifest")
+
+
+def _yaml_path(error: Any) -> str:
+    """The dotted YAML path of a pydantic error: the framework's discriminator (a tag pydantic inserts in the
+    location, not a key of the YAML) is dropped; an unknown framework points at its ``name``."""
+    loc = list(error["loc"])
+    if loc[:1] == ["framework"]:
+        if len(loc) > 1 and loc[1] in _FRAMEWORK_TAGS:
+            del loc[1]
+        elif error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            loc.append("name")
+    return format_loc(loc)
+
+
+def _validation_error(title: str, errors: list[tuple[tuple[str | int, ...], str]]) -> ValidationError:
+    """A ValidationError with these ``(location, message)`` pairs; raised in a validator, pydantic prefixes the
+    locations with the field's. Inputs are left out so no value (a secret) rides along."""
+    return ValidationError.from_exception_data(title, [
+        InitErrorDetails(type=PydanticCustomError("manifest", "{reason}", {"reason": message}), loc=loc, input=None)
+        for loc, message in errors
+    ])
