@@ -25,6 +25,12 @@ class Settings(BaseSettings):
         max_attempts: deliveries of one sample (broker redeliveries and republishes) before it is recorded
             as failed: a poison sample cannot loop forever.
         default_rate: publish rate of a new session in tasks/s until someone sets another.
+        start_window: samples a session may have outstanding (published, no outcome yet) before anyone sets its
+            rate (the health controller's first decision). It opens by one per outcome (TCP's slow start) up to
+            5 s of the consume rate the publisher sees, and stays in force for the whole session when no
+            controller runs. 20 by default: a few tasks for each of a few consumers, so a session cannot flood
+            its queue before its workers start, and a bigger pool gets its tasks after a few task times of
+            slow start (the window doubles every task time).
         report_interval: seconds a worker batches outcomes before sending them to the manager.
         max_queue_length: hard bound on the messages waiting in each experiment queue (RabbitMQ ``x-max-length``
             with reject-publish; the publisher backs off when it is reached). ``None`` or 0: unbounded.
@@ -58,6 +64,7 @@ class Settings(BaseSettings):
     api_token: str | None = None
     max_attempts: int = Field(5, ge=1)
     default_rate: float = Field(200.0, gt=0)
+    start_window: int = Field(20, ge=1)
     report_interval: float = Field(0.25, gt=0)
     reconcile_after: float = Field(10.0, gt=0)
     max_queue_length: int | None = Field(10_000, ge=0)

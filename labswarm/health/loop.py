@@ -8,6 +8,12 @@ Every running session is taken to share one pool of workers: their rates are dec
 capped at its share of the workers by weight and its target depth scaled into the total budget of waiting
 messages (:mod:`labswarm.health.share`).
 Each decision is appended to ``<log_dir>/health-<session>.jsonl`` (for ``labswarm health plot``).
+
+A session is watched from the first tick that sees it running and steered from its first outcome on (the first
+tick with a consume rate to measure); its first decision is always sent, since the first rate set lifts the
+publisher's start window (:mod:`labswarm.sessions.window`), which held it until then. One failing poll or one
+session's bad data never stops the loop: the error is logged with the session and the reason, and the next tick
+runs.
 """
 
 from __future__ import annotations
@@ -23,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labswarm.errors import ManagerError
 from labswarm.health.controllers import Controller, Observation, make_controller
 from labswarm.health.monitors import ManagerMonitor, QueueStats, RabbitMQMonitor
 from labswarm.health.series import TimeSeries
@@ -41,11 +46,13 @@ class SessionTrack:
     finished: TimeSeries = field(default_factory=TimeSeries)
     depth: TimeSeries = field(default_factory=TimeSeries)
     rate: TimeSeries = field(default_factory=TimeSeries)
+    asked: TimeSeries = field(default_factory=TimeSeries)  # the rate in force at each tick
+    decided: bool = False  # a first decision was sent
 
 
 class HealthLoop:
     """Steers the publish rate of every running session (from its first outcome on: before, there is no
-    consume rate to measure, and the queue's hard bound holds).
+    consume rate to measure, and the publisher's start window holds the queue short).
 
     Args:
         manager: the manager monitor (reads sessions, sets rates).
@@ -83,8 +90,10 @@ class HealthLoop:
         """Build the controller's observation of one session from the manager's progress and the broker's stats."""
         track.published.append(t, session["published"])
         track.finished.append(t, session["finished"])
+        track.asked.append(t, float(session["rate"]))
         consume = track.finished.rate(self.window)
         publish = track.published.rate(self.window)
+        asked = track.asked.mean(self.window)
         # Depth from the ledger (published, no outcome yet, less one in flight per consumer) is ~0.5 s old; the
         # management API's is up to ~5 s old and moves in steps, which makes any controller overshoot. The
         # broker gives the consumers (and its own depth, logged beside for comparison).
@@ -96,55 +105,75 @@ class HealthLoop:
         return Observation(
             t=t, depth=depth, consume_rate=0.0 if math.isnan(consume) else consume, consumers=consumers,
             rate=float(session["rate"]), publish_rate=None if math.isnan(publish) else publish,
-            backlog=max(0, unpublished) + session["pending"],
+            asked_rate=None if math.isnan(publish) else asked, backlog=max(0, unpublished) + session["pending"],
         )
 
     async def tick(self) -> dict[str, float]:
-        """One control period: returns the new rate of each running session."""
+        """One control period: returns the new rate of each steered session.
+
+        Raises:
+            Exception: reading the sessions failed (:meth:`run` logs it and goes on); an error of one session
+                (its data, its decision, setting its rate, its log) is logged and skips that session only.
+        """
         sessions = [s for s in await self.manager.sessions() if s["status"] == "running"]
         queues: dict[str, QueueStats] | None = None
         if self.rabbitmq is not None and sessions:
             try:
                 queues = await self.rabbitmq.poll()
-            except ManagerError as exc:
-                log.warning("broker statistics unavailable, estimating depth from the ledger: %s", exc)
+            except Exception as exc:
+                log.warning("broker statistics unavailable, estimating depth from the ledger: %s: %s",
+                            type(exc).__name__, exc)
         t = self.clock()
         steered = {}
         for session in sessions:
-            if session["finished"] == 0:
-                continue  # no outcome yet (workers starting): nothing to measure, the queue bound holds meanwhile
-            track = self.tracks.get(session["id"])
-            if track is None:
-                track = self.tracks[session["id"]] = SessionTrack(make_controller(self.controller_spec))
-            queue = queues.get(session["queue"]) if queues is not None else None
-            steered[session["id"]] = (session, track, self.observe(session, queue, track, t))
+            sid = session.get("id")
+            try:
+                track = self.tracks.get(sid)
+                if track is None:
+                    track = self.tracks[sid] = SessionTrack(make_controller(self.controller_spec))
+                queue = queues.get(session["queue"]) if queues is not None else None
+                obs = self.observe(session, queue, track, t)
+            except Exception as exc:
+                log.warning("session %s: cannot observe it this tick: %s: %s", sid, type(exc).__name__, exc)
+                continue
+            if session["finished"] > 0 and len(track.finished) >= 2:
+                steered[sid] = (session, track, obs)  # a consume rate measured: steer it
         # one decision for all: the sessions share the workers by weight and one budget of waiting messages
-        decided = steer({sid: (track.controller, obs, float(session.get("weight") or 1.0))
-                         for sid, (session, track, obs) in steered.items()}, self.max_total_waiting)
+        try:
+            decided = steer({sid: (track.controller, obs, float(session.get("weight") or 1.0))
+                             for sid, (session, track, obs) in steered.items()}, self.max_total_waiting)
+        except Exception as exc:
+            log.warning("sessions %s: no decision this tick: %s: %s", ", ".join(steered), type(exc).__name__, exc)
+            decided = {}
         decisions = {}
-        for sid, (session, track, _) in steered.items():
-            new, obs = decided[sid]
-            track.rate.append(t, new)
-            if abs(new - obs.rate) > 0.01 * obs.rate:
-                try:
-                    await self.manager.set_rate(session["id"], new)
-                except ManagerError as exc:
-                    log.warning("cannot set the rate of session %s: %s", session["id"], exc)
-                    continue
-            decisions[session["id"]] = new
-            target = track.controller.target_depth(obs)
-            self._record(session, obs, new, target)
-            labels = (session["id"], session["experiment"])
-            cap = math.inf if obs.max_rate is None else obs.max_rate
-            for name, value in (("rate", new), ("depth", obs.depth), ("consume_rate", obs.consume_rate),
-                                ("target_depth", target), ("rate_cap", cap)):
-                self._gauges[name].labels(*labels).set(value)
-        for gone in set(self.tracks) - {s["id"] for s in sessions}:
+        for sid, (new, obs) in decided.items():
+            session, track, _ = steered[sid]
+            try:
+                await self._apply(session, track, obs, new)
+            except Exception as exc:
+                log.warning("session %s: rate %.1f tasks/s not applied: %s: %s", sid, new, type(exc).__name__, exc)
+                continue
+            decisions[sid] = new
+        for gone in set(self.tracks) - {s.get("id") for s in sessions}:
             del self.tracks[gone]
             for gauge in self._gauges.values():
                 for labels in [k for k in gauge._metrics if k[0] == gone]:
                     gauge.remove(*labels)
         return decisions
+
+    async def _apply(self, session: dict[str, Any], track: SessionTrack, obs: Observation, new: float) -> None:
+        """Set one session's new rate (always the first one: it lifts the start window), log it, export it."""
+        track.rate.append(obs.t, new)
+        if not track.decided or abs(new - obs.rate) > 0.01 * obs.rate:
+            await self.manager.set_rate(session["id"], new)
+            track.decided = True
+        target = track.controller.target_depth(obs)
+        self._record(session, obs, new, target)
+        labels = (session["id"], session["experiment"])
+        cap = math.inf if obs.max_rate is None else obs.max_rate
+        for name, value in (("rate", new), ("depth", obs.depth), ("consume_rate", obs.consume_rate),
+                            ("target_depth", target), ("rate_cap", cap)):
+            self._gauges[name].labels(*labels).set(value)
 
     def _record(self, session: dict[str, Any], obs: Observation, new: float, target: float) -> None:
         if self.log_dir is None:
@@ -153,6 +182,7 @@ class HealthLoop:
         line = {"t": round(obs.t - self._t0, 3), "wall": time.time(), "depth": obs.depth,
                 "broker_depth": self.broker_depth.get(session["id"]),
                 "consume_rate": obs.consume_rate, "publish_rate": obs.publish_rate, "rate": obs.rate,
+                "asked_rate": obs.asked_rate,
                 "new_rate": new, "consumers": obs.consumers, "finished": session["finished"],
                 "total": session["total"], "weight": float(session.get("weight") or 1.0), "cap": obs.max_rate,
                 "target": target}
@@ -160,14 +190,17 @@ class HealthLoop:
             handle.write(json.dumps(line) + "\n")
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Tick every ``period`` seconds until ``stop`` is set; a failing tick is logged, not fatal."""
+        """Tick every ``period`` seconds until ``stop`` is set; a failing tick (any exception) is logged with its
+        reason, not fatal: the next tick runs."""
         stop = stop or asyncio.Event()
         while not stop.is_set():
             started = self.clock()
             try:
                 await self.tick()
-            except ManagerError as exc:
-                log.warning("health tick failed: %s", exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("health tick failed (reading the sessions): %s: %s", type(exc).__name__, exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), max(0.0, self.period - (self.clock() - started)))
 

@@ -28,6 +28,8 @@ class QueuePlant:
         lag: seconds the observations are late.
         window: seconds the observed consume rate is averaged over.
         jitter: relative noise on each worker's speed (0.1 = ±10 %), from ``seed``.
+        publish_ceiling: the most the publisher achieves, tasks/s, whatever the rate asked (a slow broker or
+            publisher); ``None``: it publishes at the rate asked.
     """
 
     capacity: float = 10.0
@@ -36,46 +38,52 @@ class QueuePlant:
     window: float = 5.0
     jitter: float = 0.0
     seed: int = 0
+    publish_ceiling: float | None = None
     t: float = 0.0
     depth: float = 0.0
     consumed: float = 0.0
     published: float = 0.0
+    asked: float = 0.0
     _history: deque = field(default_factory=deque)
     _rng: np.random.Generator = field(init=False)
 
     def __post_init__(self) -> None:
         self._rng = np.random.default_rng(self.seed)
-        self._history.append((0.0, 0.0, 0.0, self.workers, 0.0))
+        self._history.append((0.0, 0.0, 0.0, self.workers, 0.0, 0.0))
 
     def step(self, rate: float, dt: float) -> None:
-        """Advance ``dt`` seconds with publish rate ``rate`` (tasks/s)."""
+        """Advance ``dt`` seconds with publish rate ``rate`` (tasks/s; at most ``publish_ceiling`` is achieved)."""
         speed = self.workers * self.capacity * (1 + self.jitter * self._rng.uniform(-1, 1))
-        arrived = rate * dt
+        achieved = rate if self.publish_ceiling is None else min(rate, self.publish_ceiling)
+        arrived = achieved * dt
         served = min(self.depth + arrived, max(0.0, speed) * dt)
         self.depth += arrived - served
         self.consumed += served
         self.published += arrived
+        self.asked += rate * dt
         self.t += dt
-        self._history.append((self.t, self.depth, self.consumed, self.workers, self.published))
+        self._history.append((self.t, self.depth, self.consumed, self.workers, self.published, self.asked))
         while self._history and self._history[0][0] < self.t - self.lag - self.window - 1.0:
             self._history.popleft()
 
-    def _at(self, t: float) -> tuple[float, float, float, int, float]:
+    def _at(self, t: float) -> tuple[float, float, float, int, float, float]:
         return _state_at(self._history, t)
 
     def observe(self, rate: float) -> Observation:
-        """What a monitor reports now: the state ``lag`` seconds ago."""
-        t0, depth, consumed, workers, published = self._at(self.t - self.lag)
-        t1, _, consumed_before, _, published_before = self._at(self.t - self.lag - self.window)
+        """What a monitor reports now: the state ``lag`` seconds ago (the asked rate over the same window)."""
+        t0, depth, consumed, workers, published, asked = self._at(self.t - self.lag)
+        t1, _, consumed_before, _, published_before, asked_before = self._at(self.t - self.lag - self.window)
         span = t0 - t1
         consume_rate = (consumed - consumed_before) / span if span > 0 else 0.0
         publish_rate = (published - published_before) / span if span > 0 else None
+        asked_rate = (asked - asked_before) / span if span > 0 else None
         return Observation(t=self.t, depth=depth, consume_rate=consume_rate, consumers=workers, rate=rate,
-                           publish_rate=publish_rate)
+                           publish_rate=publish_rate, asked_rate=asked_rate)
 
 
 def simulate(controller: Controller, plant: QueuePlant, seconds: float, *, rate: float, period: float = 1.0,
-             dt: float = 0.05, events: dict[float, int] | None = None) -> dict[str, np.ndarray]:
+             dt: float = 0.05, events: dict[float, int] | None = None,
+             ceilings: dict[float, float | None] | None = None) -> dict[str, np.ndarray]:
     """Run ``controller`` on ``plant`` for ``seconds``, deciding every ``period`` seconds.
 
     Args:
@@ -86,17 +94,21 @@ def simulate(controller: Controller, plant: QueuePlant, seconds: float, *, rate:
         period: control period in seconds.
         dt: integration step in seconds.
         events: ``{time s: workers}``: change the number of workers at those times.
+        ceilings: ``{time s: tasks/s or None}``: change the plant's ``publish_ceiling`` at those times.
 
     Returns:
         Arrays sampled every ``period``: ``t``, ``depth`` (true), ``rate`` (publish), ``capacity`` (workers x
         capacity, the consume rate the queue allows).
     """
     events = dict(events or {})
+    ceilings = dict(ceilings or {})
     trace: dict[str, list[float]] = {"t": [], "depth": [], "rate": [], "capacity": []}
     next_decision = 0.0
     while plant.t < seconds:
         for when in [w for w in events if w <= plant.t]:
             plant.workers = events.pop(when)
+        for when in [w for w in ceilings if w <= plant.t]:
+            plant.publish_ceiling = ceilings.pop(when)
         if plant.t >= next_decision:
             rate = controller.update(plant.observe(rate))
             next_decision += period

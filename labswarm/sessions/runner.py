@@ -4,9 +4,10 @@ reconciles the ledger until every sample has an outcome.
 Phases, each resumable after a manager restart:
 
 1. **publish**: walk the sample stream from the persisted ``cursor``; a sample already in the feature store is
-   recorded ``cached`` without a message; the others are published through the token bucket. Ledger rows and
-   the cursor are committed in batches *after* the messages are confirmed, so a crash republishes at most one
-   batch (harmless: tasks are idempotent).
+   recorded ``cached`` without a message; the others are published in batches, as many at a time as the token
+   bucket and the start window (:mod:`labswarm.sessions.window`: samples outstanding before anyone sets the
+   rate) allow. Ledger rows and the cursor are committed in batches *after* the messages are confirmed, so a
+   crash republishes at most one batch (harmless: tasks are idempotent).
 2. **reconcile**: once the queue has no ready message and no outcome has arrived for a while, every sample
    still without an outcome is looked up in the store (a worker computed it but its report was lost: ``done``),
    or published again, at most ``max_attempts`` times (then ``failed``). The store and the ledger are the truth;
@@ -15,28 +16,47 @@ Phases, each resumable after a manager restart:
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from labswarm.db import utcnow
 from labswarm.pipeline.features import FeaturesBlock
-from labswarm.sample import iter_samples
+from labswarm.sample import Sample, iter_samples
 from labswarm.sessions import ledger
 from labswarm.sessions.models import SessionRow
 from labswarm.sessions.ratelimit import TokenBucket
 from labswarm.sessions.reconcile import reconcile
+from labswarm.sessions.window import StartWindow
 
 if TYPE_CHECKING:
     from labswarm.sessions.service import SessionService
 
 log = logging.getLogger(__name__)
 
-#: Ledger rows committed together while publishing.
+#: Samples published in one batch (one ``publish_many``), and ledger rows committed together while publishing.
 BATCH = 200
 #: Longest time between two ledger commits while publishing, in seconds.
 BATCH_SECONDS = 0.5
+#: Seconds between two reads of the outstanding count from the ledger while the start window holds.
+RESYNC_SECONDS = 10.0
+
+
+@dataclass
+class _Pending:
+    """What the publisher did since its last ledger commit."""
+
+    cursor: int  # index of the next sample to take from the stream
+    committed: int = 0  # the cursor as last committed
+    rows: list[tuple[str, str, str | None]] = field(default_factory=list)
+    published: int = 0
+    last_commit: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.committed = self.cursor
 
 
 class SessionRunner(threading.Thread):
@@ -56,6 +76,7 @@ class SessionRunner(threading.Thread):
             self.experiment = row.experiment
             self.bucket = TokenBucket(row.rate)
             paused = row.status == "paused"
+        self.window = StartWindow(service.settings.start_window)
         self.config = service.registry.config(self.experiment)
         self.stop_event = threading.Event()
         self.running = threading.Event()
@@ -67,7 +88,9 @@ class SessionRunner(threading.Thread):
 
     # control, from API threads
     def set_rate(self, rate: float) -> None:
+        """Publish at ``rate`` tasks/s from now on; the first rate set lifts the start window (someone steers)."""
         self.bucket.set_rate(rate)
+        self.window.lift()
 
     def pause(self) -> None:
         self.running.clear()
@@ -79,10 +102,12 @@ class SessionRunner(threading.Thread):
         self.stop_event.set()
         self.running.set()  # wake a paused thread so it can see the stop
 
-    def note_outcomes(self, max_seconds: float) -> None:
-        """Called when outcomes arrive: progress was made; remember the slowest task."""
+    def note_outcomes(self, max_seconds: float, count: int = 0) -> None:
+        """Called when ``count`` outcomes arrive: progress was made; remember the slowest task (``max_seconds``,
+        s); the start window opens by ``count``."""
         self.last_progress = time.monotonic()
         self.max_task_seconds = max(self.max_task_seconds, max_seconds)
+        self.window.outcomes(count, max_seconds)
 
     def wait_running(self) -> bool:
         """Block while paused; ``False`` once the runner is stopped."""
@@ -106,34 +131,98 @@ class SessionRunner(threading.Thread):
             self.service.session_finished(self.session_id)  # its workers stop too
 
     def _publish_phase(self, block: FeaturesBlock) -> None:
+        """Publish from the cursor on, in batches of at most :data:`BATCH` samples: as many as the token bucket
+        and the start window allow now, one :meth:`BrokerClient.publish_many` call each. Ledger rows and the
+        cursor are committed after the confirms (every :data:`BATCH` rows, every :data:`BATCH_SECONDS`, and
+        before any wait), so a restart republishes at most one batch and skips nothing.
+        """
         with self.service.db() as db:
             cursor = db.get(SessionRow, self.session_id).cursor
-        rows: list[tuple[str, str, str | None]] = []
-        published = 0
-        last_commit = time.monotonic()
-        index = -1
-        for index, sample in enumerate(iter_samples(self.config)):
-            if index < cursor:
-                continue
+            self.window.resync(ledger.counts(db, self.session_id)["published"])
+        stream = itertools.islice(enumerate(iter_samples(self.config)), cursor, None)
+        pend = _Pending(cursor)
+        while True:
+            if not self.running.is_set():
+                self._flush(pend)
             if not self.wait_running():
                 break
+            wanted = self._wait_allowance(pend, BATCH - len(pend.rows))
+            if wanted == 0:
+                break  # stopped
+            tokens = self._take_tokens(pend, wanted)
+            if tokens == 0:
+                break  # stopped
+            batch, exhausted = self._next_batch(stream, block, pend, tokens)
+            if batch:
+                sent = self.service.broker.publish_many(self.session_id, self.experiment,
+                                                        [s for _, s in batch], self.stop_event)
+                self.window.sent(sent)
+                pend.rows.extend((s.id, "published", None) for _, s in batch[:sent])
+                pend.published += sent
+                if sent < len(batch):  # stopped mid-batch: resume at the first sample not confirmed
+                    pend.cursor = batch[sent][0]
+                    break
+            if exhausted:
+                self._flush(pend)
+                return
+            if len(pend.rows) >= BATCH or time.monotonic() - pend.last_commit > BATCH_SECONDS:
+                self._flush(pend)
+        self._flush(pend)
+
+    def _wait_allowance(self, pend: _Pending, limit: int) -> int:
+        """Samples the window allows now, at most ``limit`` (>= 1), waiting while it allows none; 0 if stopped."""
+        last_sync = time.monotonic()
+        while not self.stop_event.is_set():
+            allowed = self.window.allowance()
+            if allowed is None or allowed > 0:
+                return max(1, min(limit, BATCH if allowed is None else allowed))
+            self._flush(pend)  # the ledger shows what is outstanding while we wait
+            if time.monotonic() - last_sync > RESYNC_SECONDS:
+                with self.service.db() as db:
+                    self.window.resync(ledger.counts(db, self.session_id)["published"])
+                last_sync = time.monotonic()
+            self.window.wait(0.25)
+        return 0
+
+    def _take_tokens(self, pend: _Pending, wanted: int) -> int:
+        """Up to ``wanted`` tokens: those there now, else (after a flush) block for one; 0 if stopped."""
+        taken = 0
+        while taken < wanted and self.bucket.try_acquire() == 0.0:
+            taken += 1
+        if taken:
+            return taken
+        self._flush(pend)
+        return 1 if self.bucket.acquire(self.stop_event) else 0
+
+    def _next_batch(self, stream, block: FeaturesBlock, pend: _Pending,
+                    size: int) -> tuple[list[tuple[int, Sample]], bool]:
+        """The next ``size`` samples to publish from ``stream``; cached ones on the way get their ledger rows.
+
+        Returns:
+            ``(batch, exhausted)``: ``(index, sample)`` pairs, and whether the stream ended.
+        """
+        batch: list[tuple[int, Sample]] = []
+        for index, sample in stream:
             if block.is_cached(sample):
-                rows.append((sample.id, "cached", None))
-            else:
-                if not self.bucket.acquire(self.stop_event):
-                    break
-                if not self.service.broker.publish(self.session_id, self.experiment, sample, self.stop_event):
-                    break
-                rows.append((sample.id, "published", None))
-                published += 1
-            if len(rows) >= BATCH or time.monotonic() - last_commit > BATCH_SECONDS:
-                self._commit(rows, index + 1, published)
-                rows, published, last_commit = [], 0, time.monotonic()
-        else:
-            self._commit(rows, index + 1, published)
-            return
-        # stopped mid-stream: the sample at `index` was not published; resume there
-        self._commit(rows, index, published)
+                pend.rows.append((sample.id, "cached", None))
+                pend.cursor = index + 1
+                if len(pend.rows) >= BATCH:
+                    if not batch:
+                        self._flush(pend)
+                    else:
+                        return batch, False
+                continue
+            batch.append((index, sample))
+            pend.cursor = index + 1
+            if len(batch) >= size or len(pend.rows) + len(batch) >= BATCH:
+                return batch, False
+        return batch, True
+
+    def _flush(self, pend: _Pending) -> None:
+        if pend.rows or pend.cursor > pend.committed:
+            self._commit(pend.rows, pend.cursor, pend.published)
+            pend.committed = pend.cursor
+        pend.rows, pend.published, pend.last_commit = [], 0, time.monotonic()
 
     def _commit(self, rows: list[tuple[str, str, str | None]], cursor: int, published: int) -> None:
         with self.service.db() as db:

@@ -286,7 +286,7 @@ class SessionService:
             db.commit()
         runner = self._runners.get(session_id)
         if runner is not None and outcomes:
-            runner.note_outcomes(max(float(o.get("seconds") or 0.0) for o in outcomes))
+            runner.note_outcomes(max(float(o.get("seconds") or 0.0) for o in outcomes), n)
         return n
 
     def redelivered(self, session_id: str, sample_id: str) -> bool:

@@ -73,3 +73,31 @@ def test_unknown_and_invalid_controllers() -> None:
         make_controller({"name": "pid"})
     with pytest.raises(ValidationError):
         make_controller({"name": "pi", "min_rate": 10, "max_rate": 1})
+
+
+@pytest.mark.parametrize("name", ["pi", "aimd"])
+def test_no_windup_against_a_publisher_ceiling_and_the_ceiling_is_probed(name: str) -> None:
+    # workers could take 1,000 tasks/s but the publisher achieves 180/s (a ceiling the controller is not told),
+    # until it is lifted at 60 s
+    plant = QueuePlant(capacity=10, workers=100, lag=1.0, publish_ceiling=180.0, jitter=0.1)
+    controller = make_controller({"name": name})
+    trace = simulate(controller, plant, 200, rate=200, ceilings={60: 1500.0})
+    capped = _window(trace, 25, 60)
+    headroom = controller.config.headroom
+    # the rate asked stays just above what the publisher achieves: no climb to max_rate (2,000)
+    assert capped["rate"].max() <= (1 + headroom) * 180 * 1.05, capped["rate"]
+    assert capped["rate"].min() >= 180 * 0.95, capped["rate"]
+    # and it holds still: no saw-tooth
+    assert capped["rate"].max() - capped["rate"].min() <= 0.1 * 180, capped["rate"]
+    if name == "pi":  # the PI's probe finds the new ceiling (the workers') and the queue settles at its target
+        late = _window(trace, 140, 200)
+        assert abs(np.mean(late["rate"]) - 1000) < 0.15 * 1000
+        assert late["depth"].max() < 2 * 3 * 1000
+
+
+def test_first_decision_after_the_start_window_does_not_flood() -> None:
+    # held by its start window, the session published 20/s while 200/s was in force: the workers keep up
+    obs = Observation(t=0.0, depth=0.0, consume_rate=18.0, consumers=2, rate=200.0, publish_rate=20.0,
+                      asked_rate=200.0, backlog=2000)
+    rate = make_controller({"name": "pi"}).update(obs)
+    assert 18.0 <= rate <= 1.25 * 20.0

@@ -90,3 +90,46 @@ def test_loop_caps_the_lower_weight_at_its_share_and_scales_the_targets(tmp_path
     assert rows["a"]["cap"] == pytest.approx(10.0, rel=0.05) and rows["b"]["cap"] is None
     assert rows["a"]["weight"] == 1.0 and rows["b"]["weight"] == 3.0
     assert rows["a"]["target"] + rows["b"]["target"] == pytest.approx(40)  # 3 s x 40/s = 120 without the budget
+
+
+class _Flaky(_Sessions):
+    """Sessions ``a`` and ``bad`` (whose progress lacks its counts); the third read of the sessions fails."""
+
+    def __init__(self) -> None:
+        super().__init__({"a": 1.0})
+        self.reads = 0
+        self.stop: asyncio.Event | None = None
+
+    async def sessions(self) -> list[dict]:
+        self.reads += 1
+        self.t = float(self.reads)
+        if self.reads == 3:
+            raise RuntimeError("manager answered garbage")
+        if self.reads >= 8 and self.stop is not None:
+            self.stop.set()
+        return [*await super().sessions(), {"id": "bad", "experiment": "bad", "status": "running", "queue": "x"}]
+
+
+class _BrokenBroker:
+    async def poll(self) -> dict:
+        raise KeyError("messages_ready")
+
+
+def test_the_loop_survives_any_error_of_one_poll_and_logs_it(tmp_path: Path, caplog) -> None:
+    manager = _Flaky()
+    loop = HealthLoop(manager, _BrokenBroker(), period=0.0, log_dir=tmp_path)  # type: ignore[arg-type]
+
+    async def run() -> None:
+        manager.stop = asyncio.Event()
+        await asyncio.wait_for(loop.run(manager.stop), 30)
+
+    with caplog.at_level("WARNING", logger="labswarm.health.loop"):
+        asyncio.run(run())
+    assert manager.reads >= 8  # every tick ran, through the failing one
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("RuntimeError: manager answered garbage" in m for m in messages), messages
+    assert any("session bad" in m and "KeyError" in m for m in messages), messages
+    assert any("KeyError" in m and "broker statistics" in m for m in messages), messages
+    # the healthy session was steered on the ticks after the failure
+    rows = [json.loads(line) for line in (tmp_path / "health-a.jsonl").read_text().splitlines()]
+    assert len(rows) >= 4 and "a" in manager.rates

@@ -32,6 +32,8 @@ class Observation:
         rate: the publish rate in force, tasks/s.
         publish_rate: the publish rate measured over the same window (and with the same lag) as
             ``consume_rate``; ``None`` when unknown (then ``rate`` stands for it).
+        asked_rate: the mean publish rate in force over that same window, tasks/s: compared with
+            ``publish_rate`` it tells a publisher that cannot go as fast as asked; ``None`` when unknown.
         prefetch: messages each consumer holds (Celery prefetch multiplier x concurrency; 1 here).
         backlog: samples still to publish; 0 means the publisher has nothing left to send.
         max_rate: this session's share of the workers in samples/s when sessions share them
@@ -46,6 +48,7 @@ class Observation:
     consumers: int
     rate: float
     publish_rate: float | None = None
+    asked_rate: float | None = None
     prefetch: int = 1
     backlog: int = 1
     max_rate: float | None = None
@@ -55,6 +58,13 @@ class Observation:
     def measured_publish_rate(self) -> float:
         """``publish_rate`` when measured, else ``rate``."""
         return self.rate if self.publish_rate is None else self.publish_rate
+
+    def publisher_short(self, shortfall: float) -> bool:
+        """The publisher achieved less than ``1 - shortfall`` of the rate asked (capped by the broker, the queue's
+        bound, its start window or its own speed) while it still had samples to publish."""
+        if self.publish_rate is None or self.asked_rate is None or self.backlog <= 0:
+            return False
+        return self.publish_rate < (1.0 - shortfall) * self.asked_rate
 
 
 class ControllerConfig(PluginConfig):
@@ -67,6 +77,11 @@ class ControllerConfig(PluginConfig):
         min_rate: lowest publish rate in tasks/s (a session is never starved to zero: it could not restart).
         max_rate: highest publish rate in tasks/s.
         deadband: relative error band around the target in which the rate is left alone.
+        shortfall: the publisher counts as capped when it achieves less than ``1 - shortfall`` of the rate asked
+            (:meth:`Observation.publisher_short`).
+        headroom: anti-windup on the publisher: while it is capped, the rate asked is held at most this much above
+            what it achieves (relative; 0.25 = +25 %), so the controller probes the unknown ceiling instead of
+            climbing against it (and falling back in a saw-tooth once the queue finally moves).
     """
 
     target_seconds: float = Field(3.0, gt=0)
@@ -74,6 +89,8 @@ class ControllerConfig(PluginConfig):
     min_rate: float = Field(0.5, gt=0)
     max_rate: float = Field(2000.0, gt=0)
     deadband: float = Field(0.15, ge=0, lt=1)
+    shortfall: float = Field(0.15, gt=0, lt=1)
+    headroom: float = Field(0.25, gt=0)
 
     @model_validator(mode="after")
     def _bounds(self) -> ControllerConfig:
@@ -114,8 +131,15 @@ class Controller(ABC):
             high = max(low, min(high, obs.max_rate))
         return min(high, max(low, rate))
 
+    def publisher_limit(self, obs: Observation) -> float:
+        """The highest rate worth asking, tasks/s: ``(1 + headroom) x`` the measured publish rate while the
+        publisher falls short of the rate asked, else infinite."""
+        if obs.publisher_short(self.config.shortfall):
+            return (1.0 + self.config.headroom) * max(obs.publish_rate or 0.0, self.config.min_rate)
+        return float("inf")
+
     def update(self, obs: Observation) -> float:
-        """The next publish rate in tasks/s, within the bounds.
+        """The next publish rate in tasks/s, within the bounds and at most :meth:`publisher_limit`.
 
         The error is ``target - depth`` (positive: the queue is too short, publish faster), zeroed inside the
         deadband; ``dt`` is the time since the previous update (0 on the first).
@@ -126,7 +150,7 @@ class Controller(ABC):
         error = target - obs.depth
         if abs(error) <= self.config.deadband * target:
             error = 0.0
-        return self.clamp(self.control(obs, target, error, dt), obs)
+        return self.clamp(min(self.control(obs, target, error, dt), self.publisher_limit(obs)), obs)
 
     @abstractmethod
     def control(self, obs: Observation, target: float, error: float, dt: float) -> float:

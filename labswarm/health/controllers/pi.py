@@ -18,8 +18,11 @@ class PIConfig(ControllerConfig):
             feed-forward leaves (a biased consume-rate estimate).
         integral_limit: anti-windup: the integral term is held within ``±integral_limit x`` the consume rate.
         probe: while the queue is empty and the workers finish what is published, the rate grows at least
-            this much per second (relative; 0.2 = +20 %/s): an empty queue hides how fast the workers could
-            go, since they consume only what is published (TCP's slow start, for the same reason).
+            this much per second (relative; 0.2 = +20 %/s) from the rate in force, or from the measured
+            publish rate when the publisher falls short of the rate asked (a session held by its start window
+            until the first decision has a rate of 200 tasks/s in force that it never reached): an
+            empty queue hides how fast the workers could go, since they consume only what is published (TCP's
+            slow start, for the same reason).
     """
 
     closing_seconds: float = Field(6.0, gt=0)
@@ -35,8 +38,9 @@ class PIController(Controller):
     The feed-forward term (the measured consume rate) does the bulk of the work: in steady state the publish
     rate equals the consume rate and the queue holds its target. The P term drains or fills the queue toward
     the target in ``closing_seconds``; the I term, clamped (anti-windup) and frozen while the output saturates
-    at a bound or the publisher has nothing left to send, removes what bias remains. A classic PI with
-    feed-forward (Åström & Murray, *Feedback Systems*, 2nd ed., §10.3 and §11.4 on windup).
+    at a bound, the publisher falls short of the rate asked (its ceiling, :meth:`Controller.publisher_limit`)
+    or has nothing left to send, removes what bias remains. A classic PI with feed-forward (Åström & Murray,
+    *Feedback Systems*, 2nd ed., §10.3 and §11.4 on windup).
     """
 
     name = "pi"
@@ -51,7 +55,7 @@ class PIController(Controller):
         kp = 1.0 / self.config.closing_seconds
         ki = kp / self.config.integral_seconds
         unclamped = obs.consume_rate + kp * error + ki * self.integral
-        saturated = self.clamp(unclamped, obs) != unclamped
+        saturated = self.clamp(unclamped, obs) != unclamped or unclamped > self.publisher_limit(obs)
         if dt > 0 and obs.backlog > 0 and not (saturated and error * unclamped > 0):
             self.integral += error * dt
             limit = self.config.integral_limit * max(obs.consume_rate, self.config.min_rate) / ki
@@ -60,5 +64,7 @@ class PIController(Controller):
         # the workers finish all that was published (same window, same lag): they may be starved
         keeping_up = obs.consume_rate >= 0.8 * obs.measured_publish_rate
         if obs.depth < 1.0 and keeping_up and obs.backlog > 0:
-            out = max(out, obs.rate * (1.0 + self.config.probe * dt))
+            short = obs.publisher_short(self.config.shortfall)
+            achieved = min(obs.rate, obs.publish_rate) if short else obs.rate
+            out = max(out, achieved * (1.0 + self.config.probe * dt))
         return out
