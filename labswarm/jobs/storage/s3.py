@@ -94,6 +94,13 @@ class S3StorageConfig(StorageConfig):
         return value.rstrip("/")
 
 
+#: One boto3 session for every storage of the process (made at the first request): a session parses the service
+#: models once (~0.3 s), so storages and their clients come cheap. Creating clients from it is serialized by
+#: :data:`_SESSION_LOCK` (a session is not thread-safe); the clients themselves are.
+_SESSION: Any = None
+_SESSION_LOCK = threading.Lock()
+
+
 class _Connection:
     """The boto3 client, made at the first request and shared by every view (:meth:`Storage.at`)."""
 
@@ -114,16 +121,20 @@ class _Connection:
             from botocore.config import Config
         except ImportError as exc:
             raise StorageError(S3_HINT) from exc
+        global _SESSION
         key, secret, token = self._credentials()
-        session = boto3.session.Session(aws_access_key_id=key, aws_secret_access_key=secret,
-                                        aws_session_token=token, region_name=self.config.region)
         settings = Config(
             s3={"addressing_style": "path" if self.config.endpoint else "auto"},
             retries={"max_attempts": 3, "mode": "standard"},
             connect_timeout=5, read_timeout=60,
             request_checksum_calculation="when_required", response_checksum_validation="when_required",
         )
-        return session.client("s3", endpoint_url=self.config.endpoint, config=settings)
+        with _SESSION_LOCK:
+            if _SESSION is None:
+                _SESSION = boto3.session.Session()
+            return _SESSION.client("s3", endpoint_url=self.config.endpoint, region_name=self.config.region,
+                                   aws_access_key_id=key, aws_secret_access_key=secret, aws_session_token=token,
+                                   config=settings)
 
     def _credentials(self) -> tuple[str, str, str | None]:
         path = self.config.credentials_file
