@@ -85,6 +85,7 @@ class SessionRunner(threading.Thread):
         self.phase = "publish"
         self.max_task_seconds = 0.0
         self.last_progress = time.monotonic()
+        self._forgiven = 0  # outstanding samples the window stopped counting (lost messages or reports)
 
     # control, from API threads
     def set_rate(self, rate: float) -> None:
@@ -152,6 +153,8 @@ class SessionRunner(threading.Thread):
             tokens = self._take_tokens(pend, wanted)
             if tokens == 0:
                 break  # stopped
+            if not self.running.is_set():
+                continue  # paused while waiting: publish nothing more
             batch, exhausted = self._next_batch(stream, block, pend, tokens)
             if batch:
                 sent = self.service.broker.publish_many(self.session_id, self.experiment,
@@ -170,17 +173,35 @@ class SessionRunner(threading.Thread):
         self._flush(pend)
 
     def _wait_allowance(self, pend: _Pending, limit: int) -> int:
-        """Samples the window allows now, at most ``limit`` (>= 1), waiting while it allows none; 0 if stopped."""
-        last_sync = time.monotonic()
+        """Samples the window allows now, at most ``limit`` (>= 1), waiting while it allows none; 0 if stopped,
+        1 if paused meanwhile (the caller sees the pause before publishing).
+
+        Samples whose message or report was lost never get an outcome: when the window stays closed with no
+        outcome for as long as reconciliation waits (``reconcile_after``, at least 4x the slowest task) and the
+        queue is empty, they stop counting (reconciliation republishes them later), so the publisher never stalls.
+        """
+        last_sync = waiting_since = time.monotonic()
+        settings = self.service.settings
         while not self.stop_event.is_set():
             allowed = self.window.allowance()
             if allowed is None or allowed > 0:
                 return max(1, min(limit, BATCH if allowed is None else allowed))
+            if not self.running.is_set():
+                return 1
             self._flush(pend)  # the ledger shows what is outstanding while we wait
-            if time.monotonic() - last_sync > RESYNC_SECONDS:
+            now = time.monotonic()
+            idle = now - max(self.last_progress, waiting_since)
+            if idle > max(settings.reconcile_after, 4 * self.max_task_seconds) and \
+                    self.service.broker.queue_depth(self.experiment) == 0:
+                log.info("session %s: %d samples outstanding, no outcome for %.0f s and the queue empty: the start "
+                         "window stops counting them", self.session_id, self.window.outstanding, idle)
+                self._forgiven += self.window.outstanding
+                self.window.resync(0)
+                waiting_since = now
+            elif now - last_sync > RESYNC_SECONDS:
                 with self.service.db() as db:
-                    self.window.resync(ledger.counts(db, self.session_id)["published"])
-                last_sync = time.monotonic()
+                    self.window.resync(ledger.counts(db, self.session_id)["published"] - self._forgiven)
+                last_sync = now
             self.window.wait(0.25)
         return 0
 

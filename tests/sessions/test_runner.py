@@ -34,6 +34,7 @@ class MemoryBroker:
         self.ids: list[str] = []
         self.batches: list[int] = []
         self.cut = cut
+        self.lost = False  # the queue lost its messages: it reports an empty queue
 
     def declare_queue(self, experiment: str) -> None:
         pass
@@ -52,7 +53,7 @@ class MemoryBroker:
         return self.publish_many(session_id, experiment, [sample], stop) == 1
 
     def queue_depth(self, experiment: str) -> int:
-        return len(self.ids)
+        return 0 if self.lost else len(self.ids)
 
     def purge_queue(self, experiment: str) -> None:
         self.ids.clear()
@@ -71,8 +72,8 @@ def experiment(tmp_path: Path) -> dict:
 def make_service(tmp_path: Path) -> Iterator[Callable[..., SessionService]]:
     services: list[SessionService] = []
 
-    def make(broker: MemoryBroker | None = None) -> SessionService:
-        service = SessionService(Settings(home=tmp_path / "home", start_window=WINDOW))
+    def make(broker: MemoryBroker | None = None, **settings) -> SessionService:
+        service = SessionService(Settings(home=tmp_path / "home", start_window=WINDOW, **settings))
         if broker is not None:
             service.broker = broker
         services.append(service)
@@ -124,6 +125,23 @@ def test_the_window_holds_the_publisher_until_outcomes_open_it_on_the_embedded_b
     service.set_rate(sid, 5000.0)
     _wait(lambda: _row(service, sid).published == 90, "every sample published")
     assert service.broker.queue_depth("win") == 90
+    service.cancel(sid)
+
+
+def test_samples_lost_from_the_queue_do_not_stall_the_window(make_service, experiment: dict) -> None:
+    broker = MemoryBroker()
+    service = make_service(broker, reconcile_after=0.5)
+    service.registry.register(experiment)
+    sid = service.start_session("win", rate=1000.0).id
+    _wait(lambda: _held(service, sid, WINDOW), "the start window to fill")
+    assert len(broker.ids) == WINDOW
+    # the queue holds messages: no outcome, yet nothing is lost; the window stays shut past reconcile_after
+    runner = service._runners[sid]
+    _wait(lambda: time.monotonic() - runner.last_progress > 1.0, "reconcile_after to pass")
+    assert len(broker.ids) == WINDOW
+    # the queue says it is empty (its messages lost): the window stops counting them, the publisher goes on
+    broker.lost = True
+    _wait(lambda: len(broker.ids) >= 2 * WINDOW, "the window to stop counting the lost samples")
     service.cancel(sid)
 
 
