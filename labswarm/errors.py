@@ -12,6 +12,7 @@
     ├── StorageError              a job's data or results store (local folder, S3) cannot read or write
     ├── ManagerError              the manager API refused a request or cannot be reached
     ├── DeployError               the Docker engine refused or could not be reached (swarm launcher)
+    ├── PublishError              the broker refused a publish for good (access, queue arguments, vhost)
     ├── NotFound                  no experiment, session or job of that name (HTTP 404)
     └── Conflict                  the request conflicts with the current state (HTTP 409)
 
@@ -103,6 +104,22 @@ def format_loc(loc: Sequence[str | int]) -> str:
 class DeployError(LabswarmError):
     """A launcher could not start, scale or remove workers: the Docker engine refused the request, could not be
     reached, or the docker SDK is not installed. The message names the service and the engine's explanation."""
+
+
+class PublishError(LabswarmError):
+    """The broker refused to take a session's messages for a reason publishing again cannot cure: access refused
+    (403), a queue declared with other arguments (406 ``PRECONDITION_FAILED``), a vhost that is missing or not
+    allowed (530). The message names the queue, the broker (password masked) and the broker's reason.
+
+    Attributes:
+        queue: the queue published to.
+        reason: the broker's explanation.
+    """
+
+    def __init__(self, queue: str, broker: str, reason: str) -> None:
+        self.queue = queue
+        self.reason = reason
+        super().__init__(f"cannot publish to queue {queue} on {broker}: {reason}")
 
 
 class NotFound(LabswarmError):

@@ -1,64 +1,136 @@
-"""The sessions' broker client: declare, publish to, measure and purge the experiments' queues (Celery/kombu)."""
+"""The sessions' broker client: declare, publish to, measure and purge the experiments' queues (Celery/kombu).
+
+Publishing goes through :mod:`labswarm.queue.publisher`: one long-lived connection per publishing thread (each
+session's runner publishes from its own thread), a batch published whole and its confirms awaited together.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from collections.abc import Sequence
-from contextlib import suppress
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 
-from labswarm.queue.app import TASK_NAME, app_queue, declare_queue, make_celery, queue_name
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from labswarm.queue.app import app_queue, declare_queue, make_celery, queue_name
+from labswarm.queue.publisher import AmqpPublisher, EmbeddedPublisher, TaskMessages, make_publisher, publish_confirmed
 from labswarm.sample import Sample
 from labswarm.settings import Settings
 
 log = logging.getLogger(__name__)
 
+#: Session fingerprints kept in memory (one database read per session otherwise).
+FINGERPRINTS_CACHED = 1024
+#: The fields of a sample's message form (:meth:`Sample.to_dict` without its deep copy: ~5x faster).
+_SAMPLE_FIELDS = tuple(f.name for f in dataclasses.fields(Sample))
+
+
+def _sample_dict(sample: Sample) -> dict:
+    return {name: getattr(sample, name) for name in _SAMPLE_FIELDS}
+
 
 class BrokerClient:
-    """Publishes the sessions' task messages through a Celery app used for publishing only.
+    """Publishes the sessions' task messages; declares, measures and purges queues through a Celery app.
 
     Args:
         settings: runtime settings (broker URL, queue bound).
+        db: a factory of database sessions, to read a session's configuration fingerprint (carried by each of
+            its messages, checked by workers); ``None``: messages carry no fingerprint.
+
+    Thread safety: any thread may call any method; each publishing thread gets its own broker connection.
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, db: Callable[[], AbstractContextManager[Session]] | None = None) -> None:
         self.url = settings.resolved_broker_url()
         self.celery = make_celery(self.url, settings.max_queue_length)
+        self.messages = TaskMessages(self.celery)
+        self._db = db
+        self._fingerprints: OrderedDict[str, str | None] = OrderedDict()
+        self._local = threading.local()
+        self._publishers: dict[int, tuple[threading.Thread, AmqpPublisher | EmbeddedPublisher]] = {}
+        self._lock = threading.Lock()
 
     def declare_queue(self, experiment: str) -> None:
         """Declare the experiment's durable queue (idempotent)."""
         declare_queue(self.celery, experiment)
 
     def publish(self, session_id: str, experiment: str, sample: Sample, stop: threading.Event) -> bool:
-        """Publish one task, retrying with backoff while the broker is unreachable; ``False`` if stopped first."""
-        queue = app_queue(self.celery, experiment)
-        delay = 0.2
-        while not stop.is_set():
-            try:
-                self.celery.send_task(
-                    TASK_NAME, args=(session_id, sample.to_dict()), queue=queue,
-                    exchange=queue.exchange, routing_key=queue.routing_key,
-                    retry=True, retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5},
-                )
-                return True
-            except Exception as exc:  # broker down, or the queue full (reject-publish): wait, publish again
-                log.warning("publish failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, delay)
-                if stop.wait(delay):
-                    return False
-                delay = min(delay * 2, 2.0)
-                with suppress(Exception):
-                    self.declare_queue(experiment)
-        return False
+        """Publish one task (see :meth:`publish_many`); ``False`` if stopped first.
+
+        Raises:
+            PublishError: the broker refuses for good.
+        """
+        return self.publish_many(session_id, experiment, [sample], stop) == 1
 
     def publish_many(self, session_id: str, experiment: str, samples: Sequence[Sample],
-                     stop: threading.Event) -> int:
-        """Publish the tasks of ``samples`` in order; returns how many were confirmed (a prefix of ``samples``:
-        fewer than all only when ``stop`` was set first).
+                     stop: threading.Event, *, fingerprint: str | None = None) -> int:
+        """Publish the tasks of ``samples`` (one message each) and wait until the broker has confirmed them all.
+
+        The batch is published whole, then its confirms are awaited together (pipelined). Messages the broker
+        refuses (queue at its ``x-max-length``) are published again after a backoff; a lost connection is
+        reopened with backoff (0.05 s doubling to 2 s) and the unconfirmed messages published again. Each
+        message carries the session's configuration fingerprint (``fingerprint``, else the session row's).
+
+        Args:
+            session_id: the session the samples belong to.
+            experiment: the experiment (its queue is ``labswarm.<experiment>``).
+            samples: the samples to publish, any number (a batch of ~200 is typical).
+            stop: set to give up waiting (broker down, queue full).
+
+        Returns:
+            how many were confirmed, a prefix of ``samples``: fewer than all only when ``stop`` was set first.
+
+        Raises:
+            PublishError: access refused, queue arguments mismatch, vhost missing or not allowed (permanent).
         """
-        for n, sample in enumerate(samples):
-            if not self.publish(session_id, experiment, sample, stop):
-                return n
-        return len(samples)
+        if not samples:
+            return 0
+        fingerprint = fingerprint or self.fingerprint(session_id)
+        messages = [self.messages.build(session_id, _sample_dict(s), fingerprint) for s in samples]
+        return publish_confirmed(self._publisher(), app_queue(self.celery, experiment), messages, stop)
+
+    def fingerprint(self, session_id: str) -> str | None:
+        """The configuration fingerprint of a session (``SessionRow.fingerprint``), ``None`` without a database."""
+        with self._lock:
+            if session_id in self._fingerprints:
+                return self._fingerprints[session_id]
+        if self._db is None:
+            return None
+        from labswarm.sessions.models import SessionRow
+
+        with self._db() as db:
+            value = db.scalar(select(SessionRow.fingerprint).where(SessionRow.id == session_id))
+        with self._lock:
+            self._fingerprints[session_id] = value
+            while len(self._fingerprints) > FINGERPRINTS_CACHED:
+                self._fingerprints.popitem(last=False)
+        return value
+
+    def _publisher(self) -> AmqpPublisher | EmbeddedPublisher:
+        """This thread's publisher; the connections of threads that ended are closed on the way."""
+        publisher = getattr(self._local, "publisher", None)
+        if publisher is None:
+            publisher = self._local.publisher = make_publisher(self.celery)
+            with self._lock:
+                for ident, (thread, old) in list(self._publishers.items()):
+                    if not thread.is_alive():
+                        old.close()
+                        del self._publishers[ident]
+                self._publishers[threading.get_ident()] = (threading.current_thread(), publisher)
+        return publisher
+
+    def close(self) -> None:
+        """Close every broker connection: the publishing threads' and the Celery app's pool (a later call opens
+        new ones)."""
+        with self._lock:
+            publishers, self._publishers = list(self._publishers.values()), {}
+        for _, publisher in publishers:
+            publisher.close()
+        self.celery.close()
 
     def queue_depth(self, experiment: str) -> int | None:
         """Ready messages in the experiment's queue, or ``None`` when the broker cannot be asked."""

@@ -48,7 +48,7 @@ class SessionService:
         self.engine = engine or make_engine(settings.resolved_database_url())
         self._sessionmaker = make_sessionmaker(self.engine)
         self.registry = ExperimentRegistry(self.db)
-        self.broker = BrokerClient(settings)
+        self.broker = BrokerClient(settings, self.db)
         self.launchers = SessionLaunchers(self)
         self._runners: dict[str, SessionRunner] = {}
         self._lock = threading.Lock()
