@@ -17,15 +17,17 @@ import copy
 import os
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, TypeVar
 
 from pydantic import Field, field_validator
 
 from labswarm.errors import LabswarmError, StorageError
 from labswarm.plugin import PluginConfig, build_plugin
 from labswarm.registry import Registry
+
+T = TypeVar("T")
 
 #: Every storage class, by ``name``.
 STORAGES: Registry = Registry("storage")
@@ -36,24 +38,6 @@ MAX_KEY_BYTES = 1024
 
 class MissingObject(StorageError):
     """No object is stored under the key (e.g. no checkpoint yet: the caller starts from scratch)."""
-
-
-class StorageConfig(PluginConfig):
-    """Base config of a storage; subclasses add where it is (a folder, a bucket).
-
-    Attributes:
-        prefix: every key is stored under this folder of the storage (``""``: its top level).
-    """
-
-    prefix: str = Field("", max_length=512)
-
-    @field_validator("prefix")
-    @classmethod
-    def _prefix(cls, value: str) -> str:
-        try:
-            return check_key(value, allow_empty=True)
-        except StorageError as exc:
-            raise ValueError(str(exc)) from None
 
 
 def check_key(key: str, *, allow_empty: bool = False) -> str:
@@ -85,6 +69,24 @@ def check_key(key: str, *, allow_empty: bool = False) -> str:
         if segment.startswith("."):
             raise StorageError(f"invalid key {key!r}: no segment may start with '.'")
     return stripped
+
+
+class StorageConfig(PluginConfig):
+    """Base config of a storage; subclasses add where it is (a folder, a bucket).
+
+    Attributes:
+        prefix: every key is stored under this folder of the storage (``""``: its top level).
+    """
+
+    prefix: str = Field("", max_length=512)
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        try:
+            return check_key(value, allow_empty=True)
+        except StorageError as exc:
+            raise ValueError(str(exc)) from None
 
 
 def _join(*parts: str) -> str:
@@ -269,7 +271,7 @@ class Storage(ABC):
             raise StorageError(f"invalid key {key!r}: longer than {MAX_KEY_BYTES} bytes with the prefix")
         return full
 
-    def _guard(self, action: str, full: str, call: Any) -> Any:
+    def _guard(self, action: str, full: str, call: Callable[[], T]) -> T:
         """Run ``call``; translate any non-labswarm error into a StorageError naming the action and location."""
         try:
             return call()

@@ -4,6 +4,7 @@ deletes, and configs that refuse credentials."""
 from __future__ import annotations
 
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -130,3 +131,12 @@ def test_describe_names_bucket_and_key_but_no_credential(s3_endpoint: S3Endpoint
         storage.get_bytes("model.pt")
     assert TEST_SECRET not in str(caught.value)
     assert storage.describe("model.pt") in str(caught.value)
+
+
+def test_importing_the_storages_does_not_import_boto3() -> None:
+    code = ("import sys, labswarm.jobs, labswarm.jobs.storage; "
+            "from labswarm.jobs.storage import Storage; "
+            "Storage.from_spec({'name': 's3', 'bucket': 'results'}); "
+            "print('boto3' in sys.modules, 'botocore' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
