@@ -1,9 +1,13 @@
 """The compute task and the per-process worker state.
 
-A task message is ``(session_id, sample)``: one sample as a small JSON mapping (no configuration, no audio).
-Each worker process builds its :class:`~labswarm.pipeline.features.FeaturesBlock` once, from the configuration
-the worker fetched from the manager at start-up. The task is idempotent (a sample already in the store is a
-no-op), so at-least-once delivery gives exactly-once results.
+A task message is ``(session_id, sample)`` with the keyword ``fingerprint``: one sample as a small JSON mapping
+(no configuration, no audio) and the fingerprint of the experiment configuration its session runs. Each worker
+process builds its :class:`~labswarm.pipeline.features.FeaturesBlock` once, from the configuration the worker
+fetched from the manager at start-up. A message of another fingerprint (the experiment was registered again)
+makes the process fetch the configuration again; if the manager's still differs, the message belongs to a
+session of an older configuration: its sample fails with that reason, never computed with the wrong one. The
+task is idempotent (a sample already in the store is a no-op), so at-least-once delivery gives exactly-once
+results.
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ QUEUE_PREFIX = queue_name("")
 
 log = logging.getLogger(__name__)
 
+#: Seconds during which a fingerprint found stale (the manager has another) fails its messages without asking
+#: the manager again.
+STALE_RECHECK = 5.0
 #: Runs of one sample inside a task when the failure is transient (the feature store, e.g. an NFS hiccup).
 STORE_RETRIES = 3
 #: Seconds before the first in-task retry; doubled each time.
@@ -51,19 +58,22 @@ class WorkerState:
     blocks: dict[str, FeaturesBlock] = field(default_factory=dict, repr=False)
     reporter: Reporter | None = field(default=None, repr=False)
     client: ManagerClient | None = field(default=None, repr=False)
+    fingerprints: dict[str, str] = field(default_factory=dict, repr=False)
+    stale: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
 
     def ensure(self) -> None:
         """Build the features blocks, the manager client and the reporter of this process once."""
         for name, config in self.configs.items():
             if name not in self.blocks:
                 self.blocks[name] = FeaturesBlock(config)
+                self.fingerprints[name] = config.fingerprint()
         if self.client is None:
             self.client = ManagerClient(self.manager_url, self.token)
         if self.reporter is None:
             self.reporter = Reporter(self.client, self.report_interval)
 
-    def block_for(self, routing_key: str | None) -> FeaturesBlock:
-        """The block of the experiment whose queue (``labswarm.<experiment>``) a message came from.
+    def experiment_for(self, routing_key: str | None) -> str:
+        """The experiment whose queue (``labswarm.<experiment>``) a message came from.
 
         Raises:
             RuntimeError: the message came from a queue of an experiment this worker was not started for.
@@ -71,11 +81,45 @@ class WorkerState:
         if routing_key and routing_key.startswith(QUEUE_PREFIX):
             name = routing_key[len(QUEUE_PREFIX):]
             if name in self.blocks:
-                return self.blocks[name]
+                return name
             raise RuntimeError(f"message for experiment {name!r}; this worker serves {sorted(self.blocks)}")
         if len(self.blocks) == 1:
-            return next(iter(self.blocks.values()))
+            return next(iter(self.blocks))
         raise RuntimeError(f"cannot tell the experiment of a message routed as {routing_key!r}")
+
+    def block_for(self, routing_key: str | None) -> FeaturesBlock:
+        """The block of the experiment whose queue a message came from (see :meth:`experiment_for`)."""
+        return self.blocks[self.experiment_for(routing_key)]
+
+    def check(self, name: str, fingerprint: str | None) -> str | None:
+        """Make sure this process computes a message of configuration ``fingerprint`` with that configuration.
+
+        A fingerprint other than the one held makes it fetch the experiment's configuration from the manager
+        again (and keep the manager's, whatever it is); a fingerprint found stale that way is not asked about
+        again for :data:`STALE_RECHECK` s.
+
+        Returns:
+            ``None`` when the block of ``name`` now has that configuration (or the message carries none), else
+            why the message must not be computed.
+
+        Raises:
+            ManagerError: the manager cannot be asked.
+        """
+        held = self.fingerprints[name]
+        if fingerprint is None or fingerprint == held:
+            return None
+        checked = self.stale.get((name, fingerprint))
+        if checked is None or time.monotonic() - checked > STALE_RECHECK:
+            config = ExperimentConfig.model_validate(self.client.experiment_config(name))
+            held = config.fingerprint()
+            if held != self.fingerprints[name]:
+                log.info("experiment %s: configuration %s replaces %s", name, held, self.fingerprints[name])
+                self.configs[name], self.blocks[name], self.fingerprints[name] = config, FeaturesBlock(config), held
+            if held == fingerprint:
+                return None
+            self.stale[(name, fingerprint)] = time.monotonic()
+        return (f"StaleConfiguration: the message was published for configuration {fingerprint} of experiment "
+                f"{name!r}, the manager now has {held} (registered again after the session started); not computed")
 
     def close(self) -> None:
         """Flush the outcomes not yet reported."""
@@ -118,8 +162,9 @@ def run_sample(block: FeaturesBlock, sample: Sample) -> SampleResult:
     return block.process(sample)  # the last attempt, whatever its outcome
 
 
-def compute(task: Task, session_id: str, sample: dict) -> str:
-    """The body of the ``labswarm.compute`` task; returns the outcome's status."""
+def compute(task: Task, session_id: str, sample: dict, fingerprint: str | None = None) -> str:
+    """The body of the ``labswarm.compute`` task; returns the outcome's status (``abandoned``: not run, the
+    sample is out of attempts; ``unchecked``: not run, the manager could not confirm the configuration)."""
     state = worker_state()
     if (task.request.delivery_info or {}).get("redelivered"):
         # the broker gave this message back after a worker was lost: count it against the sample's attempts,
@@ -129,8 +174,17 @@ def compute(task: Task, session_id: str, sample: dict) -> str:
                 return "abandoned"
         except ManagerError as exc:
             log.warning("cannot record the redelivery of %s: %s", sample.get("id"), exc)
-    block = state.block_for((task.request.delivery_info or {}).get("routing_key"))
-    result = run_sample(block, Sample.from_dict(sample))
+    name = state.experiment_for((task.request.delivery_info or {}).get("routing_key"))
+    try:
+        stale = state.check(name, fingerprint)
+    except ManagerError as exc:  # no outcome: the session's reconciliation publishes the sample again
+        log.warning("sample %s not computed: cannot check configuration %s: %s", sample.get("id"), fingerprint, exc)
+        return "unchecked"
+    if stale is not None:
+        state.reporter.add(session_id, {"sample_id": sample["id"], "status": "failed", "reason": stale,
+                                        "seconds": 0.0, "finished_at": time.time()})
+        return "failed"
+    result = run_sample(state.blocks[name], Sample.from_dict(sample))
     state.reporter.add(session_id, {"sample_id": result.sample_id, "status": result.status,
                                     "reason": result.reason, "seconds": round(result.seconds, 4),
                                     "finished_at": time.time()})
