@@ -219,3 +219,26 @@ def test_embedded_batch_in_one_transaction(make_client, tmp_path: Path) -> None:
         assert message.decode()[0] == ["s", samples(1)[0].to_dict()]
         assert message.delivery_info["routing_key"] == queue_name("emb")
         queue.close()
+
+
+def test_a_permanent_refusal_fails_the_session_with_the_reason(tmp_path: Path, no_write_user: tuple[str, str]) -> None:
+    from helpers import experiment_dict, write_dataset
+
+    from labswarm.sessions.service import SessionService
+
+    user, password = no_write_user
+    name = f"p-{uuid.uuid4().hex[:8]}"
+    service = SessionService(Settings(home=tmp_path / "home", broker_url=f"amqp://{user}:{password}@127.0.0.1:5672//"))
+    try:
+        service.registry.register(experiment_dict(write_dataset(tmp_path / "data"), tmp_path / "store", name=name))
+        sid = service.start_session(name, rate=100.0).id  # the queue is declared: that much is allowed
+        wait_for(lambda: service.session(sid).status != "running", "the session to end", timeout=20.0)
+        row = service.session(sid)
+        assert row.status == "failed"
+        assert row.error.startswith("PublishError: ") and "ACCESS_REFUSED" in row.error, row.error
+        assert queue_name(name) in row.error and password not in row.error
+        assert row.published == 0
+    finally:
+        service.stop()
+        service.broker.close()
+        delete_queue(RABBITMQ_URL, queue_name(name))
