@@ -1,5 +1,8 @@
 """The trainer: an experiment's model trained on its features, epoch by epoch, with a checkpoint after each.
 
+Extensions (a training job's learner reporting to the manager, a halt request checked between steps, the
+distributed frameworks) plug in through :class:`TrainerHooks`, never through more arguments of the trainer.
+
 Files of a run (``<home>/train/<experiment>-<fingerprint>/``): ``metrics.jsonl`` (one JSON line per epoch),
 ``checkpoint.pt`` (model, optimizer, schedule and pipeline state after the last finished epoch). The trained
 model is written to ``<home>/models/<experiment>-<fingerprint>.pt``: the experiment's name with the hash of its
@@ -12,7 +15,7 @@ import logging
 import math
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,16 +39,44 @@ log = logging.getLogger(__name__)
 MODEL_FORMAT = 1
 
 
+class TrainerHooks:
+    """Extension points of :class:`Trainer`; every hook is a no-op here: subclass and override the ones you need
+    (dramatiq's middleware shape). Hooks run in the training process, between steps: keep them cheap.
+
+    A hook that raises stops the training with that exception (nothing is caught).
+    """
+
+    def before_fit(self, trainer: Trainer, start_epoch: int) -> None:
+        """Training starts (or resumes) at ``start_epoch`` (from 0: the epochs already done)."""
+
+    def after_step(self, trainer: Trainer, epoch: int, step: int, loss: float) -> None:
+        """One optimizer step ended: ``epoch`` from 0, ``step`` counts the steps of that epoch from 1 (a resumed
+        epoch goes on counting), ``loss`` the batch's mean cross-entropy."""
+
+    def should_stop(self, trainer: Trainer) -> bool:
+        """Asked after every step: ``True`` stops the training there (a halt). The trainer then writes a mid-epoch
+        checkpoint that :meth:`Trainer.fit` with ``resume=True`` continues from, and returns a stopped result."""
+        return False
+
+    def after_checkpoint(self, trainer: Trainer, path: Path, epochs_done: int, step: int | None) -> None:
+        """A checkpoint was written at ``path``: after epoch ``epochs_done`` (``step`` ``None``), or in the middle
+        of the next epoch after its ``step``-th step (a stop)."""
+
+    def after_epoch(self, trainer: Trainer, record: dict[str, Any]) -> None:
+        """An epoch ended; ``record`` is its metrics record, already in the log and covered by the checkpoint."""
+
+
 @dataclass
 class TrainResult:
     """What a training run produced.
 
     Attributes:
-        metrics: one record per epoch (the metrics log).
-        model_path: the trained model file.
+        metrics: one record per finished epoch (the metrics log).
+        model_path: the trained model file (not written when ``stopped``).
         run_dir: the folder of the metrics log and the checkpoint.
         resumed_from: the epoch the run resumed after (0: from scratch).
         seconds: wall time of this call.
+        stopped: a hook stopped the training (:meth:`TrainerHooks.should_stop`); the checkpoint holds where.
     """
 
     metrics: list[dict[str, Any]]
@@ -53,6 +84,7 @@ class TrainResult:
     run_dir: Path
     resumed_from: int
     seconds: float
+    stopped: bool = False
 
     @property
     def final(self) -> dict[str, Any]:
@@ -67,14 +99,16 @@ class Trainer:
     Args:
         experiment: an experiment with ``model`` and ``training`` sections.
         home: labswarm's state folder (``Settings.home``).
-        on_epoch: called with each epoch's metrics record.
+        on_epoch: called with each epoch's metrics record (a shorthand for a hook's ``after_epoch``).
+        hooks: :class:`TrainerHooks`, called in this order.
 
     Raises:
         ConfigError: the experiment has no ``training`` or ``model`` section.
     """
 
     def __init__(self, experiment: ExperimentConfig, home: Path,
-                 on_epoch: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_epoch: Callable[[dict[str, Any]], None] | None = None,
+                 hooks: Sequence[TrainerHooks] = ()) -> None:
         if experiment.training is None or experiment.model is None:
             raise ConfigError([("training", "the experiment has no `training` and `model` sections to train")])
         self.experiment = experiment
@@ -87,6 +121,7 @@ class Trainer:
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.checkpoint_path = self.run_dir / "checkpoint.pt"
         self.on_epoch = on_epoch
+        self.hooks = list(hooks)
 
     def _pipelines(self) -> tuple[Pipeline, Pipeline]:
         """Train and validation pipelines; a features block that reads every output reads only the model's."""
@@ -145,24 +180,32 @@ class Trainer:
         cosine = self.training.schedule == "cosine"
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda e: 0.5 * (1 + math.cos(math.pi * e / epochs)) if cosine else 1.0)
-        start = self._restore(resume, model, optimizer, schedule, train)
+        start, partial = self._restore(resume, model, optimizer, schedule, train)
         records = checkpoint.read_metrics(self.metrics_path)
+        for hook in self.hooks:
+            hook.before_fit(self, start)
         for epoch in range(start, epochs):
             torch.manual_seed(train.context.with_(epoch=epoch).seed("torch"))
-            record = self._train_epoch(torch, model, optimizer, train, epoch, device)
+            if partial is not None:  # a mid-epoch checkpoint: the random state where the stop left it
+                torch.set_rng_state(partial.pop("rng"))
+            record = self._train_epoch(torch, model, optimizer, train, epoch, device, partial)
+            partial = None
+            if "stopped" in record:
+                self._save_checkpoint(model, optimizer, schedule, train, epoch, {**record["stopped"],
+                                      "rng": torch.get_rng_state()})
+                return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started,
+                                   stopped=True)
             record.update(self._validate(torch, model, validation, device))
             record["lr"] = optimizer.param_groups[0]["lr"]
             schedule.step()
             record["time"] = datetime.now(UTC).isoformat(timespec="seconds")
             checkpoint.append_metrics(self.metrics_path, record)  # the log first: a crash before the checkpoint
-            checkpoint.save({                                      # replays this epoch, truncating its line
-                "epoch": epoch + 1, "fingerprint": self.experiment.fingerprint(), "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-                "pipeline": {"epoch": epoch + 1, "prefetch": None},  # Pipeline.state_dict() of the next epoch
-            }, self.checkpoint_path)
-            records.append(record)
+            self._save_checkpoint(model, optimizer, schedule, train, epoch + 1)  # replays this epoch, truncating
+            records.append(record)                                                # its line
             if self.on_epoch is not None:
                 self.on_epoch(record)
+            for hook in self.hooks:
+                hook.after_epoch(self, record)
         checkpoint.save({
             "format": MODEL_FORMAT, "experiment": self.experiment.name,
             "fingerprint": self.experiment.fingerprint(), "model": self.experiment.model.model_dump(mode="json"),
@@ -172,14 +215,31 @@ class Trainer:
         }, self.model_path)
         return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started)
 
-    def _restore(self, resume: bool, model: Any, optimizer: Any, schedule: Any, train: Pipeline) -> int:
-        """Load the checkpoint when resuming (returns the epochs it covers), else start a fresh run dir."""
+    def _save_checkpoint(self, model: Any, optimizer: Any, schedule: Any, train: Pipeline, epochs_done: int,
+                         partial: dict[str, Any] | None = None) -> None:
+        """Checkpoint after ``epochs_done`` epochs, or, with ``partial`` (the stopped epoch's running sums, step
+        count and random state), in the middle of the next one; then the hooks' ``after_checkpoint``."""
+        pipeline = (train.state_dict() if partial is not None  # where the stopped epoch stands
+                    else {"epoch": epochs_done, "prefetch": None})  # Pipeline.state_dict() of the next epoch
+        checkpoint.save({
+            "epoch": epochs_done, "fingerprint": self.experiment.fingerprint(), "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(), "pipeline": pipeline,
+            "partial": partial,
+        }, self.checkpoint_path)
+        for hook in self.hooks:
+            hook.after_checkpoint(self, self.checkpoint_path, epochs_done,
+                                  None if partial is None else int(partial["steps"]))
+
+    def _restore(self, resume: bool, model: Any, optimizer: Any, schedule: Any,
+                 train: Pipeline) -> tuple[int, dict[str, Any] | None]:
+        """Load the checkpoint when resuming, else start a fresh run dir. Returns the epochs the checkpoint covers
+        and, for a mid-epoch checkpoint, the stopped epoch's running sums (else ``None``)."""
         if not resume or not self.checkpoint_path.is_file():
             if resume:
                 log.info("no checkpoint in %s: training from the start", self.run_dir)
             shutil.rmtree(self.run_dir, ignore_errors=True)
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            return 0
+            return 0, None
         state = checkpoint.load(self.checkpoint_path)
         if state.get("fingerprint") != self.experiment.fingerprint():
             raise CheckpointError(f"{self.checkpoint_path} belongs to another configuration of the experiment")
@@ -189,17 +249,26 @@ class Trainer:
         train.load_state_dict(state["pipeline"])
         done = int(state["epoch"])
         checkpoint.truncate_metrics(self.metrics_path, done)
-        log.info("resuming %s after epoch %d", self.experiment.name, done)
-        return done
+        partial = state.get("partial")
+        if partial is not None:
+            log.info("resuming %s in epoch %d after step %d", self.experiment.name, done + 1, partial["steps"])
+        else:
+            log.info("resuming %s after epoch %d", self.experiment.name, done)
+        return done, partial
 
-    def _train_epoch(self, torch: Any, model: Any, optimizer: Any, train: Pipeline, epoch: int,
-                     device: Any) -> dict[str, Any]:
+    def _train_epoch(self, torch: Any, model: Any, optimizer: Any, train: Pipeline, epoch: int, device: Any,
+                     partial: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One epoch (continuing ``partial``'s running sums when resuming it); ``{"stopped": sums}`` when a hook
+        stopped it."""
         model.train()
-        loss_sum, correct, seen, failed = 0.0, 0, 0, 0
+        sums = {"loss_sum": 0.0, "correct": 0, "seen": 0, "failed": 0, "steps": 0, "seconds": 0.0, "waited": 0.0,
+                "respawns": 0}
+        sums.update({k: v for k, v in (partial or {}).items() if k in sums})
         t0 = time.perf_counter()
+        stopped = False
         with train.epoch(epoch) as batches:
             for batch in batches:
-                failed += len(batch.failed)
+                sums["failed"] += len(batch.failed)
                 if not len(batch):
                     continue
                 x = torch.from_numpy(batch.features[self.input]).to(device)
@@ -209,20 +278,32 @@ class Trainer:
                 loss = torch.nn.functional.cross_entropy(logits, y)
                 loss.backward()
                 optimizer.step()
-                loss_sum += float(loss.detach()) * len(batch)
-                correct += int((logits.argmax(1) == y).sum())
-                seen += len(batch)
-            waited, respawns = batches.waited, batches.respawns
+                value = float(loss.detach())
+                sums["loss_sum"] += value * len(batch)
+                sums["correct"] += int((logits.argmax(1) == y).sum())
+                sums["seen"] += len(batch)
+                sums["steps"] += 1
+                for hook in self.hooks:
+                    hook.after_step(self, epoch, sums["steps"], value)
+                if any(hook.should_stop(self) for hook in self.hooks):
+                    stopped = True
+                    break
+            sums["waited"] += batches.waited
+            sums["respawns"] += batches.respawns
+        sums["seconds"] += time.perf_counter() - t0
+        if stopped:
+            log.info("stopped in epoch %d after step %d", epoch + 1, sums["steps"])
+            return {"stopped": sums}
+        seen, seconds, waited = sums["seen"], sums["seconds"], sums["waited"]
         if not seen:
-            raise PipelineError(f"epoch {epoch + 1} delivered no training sample ({failed} failed): see the log for "
-                                "the reasons")
-        seconds = time.perf_counter() - t0
+            raise PipelineError(f"epoch {epoch + 1} delivered no training sample ({sums['failed']} failed): see the "
+                                "log for the reasons")
         return {
             "epoch": epoch + 1, "epochs": self.training.epochs, "samples": seen,
-            "train_loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
+            "train_loss": sums["loss_sum"] / max(seen, 1), "train_accuracy": sums["correct"] / max(seen, 1),
             "samples_per_s": seen / seconds if seconds else 0.0, "data_wait_s": waited,
             "data_wait_share": waited / seconds if seconds else 0.0, "epoch_s": seconds,
-            "respawns": respawns, "failed_samples": failed,
+            "respawns": sums["respawns"], "failed_samples": sums["failed"],
         }
 
     def _validate(self, torch: Any, model: Any, validation: Pipeline, device: Any) -> dict[str, Any]:

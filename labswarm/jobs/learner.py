@@ -1,0 +1,350 @@
+"""The learner: one training process of a job, ``python -m labswarm.jobs.learner SPEC.json``.
+
+The lifecycle manager writes a :class:`LearnerSpec` (JSON) per learner and starts this module with the file's
+path as its argument (or in ``LABSWARM_LEARNER_SPEC``); the API token comes from ``LABSWARM_API_TOKEN``, never
+from the file. The learner
+
+- captures its own output (file descriptors 1 and 2, so its child processes' too) into
+  ``<workdir>/learner-<rank>.log`` and sends each line to the manager (:class:`~labswarm.jobs.reporter.JobReporter`),
+  with its metrics, phases and heartbeats;
+- trains: framework ``labswarm`` runs :class:`~labswarm.train.trainer.Trainer` with hooks that commit each
+  checkpoint to the results store (:mod:`labswarm.jobs.layout`), then store the model; framework ``command`` runs
+  the user's program (:mod:`labswarm.jobs.command`);
+- starts from the checkpoint the spec names (a restart or a resume), else from scratch;
+- halts cooperatively on SIGTERM (or a halt the manager answers a report with): the step in progress ends, a
+  checkpoint is committed, the log is flushed, and the learner exits with :data:`EXIT_HALTED`. A halt must signal
+  the learner's pid only: its process group holds the data-loading processes, which a SIGTERM would kill.
+
+Exit codes: 0 trained (the model is stored), :data:`EXIT_HALTED` halted with a checkpoint, :data:`EXIT_USER` the
+experiment or its data is invalid (the user's fault: list it in ``restart.user_exit_codes``, as the default
+does), :data:`EXIT_STORAGE` the results store failed, :data:`EXIT_PLATFORM` any other error. A ``command``
+learner exits with its program's code (``128 + N`` for a signal N).
+
+Ready for distributed learners: the spec carries ``rank``, ``world_size`` and the rendezvous address; a learner
+of rank > 0 will skip storing the model, and a parameter server is another process kind with its own spec.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from labswarm.config import ExperimentConfig
+from labswarm.errors import ConfigError, DatasetError, StorageError, format_loc
+from labswarm.jobs import layout
+from labswarm.jobs.manifest import CommandFramework, JobManifest, parse_manifest
+from labswarm.jobs.reporter import JobReporter
+from labswarm.jobs.storage.base import MissingObject, Storage
+from labswarm.train.trainer import Trainer, TrainerHooks
+
+log = logging.getLogger("labswarm.learner")
+
+#: The environment variable naming the spec file when no argument does.
+SPEC_ENV = "LABSWARM_LEARNER_SPEC"
+#: Exit code: halted on request, after committing a checkpoint (sysexits' EX_TEMPFAIL: "try again later").
+EXIT_HALTED = 75
+#: Exit code: the experiment or its data is invalid (the user's fault, in the default ``user_exit_codes``).
+EXIT_USER = 2
+#: Exit code: the results store could not be read or written (sysexits' EX_IOERR).
+EXIT_STORAGE = 74
+#: Exit code: any other error of the learner (sysexits' EX_SOFTWARE): the platform's fault.
+EXIT_PLATFORM = 70
+
+
+class LearnerSpec(BaseModel):
+    """Everything one learner needs, written by the lifecycle manager as JSON.
+
+    Attributes:
+        job_id: the job.
+        attempt: the attempt number, from 1 (a restart or a resume is a new one).
+        rank: this learner's rank in ``[0, world_size)``.
+        world_size: the attempt's learners (1 for now).
+        master_addr: the rendezvous host of distributed learners (``MASTER_ADDR``); ``None`` for one learner.
+        master_port: the rendezvous port (``MASTER_PORT``).
+        manifest: the resolved manifest (:meth:`JobManifest.resolved`: the experiment inline, the training
+            settings merged).
+        manager_url: where to report.
+        results_store: the results store's spec (its ``jobs/<job_id>`` folder is the job's).
+        checkpoint: the committed checkpoint pointer to start from (:func:`labswarm.jobs.layout.latest_checkpoint`
+            at deploy time); ``None``: from scratch.
+        workdir: this learner's local working folder (created).
+        heartbeat_s: the longest time between two reports, in seconds.
+        report_interval_s: seconds between reports while events wait.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")
+    attempt: int = Field(ge=1)
+    rank: int = Field(0, ge=0)
+    world_size: int = Field(1, ge=1)
+    master_addr: str | None = None
+    master_port: int | None = Field(None, ge=1, le=65535)
+    manifest: dict[str, Any]
+    manager_url: str
+    results_store: dict[str, Any]
+    checkpoint: dict[str, Any] | None = None
+    workdir: Path
+    heartbeat_s: float = Field(1.0, gt=0)
+    report_interval_s: float = Field(0.2, gt=0)
+
+    @model_validator(mode="after")
+    def _rank(self) -> LearnerSpec:
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
+        return self
+
+    def parsed_manifest(self) -> JobManifest:
+        """The manifest, validated.
+
+        Raises:
+            ConfigError: it does not validate.
+        """
+        return parse_manifest(self.manifest, source="learner spec")
+
+
+def load_spec(path: str | Path) -> LearnerSpec:
+    """Read a spec file.
+
+    Raises:
+        ConfigError: unreadable, not JSON, or invalid (each field named).
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return LearnerSpec.model_validate(data)
+    except OSError as exc:
+        raise ConfigError([("", f"cannot read {path}: {exc.strerror or exc}")], source=str(path)) from None
+    except ValueError as exc:
+        errors = ([(format_loc(e["loc"]), e["msg"]) for e in exc.errors()] if isinstance(exc, ValidationError)
+                  else [("", f"not JSON: {exc}")])
+        raise ConfigError(errors, source=str(path)) from None
+
+
+class OutputCapture:
+    """Redirects file descriptors 1 and 2 into a pipe; a thread appends each line to ``log_path`` and hands it to
+    ``on_line``. Child processes inherit the pipe, so their output is captured too.
+
+    The thread must not log (its lines would come back through the pipe): it only writes the file and calls
+    ``on_line``.
+    """
+
+    def __init__(self, log_path: Path, on_line: Callable[[str], None]) -> None:
+        self.log_path = log_path
+        self.on_line = on_line
+        self._saved: tuple[int, int] | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start capturing."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        read, write = os.pipe()
+        self._saved = (os.dup(1), os.dup(2))
+        os.dup2(write, 1)
+        os.dup2(write, 2)
+        os.close(write)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(AttributeError, ValueError):
+                stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+        self._thread = threading.Thread(target=self._pump, args=(read,), name="labswarm-output", daemon=True)
+        self._thread.start()
+
+    def _pump(self, fd: int) -> None:
+        with open(fd, "rb") as source, open(self.log_path, "ab") as sink:
+            for raw in source:
+                sink.write(raw)
+                sink.flush()
+                self.on_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop capturing (the descriptors are restored) and wait for the lines already written to be handed on.
+        Processes that still hold the pipe (orphaned children) delay the end by up to ``timeout`` seconds."""
+        if self._saved is None:
+            return
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(ValueError, OSError):
+                stream.flush()
+        os.dup2(self._saved[0], 1)
+        os.dup2(self._saved[1], 2)
+        for fd in self._saved:
+            os.close(fd)
+        self._saved = None
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+class Learner:
+    """One learner process's parts: spec, manifest, the job's results store, reporter, output capture, and the
+    halt event set by SIGTERM or by the manager.
+
+    Args:
+        spec: the learner's spec.
+        token: the API token; default ``LABSWARM_API_TOKEN``.
+    """
+
+    def __init__(self, spec: LearnerSpec, token: str | None = None) -> None:
+        self.spec = spec
+        self.manifest = spec.parsed_manifest()
+        self.storage: Storage = layout.job_storage(spec.results_store, spec.job_id)
+        self.workdir = spec.workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.workdir / f"learner-{spec.rank}.log"
+        self.halt = threading.Event()
+        token = token if token is not None else os.environ.get("LABSWARM_API_TOKEN")
+        self.reporter = JobReporter(spec.manager_url, job_id=spec.job_id, attempt=spec.attempt, rank=spec.rank,
+                                    token=token, halt=self.halt, interval=spec.report_interval_s,
+                                    heartbeat_s=spec.heartbeat_s)
+        self.capture = OutputCapture(self.log_path, self.reporter.log)
+
+    def run(self) -> int:
+        """Capture the output, train, store, report; returns the exit code (see the module docstring)."""
+        self.capture.start()
+        _log_to_stderr()
+        self.reporter.start()
+        log.info("learner %d/%d of job %s, attempt %d, pid %d, %s", self.spec.rank, self.spec.world_size,
+                 self.spec.job_id, self.spec.attempt, os.getpid(),
+                 f"from checkpoint {self.spec.checkpoint['key']}" if self.spec.checkpoint else "from scratch")
+        try:
+            code = self._train()
+        except (ConfigError, DatasetError) as exc:
+            log.error("the experiment cannot be trained: %s", exc)
+            code = EXIT_USER
+        except StorageError as exc:
+            log.error("results store: %s", exc)
+            code = EXIT_STORAGE
+        except Exception:
+            log.exception("the learner failed")
+            code = EXIT_PLATFORM
+        log.info("learner exits with code %d", code)
+        self.capture.stop()
+        with contextlib.suppress(StorageError):
+            self.upload_log()
+        self.reporter.close()
+        return code
+
+    def _train(self) -> int:
+        if isinstance(self.manifest.framework, CommandFramework):
+            from labswarm.jobs.command import run_command
+
+            return run_command(self)
+        return self._train_labswarm()
+
+    def _train_labswarm(self) -> int:
+        experiment = self.manifest.experiment
+        if not isinstance(experiment, ExperimentConfig):
+            raise ConfigError([("experiment", "the learner needs the experiment inline (a resolved manifest)")])
+        config = experiment.model_copy(update={"training": self.manifest.training_config()})
+        trainer = Trainer(config, self.workdir / "home", hooks=[_JobHooks(self)])
+        resume = self._restore(trainer)
+        result = trainer.fit(resume=resume)
+        if result.stopped:
+            log.info("halted after epoch %d with a checkpoint", len(result.metrics))
+            return EXIT_HALTED
+        if self.spec.rank == 0:
+            self.reporter.event("phase", {"phase": "storing"})
+            self.storage.put_file(layout.MODEL_KEY, result.model_path)
+            log.info("model stored in %s", self.storage.describe(layout.MODEL_KEY))
+        return 0
+
+    def _restore(self, trainer: Trainer) -> bool:
+        """Download the spec's checkpoint and the metrics up to it; report those metrics again (the manager keeps
+        each epoch once). ``True`` when there is one to resume from."""
+        from labswarm.train import checkpoint
+
+        pointer = self.spec.checkpoint
+        if pointer is None:
+            return False
+        self.storage.get_file(pointer["key"], trainer.checkpoint_path)
+        with contextlib.suppress(MissingObject):
+            self.storage.get_file(layout.METRICS_KEY, trainer.metrics_path)
+        for record in checkpoint.read_metrics(trainer.metrics_path):
+            if int(record.get("epoch", 0)) <= int(pointer["epoch"]):
+                self.reporter.metric(record, key=f"epoch:{record['epoch']}")
+        return True
+
+    def commit(self, key: str, epochs_done: int, step: int | None, kind: str = "file") -> dict[str, Any]:
+        """Write the pointer to the checkpoint ``key`` (already stored, with the metrics), report it, and delete
+        this attempt's checkpoints it replaces."""
+        pointer = layout.commit_checkpoint(self.storage, key, attempt=self.spec.attempt, epochs_done=epochs_done,
+                                           step=step, kind=kind)
+        self.reporter.event("checkpoint", pointer)
+        prefix = layout.attempt_prefix(self.spec.attempt)
+        for old in self.storage.list(prefix):
+            if old != key and not old.startswith(key + "/"):
+                self.storage.delete(old)
+        return pointer
+
+    def upload_log(self) -> None:
+        """Store this learner's log file as ``logs/attempt-<n>/learner-<rank>.log``."""
+        if self.log_path.is_file():
+            self.storage.put_file(layout.log_key(self.spec.attempt, self.spec.rank), self.log_path)
+
+
+class _JobHooks(TrainerHooks):
+    """The trainer's hooks in a learner: progress, checkpoints into the results store, metrics, halt."""
+
+    def __init__(self, learner: Learner) -> None:
+        self.learner = learner
+
+    def before_fit(self, trainer: Trainer, start_epoch: int) -> None:
+        self.learner.reporter.event("phase", {"phase": "training", "start_epoch": start_epoch,
+                                              "epochs": trainer.training.epochs})
+
+    def after_step(self, trainer: Trainer, epoch: int, step: int, loss: float) -> None:
+        self.learner.reporter.progress(epoch=epoch + 1, step=step, loss=loss)
+
+    def should_stop(self, trainer: Trainer) -> bool:
+        return self.learner.halt.is_set()
+
+    def after_checkpoint(self, trainer: Trainer, path: Path, epochs_done: int, step: int | None) -> None:
+        learner = self.learner
+        key = layout.checkpoint_key(learner.spec.attempt, epochs_done, step)
+        learner.storage.put_file(key, path)
+        if trainer.metrics_path.is_file():
+            learner.storage.put_file(layout.METRICS_KEY, trainer.metrics_path)
+        learner.commit(key, epochs_done, step)
+        learner.upload_log()
+
+    def after_epoch(self, trainer: Trainer, record: dict[str, Any]) -> None:
+        self.learner.reporter.metric(record, key=f"epoch:{record['epoch']}")
+
+
+def _log_to_stderr() -> None:
+    """Logging records to stderr (captured), one line each."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``python -m labswarm.jobs.learner [SPEC.json]``; returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    path = argv[0] if argv else os.environ.get(SPEC_ENV)
+    if not path:
+        print(f"usage: python -m labswarm.jobs.learner SPEC.json (or {SPEC_ENV})", file=sys.stderr)
+        return EXIT_PLATFORM
+    try:
+        learner = Learner(load_spec(path))
+    except (ConfigError, StorageError) as exc:
+        print(f"invalid learner spec: {exc}", file=sys.stderr)
+        return EXIT_PLATFORM
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: learner.halt.set())
+    return learner.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The learner as a real process reporting over real HTTP: it trains and stores the model, it halts on SIGTERM
+with a committed mid-epoch checkpoint that the next attempt continues, and a ``command`` learner passes its
+program's exit code, metrics (JSON lines or regular expressions) and output on."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+from jobs.receiver import receiver
+from jobs.tiny import learner_spec, start_learner, tiny_manifest
+from labswarm.jobs import layout
+from labswarm.jobs.learner import EXIT_HALTED
+from labswarm.train.trainer import load_model
+
+
+def _store(tmp_path: Path):
+    return layout.job_storage({"name": "local", "path": str(tmp_path / "results")}, "job1")
+
+
+def test_the_learner_trains_reports_and_stores_the_model(tmp_path: Path) -> None:
+    manifest = tiny_manifest(tmp_path, epochs=2)
+    with receiver() as r:
+        process = start_learner(learner_spec(tmp_path, manifest, r.url), tmp_path / "out.log")
+        assert process.wait(300) == 0, (tmp_path / "out.log").read_text()
+    metrics = r.kinds("metric")
+    assert [m["epoch"] for m in metrics] == [1, 2]
+    assert [p["phase"] for p in r.kinds("phase")] == ["training", "storing"]
+    lines = r.lines()
+    assert any("learner 0/1 of job job1, attempt 1" in line for line in lines)
+    assert lines[-1].endswith("learner exits with code 0")  # every line, the last included, reached the manager
+    store = _store(tmp_path)
+    _model, meta = load_model(store.get_file(layout.MODEL_KEY, tmp_path / "model.pt"))
+    assert meta["metrics"]["val_accuracy"] == metrics[-1]["val_accuracy"]
+    pointer = layout.latest_checkpoint(store)
+    assert pointer["key"] == "checkpoints/attempt-1/epoch-0002.pt" and pointer["epoch"] == 2
+    assert store.list("checkpoints") == ["checkpoints/attempt-1/epoch-0002.pt", "checkpoints/latest.json"]
+    assert [json.loads(x)["epoch"] for x in store.get_bytes(layout.METRICS_KEY).splitlines()] == [1, 2]
+    log = store.get_bytes(layout.log_key(1, 0)).decode()
+    assert "learner exits with code 0" in log and "model stored" in log
+
+
+def test_sigterm_halts_with_a_checkpoint_and_the_next_attempt_continues_it(tmp_path: Path) -> None:
+    manifest = tiny_manifest(tmp_path, epochs=3)
+    store = _store(tmp_path)
+    with receiver() as r:
+        process = start_learner(learner_spec(tmp_path, manifest, r.url), tmp_path / "out.log")
+        r.wait_for(lambda: (r.progress.get((1, 0)) or {}).get("epoch") == 2)  # in the middle of epoch 2
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(120) == EXIT_HALTED, (tmp_path / "out.log").read_text()
+        pointer = layout.latest_checkpoint(store)
+        assert pointer["attempt"] == 1 and pointer["epoch"] == 1 and pointer["step"] >= 1
+        assert store.exists(pointer["key"]) and not store.exists(layout.MODEL_KEY)
+        assert r.kinds("checkpoint")[-1] == pointer
+
+        second = start_learner(learner_spec(tmp_path, manifest, r.url, attempt=2, checkpoint=pointer),
+                               tmp_path / "out.log")
+        assert second.wait(300) == 0, (tmp_path / "out.log").read_text()
+    # epoch 1 was reported by both attempts and kept once; epochs 2 and 3 come from the second attempt only
+    assert [m["epoch"] for m in r.kinds("metric")] == [1, 2, 3]
+    assert [m["epoch"] for m in r.kinds("metric", attempt=2)] == [2, 3]
+    assert any(f"from checkpoint {pointer['key']}" in line for line in r.lines(attempt=2))
+    assert any("resuming three in epoch 2 after step" in line for line in r.lines(attempt=2))
+    assert layout.latest_checkpoint(store)["key"] == "checkpoints/attempt-2/epoch-0003.pt"
+    load_model(store.get_file(layout.MODEL_KEY, tmp_path / "model.pt"))
+
+
+_PROGRAM = """
+import json, os, sys
+print("data", os.environ.get("LABSWARM_DATA_DIR"), "attempt", os.environ["LABSWARM_ATTEMPT"])
+with open(os.environ["LABSWARM_METRICS_FILE"], "a") as f:
+    for epoch in (1, 2):
+        f.write(json.dumps({"epoch": epoch, "loss": 1.0 / epoch}) + "\\n")
+        print(f"epoch {epoch} loss={1.0 / epoch}", flush=True)
+open(os.path.join(os.environ["LABSWARM_RESULTS_DIR"], "out.txt"), "w").write("result")
+print("giving up", file=sys.stderr)
+sys.exit(3)
+"""
+
+
+def test_a_command_learner_passes_exit_code_metrics_and_output_on(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    manifest = tiny_manifest(tmp_path, framework={
+        "name": "command", "command": [sys.executable, "-c", _PROGRAM], "metrics": {"jsonl": "metrics.jsonl"}},
+        data_store={"name": "local", "path": str(tmp_path / "data")})
+    with receiver() as r:
+        process = start_learner(learner_spec(tmp_path, manifest, r.url), tmp_path / "out.log")
+        assert process.wait(120) == 3, (tmp_path / "out.log").read_text()
+    assert r.kinds("metric") == [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}]
+    lines = r.lines()
+    assert f"data {tmp_path / 'data'} attempt 1" in lines and "giving up" in lines
+    assert lines[-1].endswith("learner exits with code 3")
+    assert _store(tmp_path).get_bytes("results/out.txt") == b"result"
+
+
+_HALTABLE = """
+import os, signal, sys, time
+def halt(*_):
+    open(os.path.join(os.environ["LABSWARM_CHECKPOINT_DIR"], "state.txt"), "w").write("step 7")
+    print("checkpointed", flush=True)
+    sys.exit(143)
+signal.signal(signal.SIGTERM, halt)
+print("resumed from", open(os.path.join(os.environ["LABSWARM_CHECKPOINT_DIR"], "state.txt")).read()
+      if os.path.exists(os.path.join(os.environ["LABSWARM_CHECKPOINT_DIR"], "state.txt")) else "nothing",
+      flush=True)
+if os.environ["LABSWARM_ATTEMPT"] == "2":
+    sys.exit(0)
+print("step=1", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+def test_a_command_learner_halts_on_the_manager_s_answer_and_resumes_from_its_folder(tmp_path: Path) -> None:
+    manifest = tiny_manifest(tmp_path, framework={
+        "name": "command", "command": [sys.executable, "-c", _HALTABLE],
+        "metrics": {"regex": {"step": r"step=(\d+)"}}})
+    with receiver() as r:
+        process = start_learner(learner_spec(tmp_path, manifest, r.url), tmp_path / "out.log")
+        r.wait_for(lambda: r.kinds("metric"))
+        r.halt = True
+        assert process.wait(120) == EXIT_HALTED, (tmp_path / "out.log").read_text()
+        pointer = layout.latest_checkpoint(_store(tmp_path))
+        assert pointer["kind"] == "folder" and pointer["key"] == "checkpoints/attempt-1/files"
+        r.halt = False
+        second = start_learner(learner_spec(tmp_path, manifest, r.url, attempt=2, checkpoint=pointer),
+                               tmp_path / "out.log")
+        assert second.wait(120) == 0, (tmp_path / "out.log").read_text()
+    assert r.kinds("metric") == [{"step": 1.0}]
+    assert "checkpointed" in r.lines(attempt=1)
+    assert "resumed from step 7" in r.lines(attempt=2)
