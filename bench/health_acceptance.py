@@ -1,12 +1,13 @@
 """Issue 10's acceptance on a session's health decision log (``.labswarm/health/health-<session>.jsonl``).
 
 After the first ``--skip`` seconds (5) of the session (the log's ``t`` counts from the controller's start,
-which ``labswarm run`` starts with the session; its first row is the first decision), the queue depth must stay within max(50, 10 s of the median
-consume rate) until the end; and the steady publish rate (the rows from then on whose 5-s measurement window
-lies wholly before the publisher's last sample) must be within 15 % of the consume rate. Prints the figures,
-optionally draws the session's figure, and exits 1 when either check fails.
+which ``labswarm run`` starts with the session; its first row is the first decision), the queue depth must
+stay within max(50, 10 s of the median consume rate) until the end; and the steady publish rate (the rows
+from then on whose 5-s measurement window lies wholly before the publisher's last sample) must be within
+15 % of the consume rate. Prints the figures, optionally draws the session's figure, and exits 1 when either
+check fails.
 
-    .venv/bin/python bench/health_acceptance.py .labswarm/health/health-SESSION.jsonl --figure docs/health-main-job.png
+    .venv/bin/python bench/health_acceptance.py .labswarm/health/health-SESSION.jsonl --figure out.png
 """
 
 from __future__ import annotations
