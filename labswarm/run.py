@@ -15,6 +15,7 @@ from typing import Any
 
 from labswarm.client import ManagerClient
 from labswarm.config import ExperimentConfig
+from labswarm.deploy.base import Host
 from labswarm.deploy.local import LocalLauncher
 from labswarm.settings import Settings
 
@@ -120,8 +121,10 @@ def run_experiment(
         health: run the health controller on the session (rate steered from its first outcome on) and draw
             its figure at the end.
         rabbitmq_api: the RabbitMQ management API for the controller; ``None`` takes depth from the ledger.
-        launcher: ``local`` starts ``workers`` worker processes here; ``swarm`` asks the manager to run them as
-            a docker swarm service (see docs/deployment.md); ``none`` starts none.
+        launcher: ``local`` runs ``workers`` supervised worker processes on this machine: the embedded manager
+            runs them as the session's launcher (``PUT /sessions/{id}/workers`` scales them), and with
+            ``manager_url`` this process does; ``swarm`` asks the manager to run them as a docker swarm service
+            (see docs/deployment.md); ``none`` starts none.
 
     Raises:
         ManagerError: the manager refused the experiment or cannot be reached.
@@ -135,21 +138,25 @@ def run_experiment(
 
         if broker_url:
             settings = settings.model_copy(update={"broker_url": broker_url})
-        server = EmbeddedServer(create_app(settings)).start()
+        app = create_app(settings)
+        # the manager runs the local workers itself (launcher "local"), as it runs a swarm service
+        app.state.sessions.launchers.host = Host(concurrency=concurrency, log_dir=log_dir)
+        server = EmbeddedServer(app).start()
         manager_url = server.url
     local = None
     controller = None
     client = ManagerClient(manager_url, settings.api_token)
     try:
         client.post_experiment(config.model_dump(mode="json"))
-        if launcher == "local":
+        if launcher == "local" and server is None:
+            # a remote manager cannot start processes here: this process runs and supervises them
             session = client.start_session(config.name, rate)
+            if workers:
+                local = LocalLauncher(config.name, manager_url, concurrency=concurrency, token=settings.api_token,
+                                      log_dir=log_dir or settings.home / "logs")
+                local.start(workers)
         else:
             session = client.start_session(config.name, rate, launcher=launcher, workers=workers)
-        if workers and launcher == "local":
-            local = LocalLauncher(config.name, manager_url, concurrency=concurrency, token=settings.api_token,
-                                  log_dir=log_dir or settings.home / "logs")
-            local.start(workers)
         if health:
             controller = HealthThread(manager_url, settings.api_token, rabbitmq_api, max(1, workers * concurrency),
                                       settings.home / "health").start()

@@ -1,4 +1,6 @@
-"""The launchers a manager session can ask for by name (``POST /experiments/{name}/sessions`` ``launcher``)."""
+"""The launchers a manager session can ask for by name (``POST /experiments/{name}/sessions`` ``launcher``):
+``local`` (supervised worker processes on the manager's machine), ``swarm`` (a docker swarm service), or
+``none`` (workers run by someone else)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from labswarm.deploy.base import Launcher
+from labswarm.deploy.local import LocalLauncher
 from labswarm.deploy.swarm import SwarmLauncher, service_spec
 from labswarm.errors import ConfigError
 
@@ -17,8 +20,15 @@ def _swarm(experiment: str, session_id: str, settings: Settings) -> Launcher:
     return SwarmLauncher(service_spec(experiment, session_id, settings))
 
 
-#: name -> factory(experiment, session id, settings) of the launcher of one session's workers.
-SESSION_LAUNCHERS: dict[str, Callable[[str, str, Settings], Launcher]] = {"swarm": _swarm}
+def _local(experiment: str, session_id: str, settings: Settings) -> Launcher:
+    # the manager's URL, the pool size and the log folder come from the serving process (Launcher.bind)
+    return LocalLauncher(experiment, None, token=settings.api_token, log_dir=settings.home / "logs",
+                         log_name=f"worker-{session_id}")
+
+
+#: name -> factory(experiment, session id, settings) of the launcher of one session's workers; the manager then
+#: binds it to the process serving it (:meth:`~labswarm.deploy.base.Launcher.bind`) before starting it.
+SESSION_LAUNCHERS: dict[str, Callable[[str, str, Settings], Launcher]] = {"local": _local, "swarm": _swarm}
 #: The launcher name of a session whose workers someone else runs.
 NONE = "none"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from dataclasses import replace
 
 import uvicorn
 from fastapi import FastAPI
@@ -19,8 +20,47 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def local_url(host: str, port: int) -> str:
+    """The URL at which processes on this machine reach a server bound to ``host:port`` (a wildcard address is
+    reached through the loopback)."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def advertise(app: FastAPI, url: str) -> None:
+    """Tell the app's session service, before it serves, the URL at which processes on this machine reach it: the
+    ``local`` launcher passes it to the workers it starts (see :class:`~labswarm.deploy.base.Host`). An app
+    without a session service (``app.state.sessions``) is left as it is."""
+    sessions = getattr(app.state, "sessions", None)
+    if sessions is not None:
+        sessions.launchers.host = replace(sessions.launchers.host, manager_url=url)
+
+
+def release(app: FastAPI, timeout: float = 30.0) -> None:
+    """When the serving process stops: stop the workers it runs itself (sessions with ``launcher: local``)."""
+    sessions = getattr(app.state, "sessions", None)
+    if sessions is not None:
+        sessions.launchers.close(timeout)
+
+
+def serve(app: FastAPI, host: str, port: int) -> None:
+    """Serve ``app`` on ``host:port`` in this thread until interrupted (``labswarm manager``); the local workers it
+    started are stopped when it returns."""
+    advertise(app, local_url(host, port))
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="info")
+    finally:
+        release(app)
+
+
 class EmbeddedServer:
     """Runs an ASGI app with uvicorn in a background thread.
+
+    The manager's URL is advertised to the app (:func:`advertise`) at construction, and the local workers it runs
+    are stopped by :meth:`stop`.
 
     Args:
         app: the FastAPI app.
@@ -31,13 +71,15 @@ class EmbeddedServer:
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
         self.host = host
         self.port = port or free_port(host)
+        self.app = app
+        advertise(app, self.url)
         self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=self.port, log_level="warning",
                                                      lifespan="on", access_log=False))
         self._thread = threading.Thread(target=self._server.run, name="labswarm-manager", daemon=True)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return local_url(self.host, self.port)
 
     def start(self, timeout: float = 30.0) -> EmbeddedServer:
         """Start serving; returns once the server accepts connections.
@@ -54,9 +96,10 @@ class EmbeddedServer:
         return self
 
     def stop(self, timeout: float = 15.0) -> None:
-        """Shut down (the lifespan stops the session publishers)."""
+        """Shut down (the lifespan stops the session publishers), then stop the local workers the manager ran."""
         self._server.should_exit = True
         self._thread.join(timeout)
+        release(self.app)
 
     def __enter__(self) -> EmbeddedServer:
         return self.start()

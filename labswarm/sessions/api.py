@@ -33,8 +33,9 @@ class SessionBody(BaseModel):
 
     rate: float | None = Field(None, gt=0, le=100_000)
     weight: float = Field(1.0, gt=0, le=1_000, description="share of the workers relative to other sessions")
-    launcher: Literal["none", "swarm"] = Field("none", description="who runs the workers: none (someone else), "
-                                               "swarm (a docker swarm service the manager creates and removes)")
+    launcher: Literal["none", "local", "swarm"] = Field(
+        "none", description="who runs the workers: none (someone else), local (processes on the manager's machine "
+        "that it supervises and stops), swarm (a docker swarm service the manager creates and removes)")
     workers: int = Field(0, ge=0, le=10_000, description="workers the launcher starts")
 
 

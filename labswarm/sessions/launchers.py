@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from labswarm.deploy.base import Launcher
+from labswarm.deploy.base import Host, Launcher
 from labswarm.deploy.sessions import NONE, session_launcher
 from labswarm.errors import ConfigError, Conflict, DeployError, LabswarmError
 from labswarm.sessions.models import ACTIVE, SessionRow
@@ -23,11 +23,18 @@ class SessionLaunchers:
 
     Args:
         service: the session service (database, settings, session failure).
+
+    Attributes:
+        host: what the process serving the manager knows about itself (its URL from this machine, the local
+            workers' pool size and log folder); set by that process before it serves
+            (:func:`~labswarm.manager.server.advertise`) and given to each launcher (``Launcher.bind``).
     """
 
     def __init__(self, service: SessionService) -> None:
         self.service = service
+        self.host = Host()
         self._launchers: dict[str, Launcher] = {}
+        self._stopping: dict[str, Launcher] = {}  # launchers being stopped now (by a session's end)
 
     def get(self, session_id: str) -> Launcher | None:
         """The launcher of a session, if the manager runs its workers."""
@@ -60,6 +67,7 @@ class SessionLaunchers:
             raise Conflict(f"session {session_id} already has its launcher")
         try:
             instance = session_launcher(launcher, row.experiment, session_id, self.service.settings)
+            instance.bind(self.host)
             instance.start(workers)
         except (ConfigError, DeployError) as exc:
             self.service.fail_session(session_id, f"{launcher} launcher: {exc}")
@@ -106,8 +114,29 @@ class SessionLaunchers:
             except LabswarmError as exc:
                 log.error("session %s: cannot restore its %s launcher: %s", session_id, name, exc)
                 continue
-            if instance is not None:
-                self._launchers.setdefault(session_id, instance)
+            if instance is None:
+                continue
+            instance.bind(self.host)
+            if not instance.outlives_owner:
+                # its workers stopped with the previous manager process; how many it ran is not recorded
+                log.warning("session %s: its %s workers stopped with the previous manager; scale them again "
+                            "(PUT /sessions/%s/workers)", session_id, name, session_id)
+            self._launchers.setdefault(session_id, instance)
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop the workers that do not outlive this process (``local``), when the process serving the manager
+        stops; the others (a swarm service) keep running for the next manager process to find. Errors are logged.
+        """
+        owned = [sid for sid, launcher in list(self._launchers.items()) if not launcher.outlives_owner]
+        # a launcher a session's end is stopping now is stopped again: its stop() waits for the one under way
+        stopping = [(sid, launcher) for sid, launcher in list(self._stopping.items()) if not launcher.outlives_owner]
+        for session_id, launcher in [(sid, self._launchers.pop(sid, None)) for sid in owned] + stopping:
+            if launcher is None:
+                continue
+            try:
+                launcher.stop(timeout)
+            except LabswarmError as exc:
+                log.error("session %s: cannot stop its workers: %s", session_id, exc)
 
     def stop(self, session_id: str, raise_errors: bool = False) -> None:
         """Stop the workers of a session that ended, if the manager started them.
@@ -115,12 +144,17 @@ class SessionLaunchers:
         Raises:
             LabswarmError: only with ``raise_errors``: the launcher could not stop them (else logged).
         """
-        launcher = self._launchers.pop(session_id, None)
+        launcher = self._launchers.get(session_id)
         if launcher is None:
             return
+        self._stopping[session_id] = launcher  # before the pop: close() sees it in one of the two at any time
+        if self._launchers.pop(session_id, None) is None:
+            return  # another thread stops it
         try:
             launcher.stop()
         except LabswarmError as exc:
             log.error("session %s: cannot stop its workers: %s", session_id, exc)
             if raise_errors:
                 raise
+        finally:
+            self._stopping.pop(session_id, None)

@@ -261,7 +261,7 @@ def test_missing_sdk_gives_the_install_hint(monkeypatch: pytest.MonkeyPatch) -> 
 def test_unknown_launcher_names_the_known_ones() -> None:
     from labswarm.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="known: none, swarm"):
+    with pytest.raises(ConfigError, match="known: none, local, swarm"):
         sessions.session_launcher("kubernetes", "tones", "s", _settings())
     assert sessions.session_launcher("none", "tones", "s", _settings()) is None
     assert isinstance(sessions.session_launcher("swarm", "tones", "s", _settings()), SwarmLauncher)

@@ -123,7 +123,8 @@ class Cluster:
         processes (~3 s of imports), a session publishing at ``rate`` tasks/s (``None``: the manager's default)."""
         self.start_manager()
         self.client.post_experiment(self.config.model_dump(mode="json"))
-        self.launcher = LocalLauncher(self.name, self.url, log_dir=self.tmp_path / "logs")
+        # not restarted: these tests kill workers on purpose and check what the others and the ledger do
+        self.launcher = LocalLauncher(self.name, self.url, log_dir=self.tmp_path / "logs", restart=None)
         self.launcher.start(workers)
         for worker in self.launcher.processes:
             self.pool_processes(worker)
