@@ -7,20 +7,16 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from labswarm.cli_output import console, err, print_session
+from labswarm.cli_output import fail as _fail
+from labswarm.cli_sessions import sessions_app
 from labswarm.errors import ConfigError, LabswarmError
 
 app = typer.Typer(help="Distribute the feature computation of audio deep-learning experiments.", no_args_is_help=True)
-console = Console()
-err = Console(stderr=True)
-
-
-def _fail(exc: LabswarmError, code: int = 1) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False)
-    return typer.Exit(code)
+app.add_typer(sessions_app, name="sessions")
 
 
 def _progress() -> Progress:
@@ -181,13 +177,7 @@ def _compute(config, *, workers: int = 2, concurrency: int = 1, broker: str | No
         except LabswarmError as exc:
             raise _fail(exc) from None
     p = result.progress
-    table = Table(title=f"{config.name}: session {p['id']} {p['status']} in {result.seconds:.1f} s", show_header=False)
-    for key in ("total", "done", "cached", "failed", "republished"):
-        table.add_row(key, str(p[key]))
-    table.add_row("done/s", f"{p['samples_per_s']:.1f}")
-    console.print(table)
-    for failure in result.failures[:50]:
-        console.print(f"  {failure['sample_id']}: {failure['reason']}", highlight=False, markup=False)
+    print_session(p, result.failures, result.seconds)
     if result.figure is not None:
         console.print(f"health figure (queue depth; publish vs consume rate): {result.figure}")
     if p["status"] != "completed":
@@ -252,14 +242,14 @@ def manager_cmd(
     broker: Annotated[str | None, typer.Option(help="Broker URL (default: LABSWARM_BROKER_URL or embedded).")] = None,
     database: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the state database.")] = None,
 ) -> None:
-    """Serve the manager API (OpenAPI docs at /docs)."""
-    import uvicorn
-
+    """Serve the manager API (OpenAPI docs at /docs). Sessions started with `launcher: local` run their workers
+    on this machine; they stop with the manager."""
     from labswarm.manager.api import create_app
+    from labswarm.manager.server import serve
     from labswarm.settings import load_settings
 
     settings = load_settings(broker_url=broker, database_url=database)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info")
+    serve(create_app(settings), host, port)
 
 
 HEALTH_LOGS = Path(".labswarm/health")

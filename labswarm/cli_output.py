@@ -1,0 +1,90 @@
+"""What the ``labswarm`` commands print: the consoles, errors, and the tables of sessions (rich)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from labswarm.errors import LabswarmError
+
+console = Console()
+err = Console(stderr=True)
+
+#: The summary rows of a session (``GET /sessions/{id}``): label -> its value as text. ``labswarm run`` prints
+#: them at the end of a run, ``labswarm sessions show`` for any session, ``list`` as columns.
+SUMMARY: tuple[tuple[str, Callable[[Mapping[str, Any]], str]], ...] = (
+    ("total", lambda p: str(p["total"])),
+    ("done", lambda p: str(p["done"])),
+    ("cached", lambda p: str(p["cached"])),
+    ("failed", lambda p: str(p["failed"])),
+    ("republished", lambda p: str(p["republished"])),
+    ("done/s", lambda p: f"{p['samples_per_s']:.1f}"),
+)
+#: Rows ``labswarm sessions show`` adds below the summary.
+DETAILS: tuple[tuple[str, Callable[[Mapping[str, Any]], str]], ...] = (
+    ("published", lambda p: str(p["published"])),
+    ("pending", lambda p: str(p["pending"])),
+    ("rate (tasks/s)", lambda p: f"{p['rate']:.2f}"),
+    ("weight", lambda p: f"{p['weight']:g}"),
+    ("launcher", lambda p: str(p.get("launcher", ""))),
+    ("phase", lambda p: str(p.get("phase") or "")),
+    ("started", lambda p: str(p.get("started_at") or "")),
+    ("finished", lambda p: str(p.get("finished_at") or "")),
+    ("error", lambda p: str(p.get("error") or "")),
+)
+
+
+def fail(exc: LabswarmError, code: int = 1) -> typer.Exit:
+    """Print ``error: <exc>`` on stderr; the :class:`typer.Exit` to raise, with status ``code``."""
+    err.print(f"[bold red]error:[/] {exc}", highlight=False)
+    return typer.Exit(code)
+
+
+def session_table(progress: Mapping[str, Any], seconds: float | None = None, *, details: bool = False) -> Table:
+    """One session as a two-column table titled ``<experiment>: session <id> <status> in <s> s``.
+
+    Args:
+        progress: the session's progress (``GET /sessions/{id}``).
+        seconds: the duration in the title; default the session's ``elapsed_s``.
+        details: add the rate, weight, launcher, times and error below the summary rows.
+    """
+    seconds = progress.get("elapsed_s", 0.0) if seconds is None else seconds
+    table = Table(title=f"{progress['experiment']}: session {progress['id']} {progress['status']} in {seconds:.1f} s",
+                  show_header=False)
+    for label, value in SUMMARY + (DETAILS if details else ()):
+        table.add_row(label, value(progress))
+    return table
+
+
+def sessions_table(sessions: Iterable[Mapping[str, Any]]) -> Table:
+    """Sessions as rows: id, experiment, status, the summary columns, and the publish rate."""
+    table = Table(title="sessions")
+    for column in ("id", "experiment", "status"):
+        table.add_column(column)
+    for label, _ in SUMMARY:
+        table.add_column(label, justify="right")
+    table.add_column("rate (tasks/s)", justify="right")
+    for p in sessions:
+        table.add_row(p["id"], p["experiment"], p["status"], *(value(p) for _, value in SUMMARY), f"{p['rate']:.2f}")
+    return table
+
+
+def print_session(progress: Mapping[str, Any], failures: Iterable[Mapping[str, Any]] = (),
+                  seconds: float | None = None, *, details: bool = False, limit: int = 50) -> None:
+    """Print a session's table, then its first ``limit`` failures (``sample_id: reason``)."""
+    console.print(session_table(progress, seconds, details=details))
+    failures = list(failures)
+    for failure in failures[:limit]:
+        console.print(f"  {failure['sample_id']}: {failure['reason']}", highlight=False, markup=False)
+    if len(failures) > limit:
+        console.print(f"  ... and {len(failures) - limit} more")
+
+
+def print_json(data: Any) -> None:
+    """Print ``data`` as JSON on stdout (times as ISO 8601 text), for scripts."""
+    typer.echo(json.dumps(data, indent=2, default=str))
