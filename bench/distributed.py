@@ -13,18 +13,23 @@ MFCC) into fresh stores, in this one process run, side by side:
 For the distributed runs two figures are printed: the wall time of the whole command (worker start-up included:
 ~3 s of imports per worker) and the steady rate, from the first to the last outcome recorded in the ledger.
 The trivial-task run sends tiny samples (0.05-s clips, one small STFT) through the same path, at an unlimited
-publish rate, to measure tasks/s and the overhead per task.
-Goals (issue 3): distributed >= 0.95x the local pool and >= 1.8x the plain loop; overhead <= 2 ms per task;
-embedded broker within 15% of RabbitMQ on real feature tasks.
+publish rate, to measure tasks/s and the system's wall time per task; its store is on disk (each write is
+fsynced: several ms a task on a busy disk) and, to see the path's own cost, on tmpfs (/dev/shm). Beside it, the
+baseline: bare Celery (no manager, no store) draining no-op tasks from RabbitMQ with 2 single-process workers.
+Goals (issue 10): distributed >= 0.97x the local pool on real features; <= 1.5 ms of system wall time per trivial
+task through manager + RabbitMQ + 2 workers. The publish rate alone: bench/publish.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -51,14 +56,20 @@ def steady_rate(home: Path, session_id: str) -> tuple[float, int]:
     return steady([r[0] for r in rows if r[0] is not None]), len(rows)
 
 
-def distributed(config, broker: str | None, home: Path, workers: int = 2, rate: float = 5000.0):
-    """Run ``config`` through ``labswarm run``'s machinery; returns (wall s, steady samples/s, progress)."""
+def distributed(config, broker: str | None, home: Path, workers: int = 2, rate: float = 5000.0,
+                controlled: bool = True):
+    """Run ``config`` through ``labswarm run``'s machinery; returns (wall s, steady samples/s, progress).
+
+    ``controlled=False``: no health controller and no start window, the publisher goes flat out at ``rate``: the
+    steady rate is then what the path (publisher, broker, workers, reports) can carry, not what a controller chose.
+    """
     from labswarm.run import run_experiment
     from labswarm.settings import Settings
 
-    settings = Settings(home=home, broker_url=broker, default_rate=rate)
+    extra = {} if controlled or "start_window" not in Settings.model_fields else {"start_window": 10**9}
+    settings = Settings(home=home, broker_url=broker, default_rate=rate, **extra)
     t0 = time.perf_counter()
-    result = run_experiment(config, workers=workers, settings=settings, poll=0.2)
+    result = run_experiment(config, workers=workers, settings=settings, poll=0.2, health=controlled)
     wall = time.perf_counter() - t0
     p = result.progress
     if p["status"] != "completed" or p["failed"]:
@@ -87,20 +98,80 @@ def trivial_experiment(tmp: Path, n_clips: int):
     })
 
 
+NOOP_APP = """
+from labswarm.queue.app import make_celery
+app = make_celery({url!r})
+@app.task(name="bench.noop", acks_late=True, ignore_result=True)
+def noop(i):
+    return i
+"""
+
+
+def bare_celery(url: str, tmp: Path, n: int = 3000) -> float:
+    """No-op tasks/s of bare Celery: 2 ``celery worker -c 1`` (labswarm's Celery settings) draining ``n``
+    pre-published persistent messages; timed from 90 % to 10 % of the queue left."""
+    from kombu import Connection, Queue
+
+    from labswarm.queue.app import make_celery
+
+    folder = tmp / "noop"
+    folder.mkdir(exist_ok=True)
+    (folder / "noopapp.py").write_text(NOOP_APP.format(url=url))
+    app, name = make_celery(url), f"bench-noop-{uuid.uuid4().hex[:6]}"
+    with app.connection_for_write() as conn, conn.Producer() as producer:
+        for i in range(n):
+            m = app.amqp.as_task_v2(str(uuid.uuid4()), "bench.noop", args=(i,))
+            producer.publish(m.body, routing_key=name, headers=m.headers, serializer="json", delivery_mode=2,
+                             declare=[Queue(name, durable=True)], **m.properties)
+    env = dict(os.environ, PYTHONPATH=f"{folder}{os.pathsep}{ROOT}")
+    workers = [subprocess.Popen([sys.executable, "-m", "celery", "-A", "noopapp", "worker", "-Q", name, "-c", "1",
+                                 "-P", "prefork", "-n", f"noop{k}-{name}@bench", "--without-gossip",
+                                 "--without-mingle", "--without-heartbeat", "-l", "WARNING"],
+                                cwd=folder, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for k in range(2)]
+    try:
+        with Connection(url) as conn:
+            channel = conn.default_channel
+
+            def depth() -> int:
+                return channel.queue_declare(name, passive=True).message_count
+
+            while depth() > 0.9 * n:
+                time.sleep(0.01)
+            t0 = time.perf_counter()
+            while depth() > 0.1 * n:
+                time.sleep(0.01)
+            rate = 0.8 * n / (time.perf_counter() - t0)
+            channel.queue_delete(name)
+    finally:
+        for w in workers:
+            w.terminate()
+        for w in workers:
+            w.wait(30)
+    return rate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("demo", nargs="?", default=str(ROOT / "data" / "demo"))
     parser.add_argument("--clips", type=int, default=30, help="clips (x 9 transformations) per timed run")
     parser.add_argument("--trivial", type=int, default=400, help="tiny clips (x 5) of the overhead run")
     parser.add_argument("--amqp", default="amqp://guest:guest@127.0.0.1:5672//")
+    parser.add_argument("--trivial-only", action="store_true", help="only the trivial-task runs")
     args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="labswarm-bench-dist-"))
+    if not args.trivial_only:
+        real_features(args, tmp)
+    trivial_tasks(args, tmp)
+
+
+def real_features(args: argparse.Namespace, tmp: Path) -> None:
+    """Real features: plain loop, local pool, and `labswarm run` (RabbitMQ, embedded), side by side."""
     from features_local import demo_experiment, plain_compute
 
     from labswarm.local import run_local
-    from labswarm.pipeline.features import FeaturesBlock
     from labswarm.sample import iter_samples
 
-    tmp = Path(tempfile.mkdtemp(prefix="labswarm-bench-dist-"))
     config_with_store = demo_experiment(Path(args.demo), args.clips, tmp)
     config = config_with_store("warmup")
     samples = list(iter_samples(config))
@@ -142,6 +213,17 @@ def main() -> None:
         print(f"| {name} | {wall:.1f} | {rate:.2f} | {rate / plain_rate:.2f}x | {rate / local_rate:.2f}x |")
     print(f"\nembedded broker vs RabbitMQ (steady rate): {emb_rate / rmq_rate:.2f}x")
 
+    print(f"\ndistributed (RabbitMQ) vs local pool, steady rate: {rmq_rate / local_rate:.2f}x (goal >= 0.97x)",
+          flush=True)
+
+
+
+def trivial_tasks(args: argparse.Namespace, tmp: Path) -> None:
+    """Trivial tasks through manager + broker + 2 workers, flat out, beside bare Celery."""
+    from labswarm.pipeline.features import FeaturesBlock
+    from labswarm.sample import iter_samples
+
+    shm = Path(tempfile.mkdtemp(prefix="labswarm-bench-shm-", dir="/dev/shm")) if Path("/dev/shm").is_dir() else tmp
     trivial = trivial_experiment(tmp, args.trivial)
     tb = FeaturesBlock(trivial)
     ts = list(iter_samples(trivial))
@@ -149,17 +231,21 @@ def main() -> None:
     for s in ts:
         tb.compute(s)
     compute_ms = 1000 * (time.perf_counter() - t0) / len(ts)
-    for label, broker, home in (("RabbitMQ", args.amqp, tmp / "home-trivial-rmq"),
-                                ("embedded", None, tmp / "home-trivial-emb")):
+    bare = bare_celery(args.amqp, tmp)
+    print(f"\nbare Celery, no-op tasks, RabbitMQ + 2 workers: {bare:.0f} tasks/s = {1000 / bare:.2f} ms per task",
+          flush=True)
+    print("\n| trivial tasks, 2 workers | tasks/s steady | ms of system wall time per task | vs bare Celery |")
+    print("|---|---:|---:|---:|")
+    print(f"| bare Celery no-op (baseline) | {bare:.0f} | {1000 / bare:.2f} | 1.00x |")
+    runs = (("RabbitMQ, store on disk", args.amqp, tmp), ("RabbitMQ, store on tmpfs", args.amqp, shm),
+            ("embedded, store on disk", None, tmp))
+    for label, broker, store in runs:
+        slug = uuid.uuid4().hex[:6]
         cfg = trivial.model_copy(update={
-            "name": f"trivial-{label.lower()}",
-            "store": trivial.store.model_copy(update={"root": tmp / f"store-trivial-{label}"})})
-        wall, rate, _ = distributed(cfg, broker, home, rate=100_000.0)
-        per_task_ms = 1000 * 2 / rate  # two single-process workers share the tasks
-        print(f"trivial tasks, {label}: {rate:.0f} tasks/s steady with 2 workers: {1000 / rate:.2f} ms of wall "
-              f"time per task for the whole system; per worker {per_task_ms:.2f} ms per task, of which compute "
-              f"{compute_ms:.2f} ms -> overhead {per_task_ms - compute_ms:.2f} ms/task/worker", flush=True)
-
+            "name": f"trivial-{slug}", "store": trivial.store.model_copy(update={"root": store / f"store-{slug}"})})
+        _, rate, _ = distributed(cfg, broker, tmp / f"home-trivial-{slug}", rate=100_000.0, controlled=False)
+        print(f"| {label} | {rate:.0f} | {1000 / rate:.2f} | {rate / bare:.2f}x |", flush=True)
+    print(f"\ncompute alone (no store): {compute_ms:.2f} ms per task; goal: <= 1.5 ms of system wall time per task")
 
 if __name__ == "__main__":
     main()
