@@ -112,8 +112,9 @@ def run(
     health: Annotated[bool, typer.Option(help="Steer the publish rate with the health controller.")] = True,
     rabbitmq_api: Annotated[str | None, typer.Option(help="RabbitMQ management API for the controller "
                                                      "(default: queue depth from the session ledger).")] = None,
-    launcher: Annotated[str, typer.Option(help="Who runs the workers: local (processes here), swarm (a docker swarm "
-                                          "service the manager creates; needs --manager), none.")] = "local",
+    launcher: Annotated[str, typer.Option(help="Who runs the workers: local (supervised processes on this machine), "
+                                          "swarm (a docker swarm service the manager creates; needs --manager), "
+                                          "none.")] = "local",
     train: Annotated[bool, typer.Option("--train/--no-train", help="Train after computing, when the experiment "
                                         "has a `training` section.")] = True,
 ) -> None:

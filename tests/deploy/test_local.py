@@ -245,3 +245,29 @@ def test_labswarm_run_on_the_embedded_default_runs_its_workers_through_the_sessi
     assert result.progress["done"] == result.progress["total"] == 8
     left = [p for p in alive(psutil.Process().children(recursive=True)) if p.pid not in before]
     assert left == [], (os.getpid(), [(p.pid, p.ppid(), p.status(), p.cmdline()[-6:]) for p in left])
+
+
+@pytest.mark.slow
+def test_labswarm_run_against_a_remote_manager_runs_its_own_supervised_workers(manager, tmp_path: Path) -> None:
+    from labswarm.config import parse_experiment
+    from labswarm.run import run_experiment
+
+    server, _ = manager
+    config = parse_experiment(experiment_dict(tmp_path / "data", tmp_path / "store"))  # the fixture's dataset
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    result = run_experiment(config, workers=1, manager_url=server.url, settings=Settings(home=tmp_path / "client"),
+                            health=False)
+    # the manager cannot start processes on the client's machine: the session's workers are not the manager's
+    assert result.progress["status"] == "completed" and result.progress["launcher"] == "none"
+    assert result.progress["done"] == result.progress["total"]
+    assert list((tmp_path / "client" / "logs").glob("worker-*.log"))  # the client ran them
+    left = [p for p in alive(psutil.Process().children(recursive=True)) if p.pid not in before]
+    assert left == [], [p.cmdline() for p in left]
+
+
+def test_the_local_url_of_a_wildcard_address_is_the_loopback() -> None:
+    from labswarm.manager.server import local_url
+
+    assert local_url("0.0.0.0", 8000) == "http://127.0.0.1:8000"
+    assert local_url("::", 8000) == "http://[::1]:8000"
+    assert local_url("10.0.0.5", 80) == "http://10.0.0.5:80"
