@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,3 +14,48 @@ from helpers import write_dataset
 @pytest.fixture
 def tone_dataset(tmp_path: Path) -> Path:
     return write_dataset(tmp_path / "data")
+
+
+#: The PostgreSQL server of the database contract tests (.ci/postgres starts it); env LABSWARM_TEST_POSTGRES.
+POSTGRES_URL = "postgresql+psycopg://labswarm:labswarm@127.0.0.1:5432/labswarm_test"
+
+
+def _postgres_admin():
+    """An engine on the test server, or the reason it cannot be reached (cached for the session)."""
+    from sqlalchemy import create_engine, text
+
+    if not hasattr(_postgres_admin, "result"):
+        url = os.environ.get("LABSWARM_TEST_POSTGRES", POSTGRES_URL)
+        try:
+            engine = create_engine(url, connect_args={"connect_timeout": 5})
+            with engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            _postgres_admin.result = (engine, None)
+        except Exception as exc:  # psycopg missing, server down, bad password: all mean "no server"
+            _postgres_admin.result = (None, f"no PostgreSQL at {url.split('@')[-1]}: {type(exc).__name__}: {exc}")
+    return _postgres_admin.result
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A SQLAlchemy URL of an empty database: a SQLite file, or a fresh schema on the PostgreSQL test server
+    (env ``LABSWARM_TEST_POSTGRES``, default :data:`POSTGRES_URL`; the schema is the URL's search path and is
+    dropped afterwards). Without a server the PostgreSQL case skips, and fails when env ``CI`` is ``true``.
+    """
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'manager.sqlite'}"
+        return
+    from sqlalchemy import text
+
+    admin, reason = _postgres_admin()
+    if admin is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason} (CI=true: run .ci/postgres)")
+        pytest.skip(reason)
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with admin.begin() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    yield admin.url.update_query_dict({"options": f"-csearch_path={schema}"}).render_as_string(hide_password=False)
+    with admin.begin() as conn:
+        conn.execute(text("SET LOCAL lock_timeout = '20s'"))
+        conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))

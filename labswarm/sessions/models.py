@@ -8,13 +8,19 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, select
+from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, select, text
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from labswarm.db import Base, utcnow
 
 #: Session statuses in which a publisher thread runs.
 ACTIVE = ("running", "paused")
+
+#: SQL of "the session is active", the condition of the partial unique index on ``sessions(experiment)``.
+ACTIVE_SQL = "status IN ('running', 'paused')"
+
+#: Name of the unique index that allows one active session per experiment (revision 0002).
+ONE_ACTIVE_INDEX = "uq_sessions_active_experiment"
 
 
 class ExperimentRow(Base):
@@ -35,8 +41,9 @@ class SessionRow(Base):
     ``failed`` (the session itself failed, e.g. unreadable dataset; ``error`` says why). ``cursor`` is the index
     in the experiment's sample stream of the next sample to publish: a restarted manager resumes there.
     ``weight`` (> 0) is the session's share of workers it shares with other sessions, relative to theirs (the
-    health controller's). The schema has no migrations: a database from before a column was added is deleted.
-    ``launcher`` names what runs the session's workers: ``none`` (workers started by someone else) or ``swarm``
+    health controller's). At most one session per experiment is active (``running`` or ``paused``): a partial
+    unique index (:data:`ONE_ACTIVE_INDEX`) refuses a second one, whoever writes it. ``launcher`` names what
+    runs the session's workers: ``none`` (workers started by someone else) or ``swarm``
     (a docker swarm service the manager creates, scales and removes).
     """
 
@@ -56,6 +63,9 @@ class SessionRow(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
+
+    __table_args__ = (Index(ONE_ACTIVE_INDEX, "experiment", unique=True, sqlite_where=text(ACTIVE_SQL),
+                            postgresql_where=text(ACTIVE_SQL)),)
 
 
 class SampleRow(Base):

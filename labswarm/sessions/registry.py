@@ -1,4 +1,9 @@
-"""The experiment registry: validated experiment configurations stored by name."""
+"""The experiment registry: validated experiment configurations stored by name.
+
+A stored configuration that no longer validates (the code changed since it was registered) is kept and listed;
+:meth:`ExperimentRegistry.problem` says why it is invalid, :meth:`ExperimentRegistry.config` refuses it, and the
+session service fails that experiment's active sessions with the reason when the manager starts, the others run.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from labswarm.config import ExperimentConfig, parse_experiment
 from labswarm.db import utcnow
-from labswarm.errors import Conflict, NotFound
+from labswarm.errors import ConfigError, Conflict, NotFound
 from labswarm.sessions.models import ExperimentRow, active_session
 
 
@@ -74,8 +79,24 @@ class ExperimentRegistry:
 
         Raises:
             NotFound: no such experiment.
+            ConfigError: the stored configuration no longer validates (each field with its dotted path and the
+                reason; source: ``stored configuration of experiment 'name'``).
         """
         cached = self._configs.get(name)
         if cached is None:
-            cached = self._configs[name] = ExperimentConfig.model_validate(self.get(name).config)
+            cached = self._configs[name] = parse_experiment(self.get(name).config,
+                                                            source=f"stored configuration of experiment {name!r}")
         return cached
+
+    def problem(self, name: str) -> str | None:
+        """Why the stored configuration of ``name`` no longer validates, in one line; ``None`` when it does.
+
+        Raises:
+            NotFound: no such experiment.
+        """
+        try:
+            self.config(name)
+        except ConfigError as exc:
+            reasons = "; ".join(f"{path or '<root>'}: {reason}" for path, reason in exc.errors)
+            return f"the stored configuration of experiment {name!r} no longer validates ({reasons}); register it again"
+        return None

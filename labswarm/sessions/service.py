@@ -59,13 +59,29 @@ class SessionService:
 
     # lifecycle
     def start(self) -> None:
-        """Resume every session left active by a previous manager process."""
+        """Resume every session left active by a previous manager process.
+
+        A session whose experiment's stored configuration no longer validates, or whose publisher cannot be made,
+        is failed with the reason in its ``error`` (its queue purged, its launcher stopped); the others resume.
+        """
+        from labswarm.errors import LabswarmError
+
         with self.db() as db:
-            ids = list(db.scalars(select(SessionRow.id).where(SessionRow.status.in_(ACTIVE))))
+            rows = list(db.execute(select(SessionRow.id, SessionRow.experiment)
+                                   .where(SessionRow.status.in_(ACTIVE)).order_by(SessionRow.created_at)))
         self.launchers.restore()
-        for session_id in ids:
-            log.info("resuming session %s", session_id)
-            self._spawn(session_id)
+        for session_id, experiment in rows:
+            problem = self.registry.problem(experiment)
+            if problem is None:
+                log.info("resuming session %s", session_id)
+                try:
+                    self._spawn(session_id)
+                    continue
+                except LabswarmError as exc:
+                    problem = f"cannot resume the session after a manager restart: {exc}"
+            log.error("session %s (experiment %s) failed: %s", session_id, experiment, problem)
+            self.fail_session(session_id, problem)
+            self.launchers.stop(session_id)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every publisher thread; their sessions stay active in the database, to be resumed."""
@@ -102,6 +118,10 @@ class SessionService:
             Conflict: the experiment already has an active session.
             DatasetError: the dataset cannot be read.
         """
+        from sqlalchemy.exc import IntegrityError
+
+        from labswarm.sessions.models import ONE_ACTIVE_INDEX
+
         if not weight > 0:
             raise ValueError("weight must be > 0")
         config = self.registry.config(experiment)
@@ -117,7 +137,17 @@ class SessionService:
         )
         with self.db() as db:
             db.add(row)
-            db.commit()
+            try:
+                db.commit()
+            except IntegrityError as exc:
+                # a concurrent start won: the partial unique index allows one active session per experiment
+                db.rollback()
+                active = active_session(db, experiment)
+                message = str(exc.orig)
+                if active is None and ONE_ACTIVE_INDEX not in message and "sessions.experiment" not in message:
+                    raise
+                raise Conflict(f"experiment {experiment!r} already has an active session {active or ''}".rstrip()
+                               ) from None
         self._spawn(row.id)
         return row
 

@@ -1,4 +1,5 @@
-"""The per-sample ledger on a real SQLite database (WAL, as the manager opens it)."""
+"""The per-sample ledger on real databases: SQLite (WAL, foreign keys on, as the manager opens it) and
+PostgreSQL (the ``database_url`` fixture runs each test on both)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ SID = "s1"
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Iterator[Session]:
-    engine = make_engine(f"sqlite:///{tmp_path / 'manager.sqlite'}")
+def db(database_url: str) -> Iterator[Session]:
+    engine = make_engine(database_url)
     with make_sessionmaker(engine)() as session:
         session.add(ExperimentRow(name="e", config={}, fingerprint="f"))
+        session.flush()
         session.add(SessionRow(id=SID, experiment="e", status="running", rate=1.0, fingerprint="f"))
+        session.add(SessionRow(id="other", experiment="e", status="completed", rate=1.0, fingerprint="f"))
         session.commit()
         yield session
     engine.dispose()
@@ -31,8 +34,14 @@ def _row(db: Session, sample_id: str) -> SampleRow:
     return db.get(SampleRow, (SID, sample_id))
 
 
-def test_wal_mode(db: Session) -> None:
-    assert db.connection().exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+def test_sqlite_pragmas(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'manager.sqlite'}")
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+    finally:
+        engine.dispose()
 
 
 def test_add_samples_is_idempotent(db: Session) -> None:
