@@ -33,6 +33,7 @@ from labswarm.health.controllers import Controller, Observation, make_controller
 from labswarm.health.monitors import ManagerMonitor, QueueStats, RabbitMQMonitor
 from labswarm.health.series import TimeSeries
 from labswarm.health.share import steer
+from labswarm.queue.app import PREFETCH_MULTIPLIER
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +95,18 @@ class HealthLoop:
         consume = track.finished.rate(self.window)
         publish = track.published.rate(self.window)
         asked = track.asked.mean(self.window)
-        # Depth from the ledger (published, no outcome yet, less one in flight per consumer) is ~0.5 s old; the
+        # Depth from the ledger (published, no outcome yet, less what the consumers hold) is ~0.5 s old; the
         # management API's is up to ~5 s old and moves in steps, which makes any controller overshoot. The
         # broker gives the consumers (and its own depth, logged beside for comparison).
         consumers = max(queue.consumers, 1) if queue is not None else self.consumers
-        depth = float(max(0, session["pending"] - consumers))
+        # each consumer holds up to PREFETCH_MULTIPLIER messages (late acks): those are not waiting in the queue
+        depth = float(max(0, session["pending"] - consumers * PREFETCH_MULTIPLIER))
         self.broker_depth[session["id"]] = float(queue.ready) if queue is not None else None
         track.depth.append(t, depth)
         unpublished = session["total"] - (session["published"] - session.get("republished", 0)) - session["cached"]
         return Observation(
             t=t, depth=depth, consume_rate=0.0 if math.isnan(consume) else consume, consumers=consumers,
+            prefetch=PREFETCH_MULTIPLIER,
             rate=float(session["rate"]), publish_rate=None if math.isnan(publish) else publish,
             asked_rate=None if math.isnan(publish) else asked, backlog=max(0, unpublished) + session["pending"],
         )

@@ -25,7 +25,8 @@ def test_loop_lowers_the_rate_of_a_flooding_session_and_logs_it(tone_dataset: Pa
         client.post_experiment(experiment_dict(tone_dataset, tmp_path / "store", name="flood"))
         session = client.start_session("flood", rate=5.0)  # no worker consumes: the queue only grows
         deadline = time.monotonic() + 10
-        while client.session(session["id"])["pending"] < 2 and time.monotonic() < deadline:
+        # well above the target depth (twice what the consumer holds: 2 x prefetch) and within the start window
+        while client.session(session["id"])["pending"] < 18 and time.monotonic() < deadline:
             time.sleep(0.05)
         # one outcome, as a worker reports it: the loop steers a session from its first outcome on
         client.report(session["id"], [{"sample_id": "low/low_0.wav#0", "status": "computed", "seconds": 0.01}])

@@ -34,7 +34,8 @@ class Observation:
             ``consume_rate``; ``None`` when unknown (then ``rate`` stands for it).
         asked_rate: the mean publish rate in force over that same window, tasks/s: compared with
             ``publish_rate`` it tells a publisher that cannot go as fast as asked; ``None`` when unknown.
-        prefetch: messages each consumer holds (Celery prefetch multiplier x concurrency; 1 here).
+        prefetch: messages each consumer (worker process) holds: Celery's prefetch multiplier
+            (:data:`labswarm.queue.app.PREFETCH_MULTIPLIER`).
         backlog: samples still to publish; 0 means the publisher has nothing left to send.
         max_rate: this session's share of the workers in samples/s when sessions share them
             (:mod:`labswarm.health.share`); the rate is held at or below it. ``None``: no share cap.
