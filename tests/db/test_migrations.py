@@ -4,6 +4,9 @@ active sessions of one experiment."""
 
 from __future__ import annotations
 
+import importlib.util
+import pkgutil
+import re
 import threading
 from pathlib import Path
 
@@ -12,13 +15,34 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from labswarm.db import Base, import_tables, make_engine
+import labswarm
+from labswarm.db import TABLE_MODULES, Base, import_tables, make_engine
 from labswarm.db.migrate import BASELINE, MigrationError, current, head, upgrade
 from labswarm.sessions.models import ONE_ACTIVE_INDEX
 
 
+def _model_modules() -> list[str]:
+    """Every module of the package that declares tables on ``Base`` (found by its source, then imported)."""
+    names = []
+    for info in pkgutil.walk_packages(labswarm.__path__, "labswarm."):
+        spec = importlib.util.find_spec(info.name)
+        if info.ispkg or spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            continue
+        if re.search(r"^class \w+\(Base\):", Path(spec.origin).read_text(encoding="utf-8"), re.MULTILINE):
+            importlib.import_module(info.name)
+            names.append(info.name)
+    return sorted(names)
+
+
+def test_every_module_of_tables_is_migrated() -> None:
+    """make_engine and the migrations' env.py know the tables through TABLE_MODULES."""
+    assert _model_modules() == sorted(TABLE_MODULES)
+
+
 def test_models_and_migrations_agree(database_url: str) -> None:
-    """A column, table or index added to the models without a migration fails here."""
+    """A column, table or index added to the models without a migration fails here (every ``models`` module of
+    the package imported, whatever the other tests imported)."""
+    _model_modules()
     import_tables()
     engine = make_engine(database_url)
     try:
