@@ -46,7 +46,7 @@ def test_a_ledger_row_of_an_unknown_session_is_refused(database_url: str) -> Non
 
 @pytest.fixture
 def service(database_url: str, tmp_path: Path) -> Iterator[SessionService]:
-    svc = SessionService(Settings(home=tmp_path / "home", database_url=database_url))
+    svc = SessionService(Settings(home=tmp_path / "home", database_url=database_url, data_roots=[tmp_path]))
     try:
         yield svc
     finally:

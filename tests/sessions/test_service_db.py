@@ -24,7 +24,8 @@ from labswarm.settings import Settings
 
 @contextmanager
 def _manager(tmp_path: Path, database_url: str) -> Iterator[httpx.Client]:
-    server = EmbeddedServer(create_app(Settings(home=tmp_path / "home", database_url=database_url))).start()
+    settings = Settings(home=tmp_path / "home", database_url=database_url, data_roots=[tmp_path])
+    server = EmbeddedServer(create_app(settings)).start()
     try:
         with httpx.Client(base_url=server.url, timeout=20.0) as http:
             yield http
