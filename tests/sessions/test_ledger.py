@@ -95,13 +95,13 @@ def test_counts_pending_and_failures(db: Session) -> None:
     ledger.add_attempt(db, SID, ["s2"])
     db.commit()
     assert ledger.counts(db, SID) == {"published": 3, "done": 1, "cached": 0, "failed": 1}
-    assert ledger.pending(db, SID) == {"s2": 2, "s3": 1, "s4": 1}
+    assert dict(ledger.pending(db, SID)) == {"s2": 2, "s3": 1, "s4": 1}
     assert [(r.sample_id, r.reason) for r in ledger.failures(db, SID)] == [("s1", "r1")]
     # reconciliation: found in the store / out of attempts
     ledger.set_status(db, SID, ["s3", "s0"], "done", None)  # s0 has its outcome already: untouched
     ledger.set_status(db, SID, ["s4"], "failed", "no outcome")
     db.commit()
-    assert ledger.pending(db, SID) == {"s2": 2}
+    assert dict(ledger.pending(db, SID)) == {"s2": 2}
     assert [r.sample_id for r in ledger.failures(db, SID, limit=1, offset=1)] == ["s4"]
     assert ledger.counts(db, "other")["published"] == 1
 
@@ -118,7 +118,7 @@ def test_redelivery_counts_attempts_up_to_max(db: Session) -> None:
     db.commit()
     row = _row(db, "poison")
     assert row.status == "failed" and "3 deliveries" in row.reason
-    assert ledger.pending(db, SID) == {"ok": 1}
+    assert dict(ledger.pending(db, SID)) == {"ok": 1}
     # a redelivered sample that already has its outcome is not run again
     ledger.record_outcomes(db, SID, [{"sample_id": "ok", "status": "computed"}])
     db.commit()
