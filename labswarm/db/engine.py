@@ -25,7 +25,7 @@ class Base(DeclarativeBase):
 
 
 #: The modules that define tables on :class:`Base`; each table needs a migration too (labswarm/db/migrate.py).
-TABLE_MODULES = ("labswarm.sessions.models",)
+TABLE_MODULES = ("labswarm.sessions.models", "labswarm.jobs.models")
 
 
 def import_tables() -> None:
