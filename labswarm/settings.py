@@ -54,6 +54,14 @@ class Settings(BaseSettings):
         swarm_data_nfs_options: NFS mount options, ``addr=HOST`` is prepended.
         swarm_constraints: placement constraints of the worker services, e.g. ``["node.labels.labswarm==worker"]``.
         swarm_stop_grace: seconds a worker container gets to finish its running tasks when scaled down or removed.
+        job_slots: learner slots of the training-jobs queue: jobs start, by priority then submission, while their
+            learners fit (``LABSWARM_JOB_SLOTS``).
+        job_gpus: GPUs the lifecycle manager hands to learners, each learner its own ``CUDA_VISIBLE_DEVICES``;
+            ``None``: those ``nvidia-smi -L`` lists (0 without it).
+        job_heartbeat_timeout: seconds a running learner may go without reporting before the watchdog declares it
+            hung, kills it and restarts it like a crashed one (reports come every second).
+        job_start_timeout: seconds a new learner may take to send its first report (starting Python and torch).
+        job_halt_grace: seconds a halted learner gets to checkpoint and exit before it is killed.
     """
 
     model_config = SettingsConfigDict(env_prefix="LABSWARM_", extra="ignore")
@@ -80,6 +88,11 @@ class Settings(BaseSettings):
     swarm_constraints: list[str] = Field(default_factory=list)
     swarm_stop_grace: float = Field(60.0, gt=0)
     max_total_waiting: int | None = Field(2_000, ge=0)
+    job_slots: int = Field(1, ge=1)
+    job_gpus: int | None = Field(None, ge=0)
+    job_heartbeat_timeout: float = Field(60.0, gt=0)
+    job_start_timeout: float = Field(300.0, gt=0)
+    job_halt_grace: float = Field(30.0, gt=0)
 
     def resolved_database_url(self) -> str:
         """``database_url``, or the SQLite file ``home/manager.sqlite``."""

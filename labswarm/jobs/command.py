@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labswarm.jobs import layout
+from labswarm.jobs.errors import EXIT_HALTED
 from labswarm.jobs.manifest import CommandFramework
 from labswarm.jobs.storage.base import Storage
 
@@ -53,8 +54,6 @@ def run_command(learner: Learner) -> int:
     Raises:
         StorageError: the checkpoint or the results could not be moved.
     """
-    from labswarm.jobs.learner import EXIT_HALTED
-
     framework = learner.manifest.framework
     assert isinstance(framework, CommandFramework)
     spec, workdir = learner.spec, learner.workdir

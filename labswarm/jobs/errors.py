@@ -17,6 +17,17 @@ import signal
 from collections.abc import Collection
 from dataclasses import dataclass
 
+#: Exit code of a learner (:mod:`labswarm.jobs.learner`): halted on request, after committing a checkpoint
+#: (sysexits' EX_TEMPFAIL: "try again later").
+EXIT_HALTED = 75
+#: Exit code of a learner: the experiment or its data is invalid (the user's fault: in the default
+#: ``restart.user_exit_codes``).
+EXIT_USER = 2
+#: Exit code of a learner: the results store could not be read or written (sysexits' EX_IOERR).
+EXIT_STORAGE = 74
+#: Exit code of a learner: any other error of the learner (sysexits' EX_SOFTWARE): the platform's fault.
+EXIT_PLATFORM = 70
+
 
 class Fault(enum.StrEnum):
     """Whose fault a failure is."""

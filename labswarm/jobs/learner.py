@@ -42,7 +42,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from labswarm.config import ExperimentConfig
 from labswarm.errors import ConfigError, DatasetError, StorageError, format_loc
 from labswarm.jobs import layout
+from labswarm.jobs.errors import EXIT_HALTED, EXIT_PLATFORM, EXIT_STORAGE, EXIT_USER
 from labswarm.jobs.manifest import CommandFramework, JobManifest, parse_manifest
+from labswarm.jobs.processes import EXIT_FILE
 from labswarm.jobs.reporter import JobReporter
 from labswarm.jobs.storage.base import MissingObject, Storage
 from labswarm.train.trainer import Trainer, TrainerHooks
@@ -51,14 +53,9 @@ log = logging.getLogger("labswarm.learner")
 
 #: The environment variable naming the spec file when no argument does.
 SPEC_ENV = "LABSWARM_LEARNER_SPEC"
-#: Exit code: halted on request, after committing a checkpoint (sysexits' EX_TEMPFAIL: "try again later").
-EXIT_HALTED = 75
-#: Exit code: the experiment or its data is invalid (the user's fault, in the default ``user_exit_codes``).
-EXIT_USER = 2
-#: Exit code: the results store could not be read or written (sysexits' EX_IOERR).
-EXIT_STORAGE = 74
-#: Exit code: any other error of the learner (sysexits' EX_SOFTWARE): the platform's fault.
-EXIT_PLATFORM = 70
+
+__all__ = ["EXIT_HALTED", "EXIT_PLATFORM", "EXIT_STORAGE", "EXIT_USER", "Learner", "LearnerSpec", "OutputCapture",
+           "load_spec", "main"]
 
 
 class LearnerSpec(BaseModel):
@@ -327,6 +324,8 @@ def _log_to_stderr() -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(handler)
     root.setLevel(logging.INFO)
+    for chatty in ("httpx", "httpcore"):  # one line per report would be reported again: an endless echo
+        logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,7 +342,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_PLATFORM
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: learner.halt.set())
-    return learner.run()
+    code = learner.run()
+    with contextlib.suppress(OSError):  # for a manager that is not this process's parent (it restarted)
+        (learner.workdir / EXIT_FILE).write_text(json.dumps({"code": code}))
+    return code
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from labswarm.errors import ConfigError, DatasetError, DeployError, LabswarmError, NotFound
+from labswarm.jobs.api import jobs_router
+from labswarm.jobs.service import JobService
 from labswarm.sessions.api import sessions_router
 from labswarm.sessions.metrics import SessionCollector
 from labswarm.sessions.service import SessionService
@@ -64,6 +66,7 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
         return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(sessions_router(sessions, [Depends(auth)]))
+    app.include_router(jobs_router(JobService(sessions), [Depends(auth)]))
     return app
 
 

@@ -1,0 +1,109 @@
+"""A real manager (uvicorn on loopback) hosting the jobs service, and an SSE reader, for the jobs tests."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+from sqlalchemy import select
+
+from labswarm.jobs.models import LearnerRow
+from labswarm.jobs.service import JobService
+from labswarm.manager.api import create_app
+from labswarm.manager.server import EmbeddedServer
+from labswarm.settings import Settings
+
+
+@dataclass
+class Manager:
+    """A served manager: its URL, an HTTP client, the job service behind it."""
+
+    server: EmbeddedServer
+    http: httpx.Client
+    jobs: JobService
+
+    def submit(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        response = self.http.post("/v1/jobs", json=manifest)
+        assert response.status_code == 201, response.text
+        assert response.headers["Location"] == f"/v1/jobs/{response.json()['id']}"
+        return response.json()
+
+    def show(self, job_id: str) -> dict[str, Any]:
+        response = self.http.get(f"/v1/jobs/{job_id}")
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def learner_pids(self) -> list[int]:
+        """Pids of the learner processes alive now (the process identity checked)."""
+        with self.jobs.db() as db:
+            rows = list(db.scalars(select(LearnerRow)))
+        return [r.pid for r in rows if r.pid and _alive(r.pid, r.pid_created)]
+
+
+def _alive(pid: int, created: float | None) -> bool:
+    try:
+        process = psutil.Process(pid)
+        return abs(process.create_time() - (created or 0)) < 0.05 and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@contextlib.contextmanager
+def manager(tmp_path: Path, **settings: Any) -> Iterator[Manager]:
+    """A manager with its home in ``tmp_path / "home"``; every learner still alive at the end is killed."""
+    app = create_app(Settings(home=tmp_path / "home", **settings))
+    server = EmbeddedServer(app).start()
+    http = httpx.Client(base_url=server.url, timeout=30)
+    jobs = app.state.jobs
+    try:
+        yield Manager(server, http, jobs)
+    finally:
+        pids = Manager(server, http, jobs).learner_pids()
+        http.close()
+        server.stop()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def read_events(http: httpx.Client, job_id: str, *, last_event_id: int | None = None,
+                until: Callable[[dict[str, Any]], bool] = lambda _e: False,
+                timeout: float = 300.0) -> list[dict[str, Any]]:
+    """Read the job's event stream from after ``last_event_id``: ``[{id, event, data}]``, up to the first event
+    for which ``until`` is true (then the connection is closed), or to the end of the stream."""
+    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+    out: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    with http.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers, timeout=timeout) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        event: dict[str, Any] = {}
+        for line in response.iter_lines():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the stream did not end within {timeout} s")
+            if line.startswith("id: "):
+                event["id"] = int(line[4:])
+            elif line.startswith("event: "):
+                event["event"] = line[7:]
+            elif line.startswith("data: "):
+                event["data"] = json.loads(line[6:])
+            elif not line and event:
+                out.append(event)
+                if until(event):
+                    return out
+                event = {}
+    return out
+
+
+def statuses(events: list[dict[str, Any]]) -> list[str]:
+    """The statuses in a list of events, in order."""
+    return [e["data"]["status"] for e in events if e["event"] == "status"]
