@@ -6,6 +6,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -107,3 +109,55 @@ def read_events(http: httpx.Client, job_id: str, *, last_event_id: int | None = 
 def statuses(events: list[dict[str, Any]]) -> list[str]:
     """The statuses in a list of events, in order."""
     return [e["data"]["status"] for e in events if e["event"] == "status"]
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    """Call ``condition`` until it returns a truthy value (returned), for at most ``timeout`` seconds.
+
+    Raises:
+        TimeoutError: it never did.
+    """
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not met within {timeout} s")
+        time.sleep(0.05)
+    return value
+
+
+_SERVE = """
+import sys
+from pathlib import Path
+from labswarm.manager.api import create_app
+from labswarm.manager.server import serve
+from labswarm.settings import Settings
+serve(create_app(Settings(home=Path(sys.argv[1]))), "127.0.0.1", int(sys.argv[2]))
+"""
+
+
+def manager_process(home: Path, port: int, log: Path) -> subprocess.Popen:
+    """A manager in a process of its own on ``port`` (to be killed with SIGKILL), once it answers ``/health``."""
+    with open(log, "ab") as out:
+        process = subprocess.Popen([sys.executable, "-c", _SERVE, str(home), str(port)], stdout=out,
+                                   stderr=subprocess.STDOUT)
+
+    def healthy() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"the manager exited with {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(healthy, 60, "the manager answering /health")
+    return process
+
+
+def learner_processes(job_id: str) -> list[psutil.Process]:
+    """The processes running a learner of the job (found by their command line: the spec's path names it)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "labswarm.jobs.learner" in cmdline and any(f"/jobs/{job_id}/" in part for part in cmdline):
+            found.append(process)
+    return found
