@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -146,10 +147,12 @@ class JobLifecycle:
             learner.killed = "hung"
             self.learners.kill(learner.pid, learner.pid_created)
         elif job.halt_at is not None:
-            if not learner.halt_sent:
+            # SIGTERM once it has reported (its handler is installed by then); before, the answer to its first
+            # report asks it to halt
+            if not learner.halt_sent and learner.last_seen is not None:
                 learner.halt_sent = True
                 self.learners.terminate(learner.pid, learner.pid_created)
-            elif (now - job.halt_at).total_seconds() > self.settings.job_halt_grace:
+            if (now - job.halt_at).total_seconds() > self.settings.job_halt_grace:
                 log.warning("job %s learner %d did not halt within %.0f s: killed", job.id, learner.rank,
                             self.settings.job_halt_grace)
                 learner.killed = "halt"
@@ -218,7 +221,9 @@ class JobLifecycle:
             self._attempt_event(db, job, attempt)
             self._store(db, job)
         elif job.status == _S.HALTING.value:
-            halted = pointer is not None or bad == EXIT_HALTED or any(lr.killed == "halt" for lr in learners)
+            # stopped as asked: exited as halted, killed after the grace, or by the SIGTERM itself
+            halted = (pointer is not None or bad in (EXIT_HALTED, -signal.SIGTERM, 128 + signal.SIGTERM)
+                      or any(lr.killed == "halt" for lr in learners))
             attempt.reason = "halted" if halted else verdict.detail
             attempt.error_code = None if halted else verdict.code.value
             self._attempt_event(db, job, attempt)

@@ -251,8 +251,11 @@ class JobService:
         Raises:
             NotFound: no such job.
         """
-        rows, _ = self.events(job_id, 0, limit=1_000_000)
-        return [{**r.payload, "attempt": r.attempt} for r in rows if r.kind == "metric"]
+        with self.db() as db:
+            self.get(db, job_id)
+            rows = db.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id, JobEventRow.kind == "metric")
+                              .order_by(JobEventRow.seq))
+            return [{**r.payload, "attempt": r.attempt} for r in rows]
 
     def storage(self, job: JobRow) -> Storage:
         """The job's folder of its results store."""

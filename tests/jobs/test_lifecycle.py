@@ -98,3 +98,18 @@ def test_a_manager_killed_mid_job_is_restarted_and_re_attaches_to_its_learner(tm
     assert shown["attempt"] == 1 and shown["attempts"][0]["exit_code"] == 0
     assert shown["attempts"][0]["learners"][0]["pid"] == learner.pid
     assert not learner_processes(job_id)
+
+
+def test_a_halt_before_the_learner_reported_ends_halted_and_resume_completes(tmp_path: Path) -> None:
+    with manager(tmp_path) as m:
+        job = m.submit(_waiting(tmp_path, "early", tmp_path / "never", from_attempt=2))
+        seen = read_events(m.http, job["id"],
+                           until=lambda e: e["event"] == "status" and e["data"]["status"] == "pending")
+        assert m.http.patch(f"/v1/jobs/{job['id']}", json={"status": "halt"}).status_code == 200
+        seen += read_events(m.http, job["id"], last_event_id=seen[-1]["id"],
+                            until=lambda e: e["event"] == "status" and e["data"]["status"] == "halted")
+        assert not m.learner_pids()
+        assert m.http.patch(f"/v1/jobs/{job['id']}", json={"status": "resume"}).status_code == 200
+        seen += read_events(m.http, job["id"], last_event_id=seen[-1]["id"])
+    assert statuses(seen)[:2] == ["queued", "pending"] and "failed" not in statuses(seen)
+    assert statuses(seen)[-6:] == ["halted", "queued", "pending", "running", "storing", "completed"]
