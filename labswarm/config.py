@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,14 @@ def _absolute(path: Path, base: Path) -> Path:
     return path if path.is_absolute() else (base / path).resolve()
 
 
+def _unquoted(problem: str) -> str:
+    """A YAML parser's problem with the text it quotes from the document (``found undefined alias 'x'``) left
+    out, its grammar tokens (``'<stream end>'``) and single characters (``','``, ``'\\t'``) kept: no error
+    message quotes the content of a file."""
+    return re.sub(r"'([^']*)'|\"([^\"]*)\"",
+                  lambda m: m[0] if len(m[0]) <= 4 or re.fullmatch(r".<[a-z ]+>.", m[0]) else "(...)", problem)
+
+
 def parse_experiment(data: Mapping[str, Any] | str, *, base_dir: Path | None = None, source: str | None = None):
     """Validate an experiment from a mapping or YAML/JSON text.
 
@@ -249,7 +258,8 @@ def parse_experiment(data: Mapping[str, Any] | str, *, base_dir: Path | None = N
         The validated :class:`ExperimentConfig`.
 
     Raises:
-        ConfigError: YAML syntax error, or every invalid field with its dotted path and the reason.
+        ConfigError: YAML syntax error (its line and column, none of its text), or every invalid field with its
+            dotted path and the reason.
     """
     if isinstance(data, str):
         try:
@@ -257,7 +267,8 @@ def parse_experiment(data: Mapping[str, Any] | str, *, base_dir: Path | None = N
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-            raise ConfigError([("", f"invalid YAML: {where}{getattr(exc, 'problem', exc)}")], source=source) from exc
+            problem = _unquoted(str(getattr(exc, "problem", None) or "syntax error"))
+            raise ConfigError([("", f"invalid YAML: {where}{problem}")], source=source) from None
     if not isinstance(data, Mapping):
         raise ConfigError([("", f"expected a mapping at the top level, got {type(data).__name__}")], source=source)
     try:
@@ -278,4 +289,6 @@ def load_experiment(path: str | Path) -> ExperimentConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError([("", f"cannot read {path}: {exc.strerror or exc}")], source=str(path)) from exc
+    except UnicodeDecodeError:  # its message quotes the offending bytes
+        raise ConfigError([("", f"{path} is not UTF-8 text")], source=str(path)) from None
     return parse_experiment(text, base_dir=path.resolve().parent, source=str(path))

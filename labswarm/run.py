@@ -135,9 +135,13 @@ def run_experiment(
     if manager_url is None:
         from labswarm.manager.api import create_app
         from labswarm.manager.server import EmbeddedServer
+        from labswarm.paths import experiment_folders
 
         if broker_url:
             settings = settings.model_copy(update={"broker_url": broker_url})
+        # the user runs their own file: the folders it names are data roots of this manager, from any directory
+        roots = [*(settings.data_roots or [Path.cwd()]), *experiment_folders(config)]
+        settings = settings.model_copy(update={"data_roots": roots})
         app = create_app(settings)
         # the manager runs the local workers itself (launcher "local"), as it runs a swarm service
         app.state.sessions.launchers.host = Host(concurrency=concurrency, log_dir=log_dir)

@@ -6,10 +6,13 @@ documented here. Settings are built once at start-up (:func:`load_settings`), ne
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -21,6 +24,9 @@ class Settings(BaseSettings):
             (``postgresql+psycopg://...`` for PostgreSQL).
         broker_url: Celery broker URL; default: the embedded SQLite broker in ``home``
             (``amqp://guest:guest@localhost:5672//`` for RabbitMQ).
+        data_roots: the directories every path that a configuration posted to the manager names must lie in
+            (:mod:`labswarm.paths`); ``LABSWARM_DATA_ROOTS``, a JSON list or paths separated by ``os.pathsep``
+            (``/data:/srv/audio``); empty (the default): the manager's current directory.
         api_token: when set, mutating manager endpoints require ``Authorization: Bearer <token>``.
         max_attempts: deliveries of one sample (broker redeliveries and republishes) before it is recorded
             as failed: a poison sample cannot loop forever.
@@ -69,6 +75,7 @@ class Settings(BaseSettings):
     home: Path = Path(".labswarm")
     database_url: str | None = None
     broker_url: str | None = None
+    data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
     api_token: str | None = None
     max_attempts: int = Field(5, ge=1)
     default_rate: float = Field(200.0, gt=0)
@@ -93,6 +100,14 @@ class Settings(BaseSettings):
     job_heartbeat_timeout: float = Field(60.0, gt=0)
     job_start_timeout: float = Field(300.0, gt=0)
     job_halt_grace: float = Field(30.0, gt=0)
+
+    @field_validator("data_roots", mode="before")
+    @classmethod
+    def _data_roots(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else [p for p in text.split(os.pathsep) if p]
+        return value
 
     def resolved_database_url(self) -> str:
         """``database_url``, or the SQLite file ``home/manager.sqlite``."""

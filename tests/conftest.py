@@ -11,6 +11,18 @@ import pytest
 from helpers import write_dataset
 
 
+@pytest.fixture(autouse=True, scope="session")
+def data_roots() -> Iterator[None]:
+    """Managers built by the tests accept the temporary folders their datasets and stores live in (besides the
+    current directory, the default; ``LABSWARM_DATA_ROOTS``, see labswarm.paths); workers inherit it."""
+    import json
+    import tempfile
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LABSWARM_DATA_ROOTS", json.dumps([os.getcwd(), os.path.realpath(tempfile.gettempdir())]))
+        yield
+
+
 @pytest.fixture
 def tone_dataset(tmp_path: Path) -> Path:
     return write_dataset(tmp_path / "data")

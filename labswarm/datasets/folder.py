@@ -43,10 +43,17 @@ def iter_clips(root: str | Path, labels: str | Path) -> Iterator[Clip]:
         labels: the CSV file.
 
     Raises:
-        DatasetError: the CSV is missing or unreadable, lacks a required column, or a row has an empty path or
-            label (the message gives the row's line number). Audio files are not opened here: a missing audio
-            file fails its own samples later with an ``AudioError``.
+        DatasetError: the CSV is missing or unreadable, is not UTF-8 CSV text, lacks a required column, or a row
+            has an empty path or label (the message gives the line number). No message quotes the file's content
+            (a labels file may name any file the manager can read: its first line would leak). Audio files are
+            not opened here: a missing audio file fails its own samples later with an ``AudioError``.
     """
+    for _line, clip in _numbered_clips(root, labels):
+        yield clip
+
+
+def _numbered_clips(root: str | Path, labels: str | Path) -> Iterator[tuple[int, Clip]]:
+    """``(line number, clip)`` of each row of a labels CSV (see :func:`iter_clips`)."""
     root, labels = Path(root), Path(labels)
     try:
         handle = labels.open(newline="", encoding="utf-8")
@@ -54,28 +61,42 @@ def iter_clips(root: str | Path, labels: str | Path) -> Iterator[Clip]:
         raise DatasetError(f"cannot read labels CSV {labels}: {exc.strerror or exc}") from exc
     with handle:
         reader = csv.DictReader(handle)
-        columns = reader.fieldnames or []
-        missing = [c for c in REQUIRED_COLUMNS if c not in columns]
-        if missing:
-            raise DatasetError(f"{labels}: missing column(s) {', '.join(missing)}; found {', '.join(columns)}")
-        for row in reader:
-            line = reader.line_num
-            clip_id = (row.get("path") or "").strip()
-            label = (row.get("label") or "").strip()
-            if not clip_id or not label:
-                raise DatasetError(f"{labels}, line {line}: empty path or label")
-            path = Path(clip_id)
-            full = path if path.is_absolute() else root / path
-            source = (row.get("source") or "").strip() or clip_id
-            yield Clip(clip_id=clip_id, path=str(full), label=label, source=source)
+        line = 1
+        try:
+            columns = reader.fieldnames or []
+            missing = [c for c in REQUIRED_COLUMNS if c not in columns]
+            if missing:
+                raise DatasetError(f"{labels}: the header (line 1) is missing column(s) {', '.join(missing)}; a labels "
+                                   f"CSV has the columns {', '.join(REQUIRED_COLUMNS)}[, source]")
+            for row in reader:
+                line = reader.line_num
+                clip_id = (row.get("path") or "").strip()
+                label = (row.get("label") or "").strip()
+                if not clip_id or not label:
+                    raise DatasetError(f"{labels}, line {line}: empty path or label")
+                path = Path(clip_id)
+                full = path if path.is_absolute() else root / path
+                source = (row.get("source") or "").strip() or clip_id
+                yield line, Clip(clip_id=clip_id, path=str(full), label=label, source=source)
+        except UnicodeDecodeError:  # its message quotes the offending bytes: not passed on
+            raise DatasetError(f"{labels}, after line {line}: not UTF-8 text") from None
+        except csv.Error as exc:
+            raise DatasetError(f"{labels}, line {reader.line_num}: not a valid CSV row") from exc
+        except OSError as exc:
+            raise DatasetError(f"cannot read labels CSV {labels}: {exc.strerror or exc}") from exc
 
 
 def read_clips(root: str | Path, labels: str | Path) -> list[Clip]:
-    """All clips of a labels CSV (see :func:`iter_clips`); raises ``DatasetError`` on a repeated path."""
-    clips = list(iter_clips(root, labels))
-    seen: set[str] = set()
-    for clip in clips:
+    """All clips of a labels CSV (see :func:`iter_clips`).
+
+    Raises:
+        DatasetError: see :func:`iter_clips`; or a path listed twice (the message gives both line numbers).
+    """
+    clips: list[Clip] = []
+    seen: dict[str, int] = {}
+    for line, clip in _numbered_clips(root, labels):
         if clip.clip_id in seen:
-            raise DatasetError(f"{labels}: path {clip.clip_id!r} is listed twice")
-        seen.add(clip.clip_id)
+            raise DatasetError(f"{labels}, line {line}: the path of line {seen[clip.clip_id]} is listed twice")
+        seen[clip.clip_id] = line
+        clips.append(clip)
     return clips

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from labswarm.config import ExperimentConfig, parse_experiment
 from labswarm.db import utcnow
 from labswarm.errors import ConfigError, Conflict, NotFound
+from labswarm.paths import DataRoots, check_experiment_paths
 from labswarm.sessions.models import ExperimentRow, active_session
 
 
@@ -25,10 +26,12 @@ class ExperimentRegistry:
 
     Args:
         db: a factory of database sessions (context managers).
+        roots: the directories the paths of a registered experiment must lie in; default: the current directory.
     """
 
-    def __init__(self, db: Callable[[], AbstractContextManager[Session]]) -> None:
+    def __init__(self, db: Callable[[], AbstractContextManager[Session]], roots: DataRoots | None = None) -> None:
         self.db = db
+        self.roots = roots or DataRoots()
         self._configs: dict[str, ExperimentConfig] = {}
 
     def register(self, data: dict[str, Any] | str) -> ExperimentRow:
@@ -38,10 +41,12 @@ class ExperimentRegistry:
             data: the experiment as YAML text or a mapping.
 
         Raises:
-            ConfigError: invalid configuration (each field with its dotted path and the reason).
+            ConfigError: invalid configuration (each field with its dotted path and the reason), or a path outside
+                the data roots (:mod:`labswarm.paths`), refused before anything is opened or created.
             Conflict: the experiment has an active session and a different configuration.
         """
         config = parse_experiment(data, source="request body")
+        check_experiment_paths(config, self.roots, source="request body")
         with self.db() as db:
             row = db.get(ExperimentRow, config.name)
             changed = row is not None and row.fingerprint != config.fingerprint()

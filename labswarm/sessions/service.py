@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from labswarm.db import make_engine, make_sessionmaker, utcnow
 from labswarm.errors import Conflict, NotFound
+from labswarm.paths import DataRoots
 from labswarm.queue.app import queue_name
 from labswarm.sample import count_samples
 from labswarm.sessions import ledger
@@ -47,7 +48,7 @@ class SessionService:
         settings.home.mkdir(parents=True, exist_ok=True)
         self.engine = engine or make_engine(settings.resolved_database_url())
         self._sessionmaker = make_sessionmaker(self.engine)
-        self.registry = ExperimentRegistry(self.db)
+        self.registry = ExperimentRegistry(self.db, DataRoots.from_settings(settings))
         self.broker = BrokerClient(settings, self.db)
         self.launchers = SessionLaunchers(self)
         self._runners: dict[str, SessionRunner] = {}

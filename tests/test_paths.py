@@ -1,0 +1,186 @@
+"""Data roots (labswarm.paths): a configuration posted to the manager names no path outside them, and no error
+message quotes a file's content. Real manager over real HTTP (uvicorn in a thread), real files and symlinks."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from helpers import experiment_dict, write_dataset, write_tone
+
+from labswarm.config import load_experiment, parse_experiment
+from labswarm.errors import ConfigError, DatasetError
+from labswarm.jobs.manifest import parse_manifest
+from labswarm.manager.api import create_app
+from labswarm.manager.server import EmbeddedServer
+from labswarm.paths import OUTSIDE, DataRoots, check_experiment_paths, check_manifest_paths, experiment_folders
+from labswarm.settings import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """The one data root: a dataset and a noise file inside."""
+    write_dataset(tmp_path / "root" / "data")
+    write_tone(tmp_path / "root" / "noise.wav")
+    return tmp_path / "root"
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A folder beside the root, with a dataset and a noise file of its own."""
+    write_dataset(tmp_path / "outside" / "data")
+    write_tone(tmp_path / "outside" / "noise.wav")
+    return tmp_path / "outside"
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[[list[Path]], httpx.Client]]:
+    """``serve(roots)``: an httpx client of a fresh manager whose data roots are ``roots``."""
+    servers: list[EmbeddedServer] = []
+    clients: list[httpx.Client] = []
+
+    def start(roots: list[Path]) -> httpx.Client:
+        settings = Settings(home=tmp_path / f"home{len(servers)}", data_roots=roots)
+        servers.append(EmbeddedServer(create_app(settings)).start())
+        clients.append(httpx.Client(base_url=servers[-1].url, timeout=10.0))
+        return clients[-1]
+
+    yield start
+    for client in clients:
+        client.close()
+    for server in servers:
+        server.stop()
+
+
+def _experiment(root: Path, **overrides) -> dict:
+    data = experiment_dict(root / "data", root / "store", name="bounded")
+    data["transformations"] = [{"name": "identity"},
+                               {"name": "add_noise", "snr_db": 10, "file": str(root / "noise.wav")}]
+    for dotted, value in overrides.items():
+        *parents, last = dotted.split(".")
+        node = data
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        node[int(last) if isinstance(node, list) else last] = value
+    return data
+
+
+def _refused(response: httpx.Response) -> dict[str, str]:
+    assert response.status_code == 422, response.text
+    return {error["path"]: error["reason"] for error in response.json()["detail"]}
+
+
+@pytest.mark.parametrize("case", ["dotdot", "absolute", "symlink", "labels", "noise", "store"])
+def test_a_path_outside_the_roots_is_refused_naming_its_field_and_nothing_is_created(
+        case: str, root: Path, outside: Path, serve) -> None:
+    (root / "link").symlink_to(outside / "data", target_is_directory=True)
+    overrides, fields = {
+        "dotdot": ({"dataset.root": str(root / ".." / "outside" / "data")}, {"dataset.root", "dataset.labels"}),
+        "absolute": ({"dataset.root": str(outside / "data")}, {"dataset.root", "dataset.labels"}),
+        "symlink": ({"dataset.root": str(root / "link")}, {"dataset.root", "dataset.labels"}),
+        "labels": ({"dataset.labels": str(outside / "data" / "labels.csv")}, {"dataset.labels"}),
+        "noise": ({"transformations.1.file": str(outside / "noise.wav")}, {"transformations.1.file"}),
+        "store": ({"store.root": str(outside / "store")}, {"store.root"}),
+    }[case]
+    http = serve([root])
+    errors = _refused(http.post("/experiments", json=_experiment(root, **overrides)))
+    assert set(errors) == fields, errors
+    assert all(OUTSIDE in reason for reason in errors.values()), errors
+    assert http.get("/experiments").json() == []
+    assert not (root / "store").exists() and not (outside / "store").exists()  # nothing created
+
+
+def test_paths_inside_the_roots_are_accepted(root: Path, serve) -> None:
+    (root / "alias").symlink_to(root / "data", target_is_directory=True)  # a symlink that stays inside
+    http = serve([root])
+    for data in (_experiment(root), _experiment(root, **{"dataset.root": str(root / "alias")})):
+        response = http.post("/experiments", json=data)
+        assert response.status_code == 201, response.text
+    assert [e["name"] for e in http.get("/experiments").json()] == ["bounded"]
+
+
+def test_relative_paths_resolve_against_the_current_directory(root: Path, monkeypatch) -> None:
+    monkeypatch.chdir(root)
+    config = parse_experiment(_experiment(root, **{"dataset.root": "data", "store.root": "store"}))
+    check_experiment_paths(config, DataRoots())  # the default root: the current directory
+    escaping = parse_experiment(_experiment(root, **{"dataset.root": "../outside", "store.root": "store"}))
+    with pytest.raises(ConfigError) as caught:
+        check_experiment_paths(escaping, DataRoots())
+    assert [path for path, _ in caught.value.errors] == ["dataset.root", "dataset.labels"]
+
+
+def test_a_file_outside_the_roots_is_never_read_and_a_labels_file_is_never_quoted(root: Path, serve) -> None:
+    http = serve([root])
+    errors = _refused(http.post("/experiments", json=_experiment(root, **{"dataset.labels": "/etc/passwd"})))
+    assert list(errors) == ["dataset.labels"] and "root:x:" not in str(errors)
+    # a manager whose root is / reads it when a session starts: the error says what is wrong, not what it read
+    http = serve([Path("/")])
+    response = http.post("/experiments", json=_experiment(root, **{"dataset.labels": "/etc/passwd"}))
+    assert response.status_code == 201, response.text
+    response = http.post("/experiments/bounded/sessions", json={})
+    assert response.status_code == 422, response.text
+    assert "missing column(s) path, label" in response.text and "root:x:" not in response.text, response.text
+
+
+@pytest.mark.parametrize("content", [
+    b"root:x:0:0:s3cr3t:/root:/bin/bash\n",  # no path and label columns: the header is not quoted
+    b"path,label\ns3cr3t-a.wav,x\ns3cr3t-a.wav,y\n",  # a path listed twice: the path is not quoted
+    b"path,label\n\xff\xfes3cr3t\n",  # not UTF-8: the bytes are not quoted
+    b"path,label\n\"s3cr3t\x00,x\n",  # not CSV
+])
+def test_labels_csv_errors_quote_nothing_of_the_file(tmp_path: Path, content: bytes) -> None:
+    from labswarm.datasets.folder import read_clips
+
+    (tmp_path / "labels.csv").write_bytes(content)
+    with pytest.raises(DatasetError) as caught:
+        read_clips(tmp_path, tmp_path / "labels.csv")
+    message = str(caught.value)
+    assert "labels.csv" in message and "line" in message, message
+    assert "root:x" not in message and "s3cr3t" not in message and "\\x" not in message, message
+
+
+def test_yaml_errors_quote_no_text_of_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "experiment.yml"
+    path.write_text("name: x\nkey: *secretalias\n")
+    with pytest.raises(ConfigError) as caught:
+        load_experiment(path)
+    assert "line 2" in str(caught.value) and "secretalias" not in str(caught.value)
+    path.write_bytes(b"name: \xff\xfes3cr3t\n")
+    with pytest.raises(ConfigError, match="not UTF-8") as caught:
+        load_experiment(path)
+    assert "secret" not in str(caught.value) and "\\x" not in str(caught.value)
+
+
+def test_manifest_paths(root: Path, outside: Path) -> None:
+    inline = {**_experiment(root, **{"store.root": str(outside / "store")}),
+              "model": {"name": "cnn", "input": "mel"}, "training": {"epochs": 1}}
+    manifest = parse_manifest({"name": "job", "experiment": inline,
+                               "data_store": {"name": "local", "path": str(root / "in")},
+                               "results_store": {"name": "local", "path": str(outside / "results")}})
+    with pytest.raises(ConfigError) as caught:
+        check_manifest_paths(manifest, DataRoots([root]))
+    assert [path for path, _ in caught.value.errors] == ["experiment.store.root", "results_store.path"]
+    check_manifest_paths(manifest, DataRoots([root, outside]))
+
+
+def test_settings_read_a_path_list_or_json(monkeypatch) -> None:
+    monkeypatch.setenv("LABSWARM_DATA_ROOTS", f"/data{os.pathsep}/srv/audio")
+    assert Settings().data_roots == [Path("/data"), Path("/srv/audio")]
+    monkeypatch.setenv("LABSWARM_DATA_ROOTS", '["/data", "/a:b"]')
+    assert Settings().data_roots == [Path("/data"), Path("/a:b")]
+    monkeypatch.delenv("LABSWARM_DATA_ROOTS")
+    assert Settings().data_roots == [] and DataRoots.from_settings(Settings()).roots == (Path.cwd().resolve(),)
+
+
+def test_the_readme_example_is_in_its_own_roots_from_any_directory(tmp_path: Path, monkeypatch) -> None:
+    """``labswarm run examples/music_speech_noise.yml`` gives its embedded manager the folders the file names."""
+    monkeypatch.chdir(tmp_path)
+    config = load_experiment(REPO / "examples" / "music_speech_noise.yml")
+    with pytest.raises(ConfigError):
+        check_experiment_paths(config, DataRoots())  # tmp_path: the data/ beside examples/ is outside
+    check_experiment_paths(config, DataRoots(experiment_folders(config)))
