@@ -92,6 +92,7 @@ def test_a_manager_killed_mid_job_is_restarted_and_re_attaches_to_its_learner(tm
     finally:
         if first.poll() is None:
             first.kill()
+        first.wait(30)
     assert statuses(stream) == ["queued", "pending", "running", "storing", "completed"]
     lines = [e["data"]["line"] for e in stream if e["event"] == "log"]
     assert "done" in lines and lines[-1].endswith("learner exits with code 0")
