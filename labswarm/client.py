@@ -91,9 +91,25 @@ class ManagerClient:
         """A session's progress."""
         return self._call("GET", f"/sessions/{session_id}")
 
-    def sessions(self) -> list[dict]:
-        """Every session, newest first."""
-        return self._call("GET", "/sessions")
+    def sessions(self, status: str | Sequence[str] | None = None, limit: int | None = None,
+                 offset: int = 0) -> list[dict]:
+        """One page of sessions' progress, newest first.
+
+        Args:
+            status: only sessions in this status or these statuses (``running``, ``paused``, ``completed``,
+                ``cancelled``, ``failed``); ``None``: any.
+            limit: sessions per page, 1 to 1,000 (default: the manager's, 50).
+            offset: sessions skipped (the next page starts at ``offset + limit``).
+
+        Raises:
+            ManagerError: the manager cannot be reached or refuses the filters (422).
+        """
+        params: dict[str, Any] = {"offset": offset}
+        if status is not None:
+            params["status"] = [status] if isinstance(status, str) else list(status)
+        if limit is not None:
+            params["limit"] = limit
+        return self._call("GET", "/sessions", params=params)
 
     def set_rate(self, session_id: str, rate: float) -> dict:
         """Set a session's publish rate in tasks/s."""

@@ -96,8 +96,12 @@ class RabbitMQMonitor:
         await self._client.aclose()
 
 
+#: Most active sessions one poll reads (the manager's largest page; one active session per experiment).
+MAX_ACTIVE = 1_000
+
+
 class ManagerMonitor:
-    """Reads every session's progress from the manager and sets publish rates.
+    """Reads the active sessions' progress from the manager and sets publish rates.
 
     Args:
         url: the manager's base URL.
@@ -119,8 +123,9 @@ class ManagerMonitor:
         return response.json()
 
     async def sessions(self) -> list[dict[str, Any]]:
-        """Progress of every session (``GET /sessions``)."""
-        return await self._call("GET", "/sessions")
+        """Progress of the active sessions, running or paused (``GET /sessions?status=running&status=paused``,
+        at most :data:`MAX_ACTIVE`): the cost of a poll does not grow with the sessions ever run."""
+        return await self._call("GET", "/sessions", params={"status": ["running", "paused"], "limit": MAX_ACTIVE})
 
     async def set_rate(self, session_id: str, rate: float) -> None:
         """``PUT /sessions/{id}/rate``."""

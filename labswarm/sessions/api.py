@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.params import Depends
 from pydantic import BaseModel, Field
 
 from labswarm.errors import ConfigError
 from labswarm.queue.app import queue_name
+from labswarm.redact import has_password, redact_url
 from labswarm.sessions.models import ExperimentRow
-from labswarm.sessions.service import SessionService
+from labswarm.sessions.service import MAX_FAILURES_PAGE, MAX_SESSIONS_PAGE, SESSIONS_PAGE, SessionService
+
+#: A session status, as a filter of ``GET /sessions``.
+SessionStatus = Literal["running", "paused", "completed", "cancelled", "failed"]
 
 
 class RateBody(BaseModel):
@@ -80,9 +84,12 @@ def sessions_router(service: SessionService, mutating: Sequence[Depends]) -> API
 
     @router.get("/settings")
     def worker_settings() -> dict[str, Any]:
-        """What a worker needs besides the experiment: the broker URL, the report interval, the queue bound."""
-        return {"broker_url": service.broker.url, "report_interval": settings.report_interval,
-                "max_queue_length": settings.max_queue_length}
+        """What a worker needs besides the experiment: the report interval, the queue bound, and the broker URL
+        only when it carries no password (the embedded broker); otherwise ``broker_url`` is ``null`` and
+        ``broker`` shows it with the password masked: workers read it from their own ``LABSWARM_BROKER_URL``."""
+        url = service.broker.url
+        return {"broker_url": None if has_password(url) else url, "broker": redact_url(url),
+                "report_interval": settings.report_interval, "max_queue_length": settings.max_queue_length}
 
     @router.post("/experiments", status_code=201, dependencies=mutating)
     async def post_experiment(request: Request) -> dict[str, Any]:
@@ -124,9 +131,13 @@ def sessions_router(service: SessionService, mutating: Sequence[Depends]) -> API
         return service.progress(row.id)
 
     @router.get("/sessions")
-    def list_sessions() -> list[dict[str, Any]]:
-        """Every session's progress, newest first."""
-        return [service.progress(row.id) for row in service.sessions()]
+    def list_sessions(
+        status: Annotated[list[SessionStatus] | None, Query(description="only these statuses (repeat)")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_SESSIONS_PAGE, description="sessions per page")] = SESSIONS_PAGE,
+        offset: Annotated[int, Query(ge=0, description="sessions skipped")] = 0,
+    ) -> list[dict[str, Any]]:
+        """One page of sessions' progress, newest first (default 50 per page, at most 1,000)."""
+        return [service.progress(row.id) for row in service.sessions(status, limit, offset)]
 
     @router.get("/sessions/{session_id}")
     def get_session(session_id: str) -> dict[str, Any]:
@@ -170,8 +181,12 @@ def sessions_router(service: SessionService, mutating: Sequence[Depends]) -> API
         return service.progress(session_id)
 
     @router.get("/sessions/{session_id}/failures")
-    def failures(session_id: str, limit: int = 1000, offset: int = 0) -> list[dict[str, Any]]:
-        """Failed samples with their reasons."""
+    def failures(
+        session_id: str,
+        limit: Annotated[int, Query(ge=1, le=MAX_FAILURES_PAGE, description="samples per page")] = 1000,
+        offset: Annotated[int, Query(ge=0, description="samples skipped")] = 0,
+    ) -> list[dict[str, Any]]:
+        """Failed samples with their reasons, by sample id, one page (at most 10,000)."""
         return service.failures(session_id, limit, offset)
 
     @router.post("/sessions/{session_id}/outcomes", dependencies=mutating)

@@ -1,5 +1,9 @@
 """Prometheus metrics of the manager (``GET /metrics``), read from the ledger at scrape time.
 
+Only the active sessions (running or paused) and the :data:`RECENT` most recently created ended ones are
+collected, so a scrape (every second or so) costs the same however many sessions were ever run; their counts
+come from the service's shared per-session cache (one ``GROUP BY`` per session per second at most).
+
 Series (labels ``session``, ``experiment``):
 
 - ``labswarm_session_samples{status}``: samples per ledger status (``published`` = awaiting an outcome,
@@ -18,12 +22,23 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from labswarm.errors import NotFound
+from labswarm.sessions.models import ACTIVE
+
+#: Statuses of an ended session.
+ENDED = ("completed", "cancelled", "failed")
+
 if TYPE_CHECKING:
     from labswarm.sessions.service import SessionService
 
 
+#: Ended sessions collected besides the active ones, newest first.
+RECENT = 10
+
+
 class SessionCollector(Collector):
-    """Collects every session's progress from a :class:`~labswarm.sessions.service.SessionService` when scraped."""
+    """Collects the active and the :data:`RECENT` latest sessions' progress from a
+    :class:`~labswarm.sessions.service.SessionService` when scraped."""
 
     def __init__(self, manager: SessionService) -> None:
         self.manager = manager
@@ -36,8 +51,13 @@ class SessionCollector(Collector):
         published = CounterMetricFamily("labswarm_session_published", "Messages published.", labels=labels)
         rate = GaugeMetricFamily("labswarm_session_publish_rate", "Publish rate in force, tasks/s.", labels=labels)
         active = GaugeMetricFamily("labswarm_session_active", "1 while running or paused.", labels=labels)
-        for row in self.manager.sessions():
-            p = self.manager.progress(row.id)
+        rows = {row.id: row for row in self.manager.sessions(ACTIVE, limit=1_000)}
+        rows.update((row.id, row) for row in self.manager.sessions(ENDED, limit=RECENT))
+        for row in rows.values():
+            try:
+                p = self.manager.progress(row.id)
+            except NotFound:  # deleted between the two reads
+                continue
             key = [p["id"], p["experiment"]]
             for status, field in (("published", "pending"), ("done", "done"), ("cached", "cached"),
                                   ("failed", "failed")):
@@ -45,5 +65,5 @@ class SessionCollector(Collector):
             total.add_metric(key, p["total"])
             published.add_metric(key, p["published"])
             rate.add_metric(key, p["rate"])
-            active.add_metric(key, 1.0 if p["status"] in ("running", "paused") else 0.0)
+            active.add_metric(key, 1.0 if p["status"] in ACTIVE else 0.0)
         yield from (samples, total, published, rate, active)

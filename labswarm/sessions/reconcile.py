@@ -21,25 +21,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Samples republished per ``publish_many`` call (one round of confirms) and per ledger commit.
+BATCH = 200
+
 
 def reconcile(runner: SessionRunner, block: FeaturesBlock) -> None:
     """Wait for every sample's outcome; when the queue is empty and nothing arrived for a while, republish.
 
-    Returns once the session completed (:meth:`SessionRunner.finish`) or the runner was stopped.
+    Progress is what :meth:`SessionRunner.note_outcomes` sees arrive; the ledger is asked only whether any sample
+    is still pending (one index seek per poll, whatever the session's size). Returns once the session completed
+    (:meth:`SessionRunner.finish`) or the runner was stopped; waits while the session is paused.
     """
     settings = runner.service.settings
-    last_counts = None
     runner.last_progress = time.monotonic()
     while not runner.stop_event.is_set():
         if not runner.wait_running():
             return
         with runner.service.db() as db:
-            counts = ledger.counts(db, runner.session_id)
-        if counts["published"] == 0:
+            waiting = ledger.has_pending(db, runner.session_id)
+        if not waiting:
             runner.finish("completed")
             return
-        if counts != last_counts:
-            last_counts, runner.last_progress = counts, time.monotonic()
         idle_limit = max(settings.reconcile_after, 4 * runner.max_task_seconds)
         idle = time.monotonic() - runner.last_progress > idle_limit
         if idle and runner.service.broker.queue_depth(runner.experiment) == 0:
@@ -48,25 +50,54 @@ def reconcile(runner: SessionRunner, block: FeaturesBlock) -> None:
         runner.stop_event.wait(0.25)
 
 
+def republish_missing(runner: SessionRunner, block: FeaturesBlock) -> bool:
+    """Samples without an outcome: found in the store (``done``), out of attempts (``failed``) or published again.
 
-def republish_missing(runner: SessionRunner, block: FeaturesBlock) -> None:
-    """Samples without an outcome: found in the store (``done``), out of attempts (``failed``) or published again."""
-    max_attempts = runner.service.settings.max_attempts
+    Streams: walks the experiment's sample stream in chunks of :data:`ledger.CHUNK`, looks up which of each chunk
+    are pending (one query), settles and republishes those, and stops once as many as were pending at the start
+    have been seen. Memory holds one chunk, whatever the session's size. A pause holds the walk where it is (no
+    message is published while paused) and the walk goes on from there on resume; a stop ends it.
+
+    Returns:
+        ``True`` when the walk went through, ``False`` when the runner was stopped first.
+    """
     with runner.service.db() as db:
-        missing = ledger.pending(db, runner.session_id)
+        missing = ledger.count_pending(db, runner.session_id)
     if not missing:
-        return
-    log.info("session %s: %d samples without outcome; reconciling", runner.session_id, len(missing))
+        return True
+    log.info("session %s: %d samples without outcome; reconciling", runner.session_id, missing)
+    started, seen, sent_total = time.monotonic(), 0, 0
+    for chunk in ledger.chunks(iter_samples(runner.config)):
+        if not runner.wait_running():
+            return False
+        with runner.service.db() as db:
+            attempts = ledger.pending_among(db, runner.session_id, (s.id for s in chunk))
+        if not attempts:
+            continue
+        seen += len(attempts)
+        sent = _settle(runner, block, [s for s in chunk if s.id in attempts], attempts)
+        if sent is None:
+            return False
+        sent_total += sent
+        if seen >= missing:
+            break
+    log.info("session %s: reconciled %d samples in %.1f s (%d published again)", runner.session_id, seen,
+             time.monotonic() - started, sent_total)
+    return True
+
+
+def _settle(runner: SessionRunner, block: FeaturesBlock, samples: list[Sample],
+            attempts: dict[str, int]) -> int | None:
+    """Settle one chunk's pending ``samples``: ``done`` if in the store, ``failed`` out of attempts, else
+    published again; returns how many were published, ``None`` if stopped first."""
+    max_attempts = runner.service.settings.max_attempts
     found: list[str] = []
     exhausted: list[str] = []
     again: list[Sample] = []
-    for sample in iter_samples(runner.config):
-        attempts = missing.get(sample.id)
-        if attempts is None:
-            continue
+    for sample in samples:
         if block.is_cached(sample):
             found.append(sample.id)
-        elif attempts >= max_attempts:
+        elif attempts[sample.id] >= max_attempts:
             exhausted.append(sample.id)
         else:
             again.append(sample)
@@ -75,16 +106,29 @@ def republish_missing(runner: SessionRunner, block: FeaturesBlock) -> None:
         ledger.set_status(db, runner.session_id, exhausted, "failed",
                           f"no outcome after {max_attempts} deliveries (worker lost or task lost)")
         db.commit()
-    sent: list[str] = []
-    for sample in again:
-        if not runner.bucket.acquire(runner.stop_event):
-            break
-        if not runner.service.broker.publish(runner.session_id, runner.experiment, sample, runner.stop_event):
-            break
-        sent.append(sample.id)
+    sent = 0
+    for batch in ledger.chunks(again, BATCH):
+        if not runner.wait_running():  # paused: hold here; resume goes on with this batch
+            return None
+        for taken in range(len(batch)):
+            if not runner.bucket.acquire(runner.stop_event):
+                batch = batch[:taken]
+                break
+        n = runner.service.broker.publish_many(runner.session_id, runner.experiment, batch, runner.stop_event)
+        _record_sent(runner, [s.id for s in batch[:n]])
+        sent += n
+        if n < len(batch) or runner.stop_event.is_set():
+            return None
+    return sent
+
+
+def _record_sent(runner: SessionRunner, sample_ids: list[str]) -> None:
+    """One more attempt for each republished sample; the session's message counters."""
+    if not sample_ids:
+        return
     with runner.service.db() as db:
-        ledger.add_attempt(db, runner.session_id, sent)
+        ledger.add_attempt(db, runner.session_id, sample_ids)
         row = db.get(SessionRow, runner.session_id)
-        row.published += len(sent)
-        row.republished += len(sent)
+        row.published += len(sample_ids)
+        row.republished += len(sample_ids)
         db.commit()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +34,13 @@ from labswarm.sessions.runner import SessionRunner
 from labswarm.settings import Settings
 
 log = logging.getLogger(__name__)
+
+#: Every status a session can have (see :class:`~labswarm.sessions.models.SessionRow`).
+SESSION_STATUSES = ("running", "paused", "completed", "cancelled", "failed")
+#: Sessions per page of :meth:`SessionService.sessions` by default, and the most one page may have.
+SESSIONS_PAGE, MAX_SESSIONS_PAGE = 50, 1_000
+#: The most failed samples one page of :meth:`SessionService.failures` may have.
+MAX_FAILURES_PAGE = 10_000
 
 
 class SessionService:
@@ -152,10 +160,30 @@ class SessionService:
         self._spawn(row.id)
         return row
 
-    def sessions(self) -> list[SessionRow]:
-        """Every session, newest first."""
+    def sessions(self, status: Sequence[str] | None = None, limit: int = SESSIONS_PAGE,
+                 offset: int = 0) -> list[SessionRow]:
+        """One page of sessions, newest first (creation time, then id).
+
+        Args:
+            status: only sessions in these statuses (e.g. ``ACTIVE``); ``None``: any.
+            limit: sessions per page, 1 to :data:`MAX_SESSIONS_PAGE` (default :data:`SESSIONS_PAGE`).
+            offset: sessions skipped.
+
+        Raises:
+            ValueError: ``limit`` or ``offset`` out of range, or an unknown status (the message names the field).
+        """
+        if not 1 <= limit <= MAX_SESSIONS_PAGE:
+            raise ValueError(f"limit must be in 1..{MAX_SESSIONS_PAGE}, got {limit}")
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
+        stmt = select(SessionRow)
+        if status is not None:
+            if unknown := set(status) - set(SESSION_STATUSES):
+                raise ValueError(f"status: unknown {sorted(unknown)}; known: {', '.join(SESSION_STATUSES)}")
+            stmt = stmt.where(SessionRow.status.in_(list(status)))
+        stmt = stmt.order_by(SessionRow.created_at.desc(), SessionRow.id.desc()).limit(limit).offset(offset)
         with self.db() as db:
-            return list(db.scalars(select(SessionRow).order_by(SessionRow.created_at.desc())))
+            return list(db.scalars(stmt))
 
     def session(self, session_id: str) -> SessionRow:
         """The row of one session.
@@ -172,12 +200,16 @@ class SessionService:
     def progress(self, session_id: str) -> dict[str, Any]:
         """A session's progress: counts per status, rate (tasks/s), times, samples/s.
 
+        The counts are at most 1 s old for an active session (30 s for an ended one: see
+        :class:`~labswarm.sessions.ledger.CountsCache`).
+
         Raises:
             NotFound: no such session.
         """
         row = self.session(session_id)
-        with self.db() as db:
-            counts = ledger.counts(db, session_id)
+        # one count per session per second, shared by every poller (the health loop, /metrics, the API)
+        cache = self.__dict__.get("_counts") or self.__dict__.setdefault("_counts", ledger.CountsCache(self.db))
+        counts = cache.get(session_id, row.status in ACTIVE)
         end = row.finished_at or utcnow()
         start = row.started_at or row.created_at
         elapsed = max((_aware(end) - _aware(start)).total_seconds(), 1e-9)
@@ -294,11 +326,16 @@ class SessionService:
         self.broker.purge_queue(experiment)
 
     def failures(self, session_id: str, limit: int = 1000, offset: int = 0) -> list[dict[str, Any]]:
-        """Failed samples of a session with their reasons, by sample id.
+        """Failed samples of a session with their reasons, by sample id: one page of at most ``limit``.
 
         Raises:
+            ValueError: ``limit`` not in 1..:data:`MAX_FAILURES_PAGE` or ``offset`` < 0.
             NotFound: no such session.
         """
+        if not 1 <= limit <= MAX_FAILURES_PAGE:
+            raise ValueError(f"limit must be in 1..{MAX_FAILURES_PAGE}, got {limit}")
+        if offset < 0:
+            raise ValueError(f"offset must be >= 0, got {offset}")
         self.session(session_id)
         with self.db() as db:
             rows = ledger.failures(db, session_id, limit, offset)
