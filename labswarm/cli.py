@@ -14,9 +14,11 @@ from labswarm.cli_output import console, err, print_session
 from labswarm.cli_output import fail as _fail
 from labswarm.cli_sessions import sessions_app
 from labswarm.errors import ConfigError, LabswarmError
+from labswarm.jobs.cli import jobs_app
 
 app = typer.Typer(help="Distribute the feature computation of audio deep-learning experiments.", no_args_is_help=True)
 app.add_typer(sessions_app, name="sessions")
+app.add_typer(jobs_app, name="jobs")
 
 
 def _progress() -> Progress:
