@@ -124,8 +124,8 @@ def _upgrade_sqlite(engine: Engine, revision: str) -> None:
             conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
             conn.exec_driver_sql("BEGIN IMMEDIATE")
             try:
-                _upgrade(conn, revision)
-                if violations := conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall():
+                migrated = _upgrade(conn, revision)
+                if migrated and (violations := conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()):
                     # rows written while foreign keys were not enforced (before migrations): kept, reported
                     log.warning("%s: %d rows without their parent row (first: %s)", engine.url, len(violations),
                                 violations[:3])
@@ -139,11 +139,12 @@ def _upgrade_sqlite(engine: Engine, revision: str) -> None:
             conn.rollback()  # SQLAlchemy's view of the connection: nothing pending
 
 
-def _upgrade(conn: Connection, revision: str) -> None:
+def _upgrade(conn: Connection, revision: str) -> bool:
+    """Stamp a pre-migrations database, upgrade; ``False`` when it was at ``revision`` already."""
     config = alembic_config(conn)
     version = MigrationContext.configure(conn).get_current_revision()
     if version is not None and version == ScriptDirectory.from_config(config).as_revision_number(revision):
-        return  # current: the common case, without loading env.py
+        return False  # current: the common case, without loading env.py
     if version is None:
         tables = set(inspect(conn).get_table_names())
         present = tables & BASELINE_TABLES.keys()
@@ -151,6 +152,7 @@ def _upgrade(conn: Connection, revision: str) -> None:
             _check_baseline(conn, present)
             command.stamp(config, BASELINE)
     command.upgrade(config, revision)
+    return True
 
 
 def _check_baseline(conn: Connection, present: set[str]) -> None:
