@@ -13,12 +13,14 @@ from rich.table import Table
 from labswarm.cli_output import console, err, print_session
 from labswarm.cli_output import fail as _fail
 from labswarm.cli_sessions import sessions_app
+from labswarm.cli_tokens import tokens_app
 from labswarm.errors import ConfigError, LabswarmError
 from labswarm.jobs.cli import jobs_app
 
 app = typer.Typer(help="Distribute the feature computation of audio deep-learning experiments.", no_args_is_help=True)
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(tokens_app, name="tokens")
 
 
 def _progress() -> Progress:
@@ -223,14 +225,17 @@ def _train(config, *, resume: bool) -> None:
 def worker(
     experiment: Annotated[list[str], typer.Option(help="Experiment whose queue to consume (repeat for several).")],
     manager: Annotated[str, typer.Option(help="Manager URL.")],
-    broker: Annotated[str | None, typer.Option(help="Broker URL override.")] = None,
+    broker: Annotated[str | None, typer.Option(help="Broker URL without a password (default: LABSWARM_BROKER_URL, "
+                                               "else the manager's embedded broker).")] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Pool processes.")] = 1,
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "WARNING",
 ) -> None:
-    """Run a Celery worker on experiments' queues (fetches their configurations from the manager)."""
+    """Run a Celery worker on experiments' queues (fetches their configurations from the manager). The broker URL
+    and the API token come from the environment (LABSWARM_BROKER_URL, LABSWARM_API_TOKEN, or their *_FILE)."""
     from labswarm.queue.worker import run_worker
     from labswarm.settings import load_settings
 
+    _warn_password("--broker", broker, "LABSWARM_BROKER_URL")
     try:
         run_worker(experiment, manager, broker_url=broker, concurrency=concurrency,
                    token=load_settings().api_token, loglevel=loglevel)
@@ -246,13 +251,30 @@ def manager_cmd(
     database: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the state database.")] = None,
 ) -> None:
     """Serve the manager API (OpenAPI docs at /docs). Sessions started with `launcher: local` run their workers
-    on this machine; they stop with the manager."""
+    on this machine; they stop with the manager. Every endpoint but /health needs LABSWARM_API_TOKEN (or a token
+    of LABSWARM_TOKENS_FILE): without one, a manager on a non-loopback --host generates one and prints it once."""
     from labswarm.manager.api import create_app
+    from labswarm.manager.auth import ensure_token
     from labswarm.manager.server import serve
     from labswarm.settings import load_settings
 
-    settings = load_settings(broker_url=broker, database_url=database)
-    serve(create_app(settings), host, port)
+    _warn_password("--broker", broker, "LABSWARM_BROKER_URL")
+    _warn_password("--database", database, "LABSWARM_DATABASE_URL")
+    try:
+        # no token on a non-loopback address: one is generated and printed once (on stderr)
+        settings = ensure_token(load_settings(broker_url=broker, database_url=database), host)
+        serve(create_app(settings), host, port)
+    except LabswarmError as exc:
+        raise _fail(exc) from None
+
+
+def _warn_password(option: str, url: str | None, variable: str) -> None:
+    """Warn that a URL given on the command line shows its password to every user (``ps``)."""
+    from labswarm.redact import has_password, redact_url
+
+    if has_password(url):
+        err.print(f"[bold yellow]warning:[/] {option} {redact_url(url)} carries a password, which `ps` shows to "
+                  f"every user of this machine: set {variable} (or {variable}_FILE) instead", highlight=False)
 
 
 HEALTH_LOGS = Path(".labswarm/health")
@@ -264,8 +286,10 @@ app.add_typer(health_app, name="health")
 def health(
     ctx: typer.Context,
     manager: Annotated[str | None, typer.Option(help="Manager URL.")] = None,
-    rabbitmq_api: Annotated[str | None, typer.Option(help="RabbitMQ management API, e.g. "
-                                                     "http://guest:guest@localhost:15672; none: ledger only.")] = None,
+    rabbitmq_api: Annotated[str | None, typer.Option(envvar="LABSWARM_RABBITMQ_API", help="RabbitMQ management "
+                                                     "API, e.g. http://guest:guest@localhost:15672 (its password: "
+                                                     "better in LABSWARM_RABBITMQ_API than here, where ps shows "
+                                                     "it); none: ledger only.")] = None,
     controller: Annotated[str, typer.Option(help="Controller name (pi, aimd).")] = "pi",
     period: Annotated[float, typer.Option(min=0.1, help="Seconds between decisions.")] = 1.0,
     log_dir: Annotated[Path, typer.Option(help="Where each session's decisions are logged.")] = HEALTH_LOGS,

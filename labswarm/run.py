@@ -142,6 +142,12 @@ def run_experiment(
         # the user runs their own file: the folders it names are data roots of this manager, from any directory
         roots = [*(settings.data_roots or [Path.cwd()]), *experiment_folders(config)]
         settings = settings.model_copy(update={"data_roots": roots})
+        if not settings.api_token:
+            # closed even on loopback: a token of this run only, for its client, controller and local workers
+            # (they get it through their environment, never their command line)
+            from labswarm.manager.tokens import new_token
+
+            settings = settings.model_copy(update={"api_token": new_token()})
         app = create_app(settings)
         # the manager runs the local workers itself (launcher "local"), as it runs a swarm service
         app.state.sessions.launchers.host = Host(concurrency=concurrency, log_dir=log_dir)

@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+#: Settings that hold secrets: each can be read from the file ``LABSWARM_<NAME>_FILE`` names (docker secrets).
+SECRET_FIELDS = ("api_token", "metrics_token", "broker_url", "database_url")
 
 
 class Settings(BaseSettings):
@@ -23,11 +27,20 @@ class Settings(BaseSettings):
         database_url: SQLAlchemy URL of the manager's state; default SQLite in ``home``
             (``postgresql+psycopg://...`` for PostgreSQL).
         broker_url: Celery broker URL; default: the embedded SQLite broker in ``home``
-            (``amqp://guest:guest@localhost:5672//`` for RabbitMQ).
+            (``amqp://guest:guest@localhost:5672//`` for RabbitMQ). A worker reads its own (a RabbitMQ URL
+            carries a password, which the manager never hands out); every secret setting (``api_token``,
+            ``metrics_token``, ``broker_url``, ``database_url``) can instead be read from the file that
+            ``LABSWARM_<NAME>_FILE`` names (docker secrets, :data:`SECRET_FIELDS`).
         data_roots: the directories every path that a configuration posted to the manager names must lie in
             (:mod:`labswarm.paths`); ``LABSWARM_DATA_ROOTS``, a JSON list or paths separated by ``os.pathsep``
             (``/data:/srv/audio``); empty (the default): the manager's current directory.
-        api_token: when set, mutating manager endpoints require ``Authorization: Bearer <token>``.
+        api_token: the admin token (user ``admin``): every manager endpoint but ``/health`` requires
+            ``Authorization: Bearer <token>`` (see :mod:`labswarm.manager.auth`). With no token and no
+            ``tokens_file``, a manager answers only loopback clients, and ``labswarm manager`` on another address
+            generates one and prints it once. Also read from the file ``LABSWARM_API_TOKEN_FILE`` names.
+        tokens_file: a YAML or TOML file of named tokens (``name``, ``role`` admin|user, ``token_sha256``), hashed
+            at rest; ``labswarm tokens add`` writes it.
+        metrics_token: a scrape token that ``/metrics`` accepts besides the users' tokens (Prometheus).
         max_attempts: deliveries of one sample (broker redeliveries and republishes) before it is recorded
             as failed: a poison sample cannot loop forever.
         default_rate: publish rate of a new session in tasks/s until someone sets another.
@@ -77,6 +90,8 @@ class Settings(BaseSettings):
     broker_url: str | None = None
     data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
     api_token: str | None = None
+    tokens_file: Path | None = None
+    metrics_token: str | None = None
     max_attempts: int = Field(5, ge=1)
     default_rate: float = Field(200.0, gt=0)
     start_window: int = Field(20, ge=1)
@@ -109,6 +124,12 @@ class Settings(BaseSettings):
             return json.loads(text) if text.startswith("[") else [p for p in text.split(os.pathsep) if p]
         return value
 
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        """Precedence: explicit arguments, ``LABSWARM_*`` variables, ``LABSWARM_*_FILE`` files, defaults."""
+        return init_settings, env_settings, _FileSecrets(settings_cls), dotenv_settings, file_secret_settings
+
     def resolved_database_url(self) -> str:
         """``database_url``, or the SQLite file ``home/manager.sqlite``."""
         return self.database_url or f"sqlite:///{(self.home / 'manager.sqlite').resolve()}"
@@ -116,6 +137,25 @@ class Settings(BaseSettings):
     def resolved_broker_url(self) -> str:
         """``broker_url``, or the embedded SQLite broker ``sqla+sqlite:///home/broker.sqlite``."""
         return self.broker_url or f"sqla+sqlite:///{(self.home / 'broker.sqlite').resolve()}"
+
+
+class _FileSecrets(PydanticBaseSettingsSource):
+    """``LABSWARM_<NAME>_FILE=/run/secrets/...``: the secret setting ``NAME`` is that file's content, stripped."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ reads every secret field at once
+
+    def __call__(self) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for name in SECRET_FIELDS:
+            variable = f"LABSWARM_{name.upper()}_FILE"
+            path = os.environ.get(variable)
+            if path:
+                try:
+                    found[name] = Path(path).read_text(encoding="utf-8").strip()
+                except OSError as exc:
+                    raise ValueError(f"{variable}: cannot read {path}: {exc.strerror}") from None
+        return found
 
 
 def load_settings(**overrides) -> Settings:

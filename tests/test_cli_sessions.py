@@ -59,9 +59,9 @@ def rows(output: str) -> dict[str, str]:
     return out
 
 
-def test_list_shows_the_session_with_the_summary_columns(runner: CliRunner, manager) -> None:
+def test_list_shows_the_session_with_the_summary_columns(runner: CliRunner, manager, token_file: Path) -> None:
     url, session_id = manager
-    result = runner.invoke(app, ["sessions", "list", "--manager", url])
+    result = runner.invoke(app, ["sessions", "list", "--manager", url, "--token-file", str(token_file)])
     assert result.exit_code == 0, result.output
     for column in ("id", "experiment", "status", "total", "done", "cached", "failed", "republished", "done/s"):
         assert column in result.output
@@ -73,14 +73,17 @@ def test_list_json_parses_and_takes_the_manager_from_the_environment(runner: Cli
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     url, session_id = manager
     monkeypatch.setenv("LABSWARM_MANAGER_URL", url)
+    monkeypatch.setenv("LABSWARM_API_TOKEN", TOKEN)  # reads need the token too
     result = runner.invoke(app, ["sessions", "list", "--json"])
     assert result.exit_code == 0, result.output
     sessions = json.loads(result.stdout)
     assert [s["id"] for s in sessions] == [session_id] and sessions[0]["total"] == 8
 
 
-def test_show_prints_the_run_summary_rows_and_details(runner: CliRunner, manager) -> None:
+def test_show_prints_the_run_summary_rows_and_details(runner: CliRunner, manager,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     url, session_id = manager
+    monkeypatch.setenv("LABSWARM_API_TOKEN", TOKEN)  # reads need the token too
     result = runner.invoke(app, ["sessions", "show", session_id, "--manager", url])
     assert result.exit_code == 0, result.output
     assert f"tones: session {session_id} running in" in result.output
@@ -118,6 +121,8 @@ def test_without_the_token_a_change_is_refused_with_exit_code_1(runner: CliRunne
     result = runner.invoke(app, ["sessions", "pause", session_id, "--manager", url])
     assert result.exit_code == 1
     assert "401" in result.stderr and "API token" in result.stderr
+    result = runner.invoke(app, ["sessions", "list", "--manager", url])  # a read as well
+    assert result.exit_code == 1 and "401" in result.stderr
 
 
 def test_unknown_session_is_a_clear_error_with_exit_code_1(runner: CliRunner, manager, token_file: Path) -> None:

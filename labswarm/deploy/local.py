@@ -100,7 +100,9 @@ class LocalLauncher(Launcher):
     Args:
         experiment: the experiment name, or several: each worker then consumes all their queues.
         manager_url: the manager's URL, passed to each worker; ``None`` until :meth:`bind` sets it.
-        broker_url: broker override; ``None`` lets workers use the manager's.
+        broker_url: the workers' broker, passed through the environment (``LABSWARM_BROKER_URL``, never the
+            command line, which ``ps`` shows); ``None``: theirs (inherited), else the manager's when it has no
+            password (the embedded broker).
         concurrency: pool processes per worker.
         token: the manager's API token, passed through the environment.
         log_dir: folder for each worker's stdout/stderr (``<log_name>-<n>.log``, n counting every start, so a
@@ -157,14 +159,14 @@ class LocalLauncher(Launcher):
         for name in names:
             cmd += ["--experiment", name]
         cmd += ["--manager", self.manager_url, "--concurrency", str(self.concurrency)]
-        if self.broker_url:
-            cmd += ["--broker", self.broker_url]
-        return cmd
+        return cmd  # secrets (broker URL, token) go through the environment: see _spawn
 
     def _spawn(self) -> subprocess.Popen:
         env = dict(os.environ)
         if self.token:
             env["LABSWARM_API_TOKEN"] = self.token
+        if self.broker_url:
+            env["LABSWARM_BROKER_URL"] = self.broker_url
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, "1")
         command = self.command()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from labswarm.deploy.base import Launcher
 from labswarm.deploy.local import LocalLauncher
 from labswarm.deploy.swarm import SwarmLauncher, service_spec
+from labswarm.deploy.swarm_secrets import secret_values
 from labswarm.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -17,13 +18,13 @@ if TYPE_CHECKING:
 
 
 def _swarm(experiment: str, session_id: str, settings: Settings) -> Launcher:
-    return SwarmLauncher(service_spec(experiment, session_id, settings))
+    return SwarmLauncher(service_spec(experiment, session_id, settings), secrets=secret_values(settings))
 
 
 def _local(experiment: str, session_id: str, settings: Settings) -> Launcher:
     # the manager's URL, the pool size and the log folder come from the serving process (Launcher.bind)
-    return LocalLauncher(experiment, None, token=settings.api_token, log_dir=settings.home / "logs",
-                         log_name=f"worker-{session_id}")
+    return LocalLauncher(experiment, None, broker_url=settings.resolved_broker_url(), token=settings.api_token,
+                         log_dir=settings.home / "logs", log_name=f"worker-{session_id}")
 
 
 #: name -> factory(experiment, session id, settings) of the launcher of one session's workers; the manager then

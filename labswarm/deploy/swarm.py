@@ -5,6 +5,10 @@ The service specification is plain data (:class:`ServiceSpec`, built by :func:`s
 settings), so what the manager asks the engine for is testable without an engine; :meth:`ServiceSpec.to_docker`
 turns it into the keyword arguments of ``DockerClient.services.create``. Every error of the engine or of the
 connection to it becomes a :class:`~labswarm.errors.DeployError` naming the service.
+
+Secrets (the API token, a broker URL with a password) never travel in the service's ``Env`` or command line,
+which ``docker service inspect`` shows: the launcher stores each as a docker secret (:func:`secret_values`) and
+the containers read it from ``/run/secrets/...`` through ``LABSWARM_<NAME>_FILE`` (see :mod:`labswarm.settings`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from labswarm.deploy.base import Launcher
+from labswarm.deploy.swarm_secrets import LABEL_MANAGED, SecretSpec, worker_secrets
 from labswarm.errors import DeployError
+from labswarm.redact import has_password
 
 if TYPE_CHECKING:
     from labswarm.settings import Settings
@@ -26,8 +32,7 @@ if TYPE_CHECKING:
 SERVICE_PREFIX = "labswarm-"
 #: Longest service name the engine accepts (a DNS label).
 MAX_NAME = 63
-#: Labels of a service the launcher created: a service without ``LABEL_MANAGED`` is never touched.
-LABEL_MANAGED = "labswarm.managed"
+#: Labels of a service the launcher created (and LABEL_MANAGED): a service without LABEL_MANAGED is never touched.
 LABEL_EXPERIMENT = "labswarm.experiment"
 LABEL_SESSION = "labswarm.session"
 #: Environment of every worker container: one maths thread per pool process (see the runbook).
@@ -101,6 +106,7 @@ class ServiceSpec:
         labels: service labels (managed-by, experiment, session).
         constraints: placement constraints.
         stop_grace_s: seconds a container gets after SIGTERM (Celery warm shutdown) before SIGKILL.
+        secrets: docker secrets mounted in the containers (their values are not here).
     """
 
     name: str
@@ -114,6 +120,7 @@ class ServiceSpec:
     labels: dict[str, str] = field(default_factory=dict)
     constraints: tuple[str, ...] = ()
     stop_grace_s: float = 60.0
+    secrets: tuple[SecretSpec, ...] = ()
 
     @property
     def session(self) -> str | None:
@@ -130,11 +137,15 @@ class ServiceSpec:
             raise ValueError(f"workers must be >= 0, got {replicas}")
         return replace(self, replicas=replicas)
 
-    def to_docker(self) -> dict[str, Any]:
+    def to_docker(self, secret_ids: dict[str, str] | None = None) -> dict[str, Any]:
         """Keyword arguments of ``docker.DockerClient().services.create`` (docker SDK >= 7).
 
+        Args:
+            secret_ids: the engine's id of each secret of :attr:`secrets`, by name (:meth:`SwarmLauncher.start`
+                creates them).
+
         Raises:
-            DeployError: the docker SDK is not installed.
+            DeployError: the docker SDK is not installed, or a secret has no id.
         """
         docker = _docker()
         types = docker.types
@@ -146,7 +157,16 @@ class ServiceSpec:
             )
             for m in self.mounts
         ]
+        extra: dict[str, Any] = {}
+        if self.secrets:
+            ids = secret_ids or {}
+            missing = [s.name for s in self.secrets if s.name not in ids]
+            if missing:
+                raise DeployError(f"service {self.name}: docker secrets {', '.join(missing)} do not exist")
+            extra["secrets"] = [types.SecretReference(ids[s.name], s.name, filename=s.target)
+                                for s in self.secrets]
         return {
+            **extra,
             "image": self.image,
             "command": list(self.command),
             "name": self.name,
@@ -168,9 +188,7 @@ def worker_command(experiment: str, settings: Settings) -> tuple[str, ...]:
     """The command line of one worker container of ``experiment`` (``labswarm worker ...``)."""
     command = ["labswarm", "worker", "--experiment", experiment, "--manager", settings.swarm_manager_url,
                "--concurrency", str(settings.swarm_concurrency)]
-    if settings.swarm_broker_url:
-        command += ["--broker", settings.swarm_broker_url]
-    return tuple(command)
+    return tuple(command)  # the broker URL and the token are secrets: see service_spec
 
 
 def data_mount(settings: Settings) -> MountSpec:
@@ -202,15 +220,20 @@ def service_spec(experiment: str, session_id: str, settings: Settings, replicas:
         experiment: the experiment name; the workers consume its queue.
         session_id: the session the service belongs to (a label: only that session's end removes it).
         settings: image, network, manager and broker URLs, data mount, constraints (``swarm_*``) and the API
-            token the workers need.
+            token the workers need (these two as docker secrets, :func:`secret_values`; a broker URL without a
+            password as ``LABSWARM_BROKER_URL``).
         replicas: worker containers.
 
     Raises:
         ValueError: ``replicas`` < 0, or an invalid ``swarm_data_nfs``.
     """
     env = dict(WORKER_ENV)
-    if settings.api_token:
-        env["LABSWARM_API_TOKEN"] = settings.api_token
+    secrets = tuple(spec for spec, _value in worker_secrets(settings))
+    for secret in secrets:
+        env[f"{secret.variable}_FILE"] = f"/run/secrets/{secret.target}"
+    broker = settings.swarm_broker_url
+    if broker and not has_password(broker):
+        env["LABSWARM_BROKER_URL"] = broker
     spec = ServiceSpec(
         name=service_name(experiment),
         image=settings.swarm_image,
@@ -222,6 +245,7 @@ def service_spec(experiment: str, session_id: str, settings: Settings, replicas:
         labels={LABEL_MANAGED: "true", LABEL_EXPERIMENT: experiment, LABEL_SESSION: session_id},
         constraints=tuple(settings.swarm_constraints),
         stop_grace_s=settings.swarm_stop_grace,
+        secrets=secrets,
     )
     return spec.with_replicas(replicas)
 
@@ -236,11 +260,37 @@ class SwarmLauncher(Launcher):
         spec: the service to run (:func:`service_spec`); its ``replicas`` are replaced by :meth:`start`'s.
         client: a ``docker.DockerClient``; default ``docker.from_env()`` on first use (``DOCKER_HOST`` or
             ``/var/run/docker.sock``).
+        secrets: the value of each secret the spec references, by name (:func:`secret_values`); created in
+            the swarm when missing.
     """
 
-    def __init__(self, spec: ServiceSpec, client: Any = None) -> None:
+    def __init__(self, spec: ServiceSpec, client: Any = None, secrets: dict[str, str] | None = None) -> None:
         self.spec = spec
         self._client = client
+        self._secrets = dict(secrets or {})
+
+    def __repr__(self) -> str:
+        return f"SwarmLauncher({self.spec.name!r}, secrets={sorted(self._secrets)})"  # names, never values
+
+    def _secret_ids(self) -> dict[str, str]:
+        """The id of each secret of the spec, creating those missing from their values.
+
+        Raises:
+            DeployError: a missing secret whose value this launcher does not have.
+        """
+        ids: dict[str, str] = {}
+        for secret in self.spec.secrets:
+            found = [s for s in self.client.secrets.list(filters={"name": secret.name}) if s.name == secret.name]
+            if found:
+                ids[secret.name] = found[0].id
+            elif secret.name in self._secrets:
+                created = self.client.secrets.create(name=secret.name, data=self._secrets[secret.name].encode(),
+                                                     labels={LABEL_MANAGED: "true"})
+                ids[secret.name] = created.id
+            else:
+                raise DeployError(f"docker secret {secret.name} ({secret.variable}) is missing and its value "
+                                  "unknown here")
+        return ids
 
     @property
     def client(self) -> Any:
@@ -286,7 +336,7 @@ class SwarmLauncher(Launcher):
                     self.spec = spec
                     return
                 existing.remove()
-            self.client.services.create(**spec.to_docker())
+            self.client.services.create(**spec.to_docker(self._secret_ids()))
         self.spec = spec
 
     def scale(self, workers: int) -> None:

@@ -2,16 +2,16 @@
 
 It assembles the app: authentication, the translation of labswarm's errors into HTTP answers, liveness,
 Prometheus metrics, and each service's routes (today the sessions, :mod:`labswarm.sessions.api`).
-Mutating endpoints require ``Authorization: Bearer <LABSWARM_API_TOKEN>`` when that token is set.
+Every route but ``/health`` requires ``Authorization: Bearer <token>`` (:mod:`labswarm.manager.auth`: one
+dependency on the app, so a route or router added later is authenticated too); ``request.state.user`` is the
+caller.
 """
 
 from __future__ import annotations
 
-import secrets
 from contextlib import asynccontextmanager
-from typing import Annotated
 
-from fastapi import Depends, FastAPI, Header, HTTPException, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from labswarm.errors import ConfigError, DatasetError, DeployError, LabswarmError, NotFound
 from labswarm.jobs.api import jobs_router
 from labswarm.jobs.service import JobService
+from labswarm.manager.auth import Authenticator, BearerAuth
 from labswarm.sessions.api import sessions_router
 from labswarm.sessions.metrics import SessionCollector
 from labswarm.sessions.service import SessionService
@@ -29,8 +30,13 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
     """The manager's FastAPI app around a :class:`SessionService` (created from ``settings`` when not given).
 
     The lifespan resumes the sessions a previous manager left active and stops the publishers on shutdown.
-    ``app.state.sessions`` is the session service.
+    ``app.state.sessions`` is the session service, ``app.state.auth`` the tokens accepted.
+
+    Raises:
+        ConfigError: a token that no ``Authorization`` header could carry, or an invalid tokens file.
     """
+    authenticator = Authenticator.from_settings(settings)
+    auth = BearerAuth(authenticator)  # the dependency: a request's user, or 401
     sessions = sessions or SessionService(settings)
 
     @asynccontextmanager
@@ -41,14 +47,13 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
         finally:
             sessions.stop()
 
+    # one dependency on the app: every route, of this module or of a router included later, is authenticated
+    # (BearerAuth lets /health through); /docs and /openapi.json are not API routes and stay open
     app = FastAPI(title="labswarm manager", version="0.1.0", lifespan=lifespan,
-                  description="Experiments, sessions, publish rates and progress of labswarm.")
+                  description="Experiments, sessions, publish rates and progress of labswarm.",
+                  dependencies=[Depends(auth)])
     app.state.sessions = sessions
-
-    def auth(authorization: Annotated[str | None, Header()] = None) -> None:
-        token = settings.api_token
-        if token and not (authorization and secrets.compare_digest(authorization, f"Bearer {token}")):
-            raise HTTPException(401, "missing or wrong API token (Authorization: Bearer <LABSWARM_API_TOKEN>)")
+    app.state.auth = authenticator
 
     _error_handlers(app)
 
@@ -65,7 +70,7 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
         """Prometheus metrics: samples per status, totals, publish rates of every session."""
         return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.include_router(sessions_router(sessions, [Depends(auth)]))
+    app.include_router(sessions_router(sessions, []))  # authenticated by the app's dependency
     app.include_router(jobs_router(JobService(sessions), [Depends(auth)]))
     return app
 

@@ -46,9 +46,20 @@ def release(app: FastAPI, timeout: float = 30.0) -> None:
         sessions.launchers.close(timeout)
 
 
+def _check_bind(app: FastAPI, host: str) -> None:
+    from labswarm.manager.auth import check_bind
+
+    check_bind(getattr(app.state, "auth", None), host)
+
+
 def serve(app: FastAPI, host: str, port: int) -> None:
     """Serve ``app`` on ``host:port`` in this thread until interrupted (``labswarm manager``); the local workers it
-    started are stopped when it returns."""
+    started are stopped when it returns.
+
+    Raises:
+        ManagerError: the app has no token (open to loopback only) and ``host`` is not a loopback address.
+    """
+    _check_bind(app, host)
     advertise(app, local_url(host, port))
     try:
         uvicorn.run(app, host=host, port=port, log_level="info")
@@ -66,9 +77,13 @@ class EmbeddedServer:
         app: the FastAPI app.
         host: interface to bind.
         port: TCP port; 0 picks a free one.
+
+    Raises:
+        ManagerError: the app has no token (open to loopback only) and ``host`` is not a loopback address.
     """
 
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
+        _check_bind(app, host)
         self.host = host
         self.port = port or free_port(host)
         self.app = app

@@ -1,6 +1,7 @@
 """``labswarm worker``: a Celery worker bound to one experiment's queue.
 
-It fetches the experiment's configuration and the broker URL from the manager once, imports the audio
+It fetches the experiment's configuration from the manager once, takes the broker URL from its own configuration
+(``LABSWARM_BROKER_URL``: a RabbitMQ URL carries a password, which the manager never hands out), imports the audio
 libraries before the pool forks (so each pool process starts warm), and each pool process builds its features
 block once, with one maths thread (N single-threaded processes beat N multi-threaded ones on N cores).
 """
@@ -14,6 +15,7 @@ from celery import signals
 
 from labswarm.client import ManagerClient
 from labswarm.config import ExperimentConfig
+from labswarm.errors import ManagerError
 from labswarm.queue.app import app_queue, declare_queue, is_embedded, make_celery, queue_name
 from labswarm.queue.task import WorkerState, set_worker_state, worker_state
 
@@ -32,6 +34,18 @@ def _process_shutdown(**_kwargs) -> None:
         task._state.close()
 
 
+def _broker_url(manager_settings: dict) -> str:
+    """The worker's own ``LABSWARM_BROKER_URL``, else the manager's broker if it has no password."""
+    from labswarm.settings import load_settings
+
+    url = load_settings().broker_url or manager_settings.get("broker_url")
+    if not url:
+        shown = manager_settings.get("broker") or "a broker with a password"
+        raise ManagerError(f"the manager uses {shown}; the manager does not hand out its password: set "
+                           "LABSWARM_BROKER_URL (or LABSWARM_BROKER_URL_FILE) in the worker's environment")
+    return url
+
+
 def run_worker(
     experiments: str | list[str],
     manager_url: str,
@@ -47,20 +61,22 @@ def run_worker(
         experiments: the experiment (or experiments) whose queues to consume. A worker on several queues
             shares itself between their sessions; the health controller sets their shares by session weight.
         manager_url: the manager's base URL.
-        broker_url: override the broker URL the manager advertises.
+        broker_url: the broker; ``None``: ``LABSWARM_BROKER_URL`` (or the file ``LABSWARM_BROKER_URL_FILE``
+            names), else the manager's broker when it has no password (the embedded broker).
         concurrency: pool processes.
         token: the manager's API token.
         loglevel: Celery log level.
 
     Raises:
-        ManagerError: the manager cannot be reached or does not know an experiment.
+        ManagerError: the manager cannot be reached or does not know an experiment, or no broker URL is known
+            (the manager's needs a password: the message shows it masked).
     """
     names = [experiments] if isinstance(experiments, str) else list(dict.fromkeys(experiments))
     client = ManagerClient(manager_url, token)
     configs = {name: ExperimentConfig.model_validate(client.experiment_config(name)) for name in names}
     settings = client.settings()
     client.close()
-    app = make_celery(broker_url or settings["broker_url"], settings.get("max_queue_length"))
+    app = make_celery(broker_url or _broker_url(settings), settings.get("max_queue_length"))
     app.conf.task_queues = [app_queue(app, name) for name in names]
     if is_embedded(app.conf.broker_url):
         for name in names:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from labswarm.errors import ConfigError
 from labswarm.queue.app import queue_name
+from labswarm.redact import has_password, redact_url
 from labswarm.sessions.models import ExperimentRow
 from labswarm.sessions.service import MAX_FAILURES_PAGE, MAX_SESSIONS_PAGE, SESSIONS_PAGE, SessionService
 
@@ -83,9 +84,12 @@ def sessions_router(service: SessionService, mutating: Sequence[Depends]) -> API
 
     @router.get("/settings")
     def worker_settings() -> dict[str, Any]:
-        """What a worker needs besides the experiment: the broker URL, the report interval, the queue bound."""
-        return {"broker_url": service.broker.url, "report_interval": settings.report_interval,
-                "max_queue_length": settings.max_queue_length}
+        """What a worker needs besides the experiment: the report interval, the queue bound, and the broker URL
+        only when it carries no password (the embedded broker); otherwise ``broker_url`` is ``null`` and
+        ``broker`` shows it with the password masked: workers read it from their own ``LABSWARM_BROKER_URL``."""
+        url = service.broker.url
+        return {"broker_url": None if has_password(url) else url, "broker": redact_url(url),
+                "report_interval": settings.report_interval, "max_queue_length": settings.max_queue_length}
 
     @router.post("/experiments", status_code=201, dependencies=mutating)
     async def post_experiment(request: Request) -> dict[str, Any]:

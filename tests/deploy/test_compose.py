@@ -65,7 +65,9 @@ def test_services_network_and_volumes() -> None:
 
     health = services["health"]["command"]
     assert health[health.index("--manager") + 1] == "http://manager:8000"
-    assert "@rabbitmq:15672" in health[health.index("--rabbitmq-api") + 1]
+    assert "--rabbitmq-api" not in health  # its password: in the environment, not on the command line
+    assert "@rabbitmq:15672" in services["health"]["environment"]["LABSWARM_RABBITMQ_API"]
+    assert services["manager"]["environment"]["LABSWARM_API_TOKEN"].startswith("${LABSWARM_API_TOKEN:?")
     assert "@rabbitmq:5672" in services["manager"]["environment"]["LABSWARM_BROKER_URL"]
     assert "/var/run/docker.sock:/var/run/docker.sock" in services["manager"]["volumes"]
     assert any(v.startswith("state:") for v in services["manager"]["volumes"])

@@ -138,7 +138,9 @@ def test_service_spec_carries_what_the_issue_asks_for() -> None:
     assert spec.network == "labnet"
     assert spec.replicas == 3
     assert [(m.source, m.target, m.type) for m in spec.mounts] == [("labswarm-data", "/data", "volume")]
-    assert spec.env["LABSWARM_API_TOKEN"] == "s3cret" and spec.env["OMP_NUM_THREADS"] == "1"
+    # the token is a docker secret, never in Env (tests/deploy/test_swarm_secrets.py)
+    assert spec.env["LABSWARM_API_TOKEN_FILE"] == "/run/secrets/labswarm_api_token"
+    assert spec.env["OMP_NUM_THREADS"] == "1" and "s3cret" not in repr(spec)
     assert spec.restart.condition == "on-failure"
     assert spec.labels == {LABEL_MANAGED: "true", "labswarm.experiment": "tones", LABEL_SESSION: "sess1"}
     assert spec.constraints == ("node.labels.labswarm==worker",)
@@ -149,8 +151,9 @@ def test_service_spec_carries_what_the_issue_asks_for() -> None:
 
 def test_broker_override_and_no_token() -> None:
     spec = service_spec("tones", "s", _settings(swarm_broker_url="amqp://u:p@rabbitmq:5672//"))
-    assert spec.command[-2:] == ("--broker", "amqp://u:p@rabbitmq:5672//")
-    assert "LABSWARM_API_TOKEN" not in spec.env
+    assert "--broker" not in spec.command  # a docker secret: its password is never in the spec
+    assert [s.variable for s in spec.secrets] == ["LABSWARM_BROKER_URL"]
+    assert "LABSWARM_API_TOKEN_FILE" not in spec.env and "LABSWARM_API_TOKEN" not in spec.env
 
 
 def test_data_mount_volume_nfs_and_bind() -> None:

@@ -156,7 +156,7 @@ def test_session_control(client: ManagerClient, experiment: dict) -> None:
     client.cancel(second["id"])
 
 
-def test_api_token_guards_mutating_calls_only(tmp_path: Path, experiment: dict) -> None:
+def test_api_token_guards_every_call(tmp_path: Path, experiment: dict) -> None:
     for http in _serve(tmp_path, api_token="t"):
         assert http.post("/experiments", json=experiment).status_code == 401
         wrong = {"Authorization": "Bearer nope"}
@@ -167,10 +167,10 @@ def test_api_token_guards_mutating_calls_only(tmp_path: Path, experiment: dict) 
         response = http.post("/experiments/api/sessions", json={"rate": RATE}, headers=good)
         assert response.status_code == 201
         sid = response.json()["id"]
-        # reads need no token
-        assert http.get("/experiments").status_code == 200
-        assert http.get("/experiments/api/config").status_code == 200
-        assert http.get(f"/sessions/{sid}").status_code == 200
+        # reads need the token too (tests/manager/test_auth.py checks every route); /health does not
+        for path in ("/experiments", "/experiments/api/config", f"/sessions/{sid}", "/settings", "/metrics"):
+            assert http.get(path).status_code == 401, path
+            assert http.get(path, headers=good).status_code == 200, path
         assert http.get("/health").json() == {"status": "ok"}
         calls = [("PUT", f"/sessions/{sid}/rate", {"rate": 2.0}), ("POST", f"/sessions/{sid}/pause", None),
                  ("POST", f"/sessions/{sid}/outcomes", {"outcomes": []}), ("POST", f"/sessions/{sid}/cancel", None)]

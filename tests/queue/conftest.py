@@ -124,7 +124,9 @@ class Cluster:
         self.start_manager()
         self.client.post_experiment(self.config.model_dump(mode="json"))
         # not restarted: these tests kill workers on purpose and check what the others and the ledger do
-        self.launcher = LocalLauncher(self.name, self.url, log_dir=self.tmp_path / "logs", restart=None)
+        # the broker URL through the workers' environment: the manager does not hand out its password
+        self.launcher = LocalLauncher(self.name, self.url, broker_url=self.broker_url, log_dir=self.tmp_path / "logs",
+                                      restart=None)
         self.launcher.start(workers)
         for worker in self.launcher.processes:
             self.pool_processes(worker)

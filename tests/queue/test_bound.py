@@ -31,7 +31,8 @@ def test_full_queue_pushes_back_and_loses_nothing(make_cluster, rabbitmq_url: st
     # workers arrive: the publisher gets through as they drain the queue, and every sample ends done
     from labswarm.deploy.local import LocalLauncher
 
-    cluster.launcher = LocalLauncher(cluster.name, cluster.url, log_dir=tmp_path / "logs")
+    cluster.launcher = LocalLauncher(cluster.name, cluster.url, broker_url=cluster.broker_url,
+                                   log_dir=tmp_path / "logs")
     cluster.launcher.start(2)
     progress = cluster.wait_completed()
     cluster.assert_no_loss(progress)

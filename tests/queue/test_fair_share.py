@@ -99,7 +99,7 @@ def test_two_sessions_share_the_workers_by_weight(rabbitmq_url: str, tmp_path: P
                     dataset={"root": str(data), "sample_rate": SR, "segment": {"start": 0.0, "duration": 10.0}},
                     transformations=[{"name": "pitch_shift", "semitones": s} for s in range(-12, 13) if s],
                     features=[{"name": "mel", "n_mels": 64}])).model_dump(mode="json"))
-            launcher = LocalLauncher(names, server.url, log_dir=tmp_path / "logs")
+            launcher = LocalLauncher(names, server.url, broker_url=rabbitmq_url, log_dir=tmp_path / "logs")
             launcher.start(2)  # each worker consumes both queues
             deadline = time.monotonic() + 60
             while not all(psutil.Process(p.pid).children() for p in launcher.processes):

@@ -25,7 +25,8 @@ def test_worker_refetches_a_registered_again_configuration_and_refuses_a_stale_o
     cluster.client.post_experiment(old.model_dump(mode="json"))
     from labswarm.deploy.local import LocalLauncher
 
-    cluster.launcher = LocalLauncher(cluster.name, cluster.url, log_dir=cluster.tmp_path / "logs")
+    cluster.launcher = LocalLauncher(cluster.name, cluster.url, broker_url=cluster.broker_url,
+                                   log_dir=cluster.tmp_path / "logs")
     cluster.launcher.start(2)  # the workers fetch the configuration now: the old one
     for worker in cluster.launcher.processes:
         cluster.pool_processes(worker)

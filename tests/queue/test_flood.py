@@ -68,7 +68,8 @@ def test_a_session_whose_workers_start_late_never_floods_its_queue(make_cluster,
         assert progress["total"] == 1020 and progress["finished"] == 0
 
         # 2. the workers start: the controller steers from its first decision to the end
-        cluster.launcher = LocalLauncher(cluster.name, cluster.url, log_dir=tmp_path / "logs")
+        cluster.launcher = LocalLauncher(cluster.name, cluster.url, broker_url=cluster.broker_url,
+                                         log_dir=tmp_path / "logs")
         cluster.launcher.start(2)
         progress = cluster.wait_completed(timeout=300)
     finally:

@@ -40,7 +40,7 @@ def test_one_worker_two_experiments(rabbitmq_url: str, tmp_path: Path) -> None:
                     features=features[name]))
                 client.post_experiment(config.model_dump(mode="json"))
             sessions = [client.start_session(name, 50.0)["id"] for name in names]
-            launcher = LocalLauncher(names, server.url, log_dir=tmp_path / "logs")
+            launcher = LocalLauncher(names, server.url, broker_url=rabbitmq_url, log_dir=tmp_path / "logs")
             launcher.start(1)
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
