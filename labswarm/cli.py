@@ -114,8 +114,9 @@ def run(
     manager: Annotated[str | None, typer.Option(help="Submit to this running manager instead.")] = None,
     rate: Annotated[float | None, typer.Option(min=0.001, help="Initial publish rate in tasks/s.")] = None,
     health: Annotated[bool, typer.Option(help="Steer the publish rate with the health controller.")] = True,
-    rabbitmq_api: Annotated[str | None, typer.Option(help="RabbitMQ management API for the controller "
-                                                     "(default: queue depth from the session ledger).")] = None,
+    rabbitmq_api: Annotated[str | None, typer.Option(envvar="LABSWARM_RABBITMQ_API", help="RabbitMQ management API "
+                                                     "for the controller (default: queue depth from the session "
+                                                     "ledger).")] = None,
     launcher: Annotated[str, typer.Option(help="Who runs the workers: local (supervised processes on this machine), "
                                           "swarm (a docker swarm service the manager creates; needs --manager), "
                                           "none.")] = "local",
@@ -167,6 +168,8 @@ def _compute(config, *, workers: int = 2, concurrency: int = 1, broker: str | No
     from labswarm.run import run_experiment
     from labswarm.settings import load_settings
 
+    _warn_password("--broker", broker, "LABSWARM_BROKER_URL")
+    _warn_password("--rabbitmq-api", rabbitmq_api, "LABSWARM_RABBITMQ_API")
     settings = load_settings()
     with _progress() as progress:
         task = progress.add_task(config.name, total=None, rate=0.0, failed=0)
@@ -263,7 +266,11 @@ def manager_cmd(
     try:
         # no token on a non-loopback address: one is generated and printed once (on stderr)
         settings = ensure_token(load_settings(broker_url=broker, database_url=database), host)
-        serve(create_app(settings), host, port)
+        app = create_app(settings)
+        if app.state.auth.open:
+            err.print("note: no API token (LABSWARM_API_TOKEN, LABSWARM_TOKENS_FILE): this manager answers clients "
+                      "on this machine only, every local user included", highlight=False)
+        serve(app, host, port)
     except LabswarmError as exc:
         raise _fail(exc) from None
 
