@@ -63,7 +63,8 @@ class Settings(BaseSettings):
         swarm_network: the attachable overlay network the worker services join; the manager and RabbitMQ must be
             reachable on it by service name (``docker/compose.yml`` names it ``labswarm``).
         swarm_manager_url: the manager's URL as the worker containers see it (a service name, never an IP).
-        swarm_broker_url: broker URL for the worker containers; ``None``: the one the manager advertises.
+        swarm_broker_url: broker URL for the worker containers; ``None``: the manager's ``broker_url``. One with a
+            password reaches them as a docker secret (:mod:`labswarm.deploy.swarm_secrets`).
         swarm_concurrency: pool processes per worker container.
         swarm_data_volume: the shared data volume (datasets and feature store) mounted in each worker; an absolute
             path is bind-mounted instead (a folder every node has, e.g. an NFS mount point).

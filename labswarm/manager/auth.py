@@ -20,7 +20,10 @@ secret, and a browser must load them before it can send a token (the docs page's
 with every call it tries).
 
 Routes get the caller with ``Depends(current_user)`` (or ``request.state.user``): a :class:`User` with a name and
-a role. Owners of experiments, sessions and jobs will be that name (a schema change that is not made here).
+a role. The seam for owners (a schema change not made here): creating routes pass ``owner=user.name`` to the
+service, which records it; listing routes pass ``owner=None if user.is_admin else user.name`` as a filter; a route
+on one object answers 404 (not 403: existence is not disclosed) when a ``user`` is not its owner;
+``require_admin`` guards what only an admin may do. Workers authenticate with ``LABSWARM_API_TOKEN`` (admin).
 """
 
 from __future__ import annotations
