@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from labswarm.config import ExperimentConfig
-from labswarm.datasets.folder import iter_clips
+from labswarm.datasets.folder import Clip, iter_clips
+from labswarm.errors import LabswarmError
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,13 @@ def sample_seed(experiment_seed: int, clip_id: str, transformation: Mapping[str,
     return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 1
 
 
+def _sample(config: ExperimentConfig, clip: Clip, index: int, spec: dict[str, Any]) -> Sample:
+    segment = config.dataset.segment
+    return Sample(id=f"{clip.clip_id}#{index}", path=clip.path, label=clip.label, source=clip.source,
+                  start=segment.start, duration=segment.duration, transformation=spec,
+                  seed=sample_seed(config.seed, clip.clip_id, spec))
+
+
 def iter_samples(config: ExperimentConfig) -> Iterator[Sample]:
     """Stream an experiment's samples: for each clip in CSV order, one sample per transformation.
 
@@ -68,19 +77,67 @@ def iter_samples(config: ExperimentConfig) -> Iterator[Sample]:
         DatasetError: the labels CSV is unreadable or malformed.
     """
     specs = [t.model_dump(mode="json") for t in config.transformations]
-    segment = config.dataset.segment
     for clip in iter_clips(config.dataset.root, config.dataset.labels_path):
         for index, spec in enumerate(specs):
-            yield Sample(
-                id=f"{clip.clip_id}#{index}",
-                path=clip.path,
-                label=clip.label,
-                source=clip.source,
-                start=segment.start,
-                duration=segment.duration,
-                transformation=spec,
-                seed=sample_seed(config.seed, clip.clip_id, spec),
-            )
+            yield _sample(config, clip, index, spec)
+
+
+class ExperimentSamples:
+    """The samples of one experiment, looked up by id: what a worker computes a message's sample from, so that a
+    message can only name a clip of the experiment's dataset under one of its transformations (by index), never
+    a free path or a free transformation spec.
+
+    The labels CSV is read at the first lookup (one dict of clips, ~100 bytes per clip), and again when an id is
+    not found and the last read is older than ``reread_after`` s (the CSV grew since).
+
+    Args:
+        config: the experiment.
+        reread_after: seconds before an unknown clip id may make the CSV be read again.
+    """
+
+    def __init__(self, config: ExperimentConfig, reread_after: float = 5.0) -> None:
+        self.config = config
+        self.reread_after = reread_after
+        self._specs = [t.model_dump(mode="json") for t in config.transformations]
+        self._clips: dict[str, Clip] | None = None
+        self._read_at = 0.0
+
+    def _clip(self, clip_id: str) -> Clip | None:
+        if self._clips is None or (clip_id not in self._clips
+                                   and time.monotonic() - self._read_at > self.reread_after):
+            self._clips = {c.clip_id: c for c in iter_clips(self.config.dataset.root, self.config.dataset.labels_path)}
+            self._read_at = time.monotonic()
+        return self._clips.get(clip_id)
+
+    def verified(self, data: Mapping[str, Any]) -> Sample:
+        """The experiment's own sample that a message's sample mapping names, when the message describes it
+        exactly (:meth:`Sample.to_dict`).
+
+        Raises:
+            ForeignSample: the id names no clip of the dataset or no transformation index of the experiment, or
+                a field of the mapping (path, transformation, seed, ...) differs from the experiment's sample.
+                The reason names the fields that differ, never their values (the id's clip path aside).
+            DatasetError: the labels CSV cannot be read.
+        """
+        sample_id = data.get("id")
+        clip_id, _, index = sample_id.rpartition("#") if isinstance(sample_id, str) else ("", "", "")
+        if not (index.isascii() and index.isdigit()) or str(int(index)) != index or int(index) >= len(self._specs):
+            raise ForeignSample(f"the id does not end in '#<index>' of one of the experiment's "
+                                f"{len(self._specs)} transformations")
+        clip = self._clip(clip_id)
+        if clip is None:
+            raise ForeignSample(f"no clip of the experiment's dataset has the path {clip_id[:200]!r}")
+        sample = _sample(self.config, clip, int(index), self._specs[int(index)])
+        expected = sample.to_dict()
+        differ = sorted(k for k in expected.keys() | data.keys() if k not in data or data[k] != expected.get(k, ...))
+        if differ:
+            raise ForeignSample(f"its {', '.join(map(str, differ))} differ(s) from the experiment's sample "
+                                f"{sample.id!r}")
+        return sample
+
+
+class ForeignSample(LabswarmError):
+    """A task message's sample is not a sample of the experiment the worker computes: not computed."""
 
 
 def count_samples(config: ExperimentConfig) -> int:

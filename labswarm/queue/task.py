@@ -3,7 +3,9 @@
 A task message is ``(session_id, sample)`` with the keyword ``fingerprint``: one sample as a small JSON mapping
 (no configuration, no audio) and the fingerprint of the experiment configuration its session runs. Each worker
 process builds its :class:`~labswarm.pipeline.features.FeaturesBlock` once, from the configuration the worker
-fetched from the manager at start-up. A message of another fingerprint (the experiment was registered again)
+fetched from the manager at start-up. The sample it computes is rebuilt from that configuration (a clip of its
+dataset, a transformation by index): a message whose sample is not exactly one of the experiment's fails that
+sample with the reason. A message of another fingerprint (the experiment was registered again)
 makes the process fetch the configuration again; if the manager's still differs, the message belongs to a
 session of an older configuration: its sample fails with that reason, never computed with the wrong one. The
 task is idempotent (a sample already in the store is a no-op), so at-least-once delivery gives exactly-once
@@ -20,11 +22,11 @@ from celery import Celery, Task
 
 from labswarm.client import ManagerClient
 from labswarm.config import ExperimentConfig
-from labswarm.errors import ManagerError
+from labswarm.errors import DatasetError, ManagerError
 from labswarm.pipeline.features import FeaturesBlock, SampleResult
 from labswarm.queue.app import TASK_NAME, queue_name
 from labswarm.queue.reporter import Reporter
-from labswarm.sample import Sample
+from labswarm.sample import ExperimentSamples, ForeignSample, Sample
 
 #: Queue names are this prefix and the experiment's name.
 QUEUE_PREFIX = queue_name("")
@@ -60,6 +62,7 @@ class WorkerState:
     client: ManagerClient | None = field(default=None, repr=False)
     fingerprints: dict[str, str] = field(default_factory=dict, repr=False)
     stale: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
+    samples: dict[str, ExperimentSamples] = field(default_factory=dict, repr=False)
 
     def ensure(self) -> None:
         """Build the features blocks, the manager client and the reporter of this process once."""
@@ -115,11 +118,26 @@ class WorkerState:
             if held != self.fingerprints[name]:
                 log.info("experiment %s: configuration %s replaces %s", name, held, self.fingerprints[name])
                 self.configs[name], self.blocks[name], self.fingerprints[name] = config, FeaturesBlock(config), held
+                self.samples.pop(name, None)
             if held == fingerprint:
                 return None
             self.stale[(name, fingerprint)] = time.monotonic()
         return (f"StaleConfiguration: the message was published for configuration {fingerprint} of experiment "
                 f"{name!r}, the manager now has {held} (registered again after the session started); not computed")
+
+    def sample_of(self, name: str, data: dict) -> Sample | str:
+        """The sample of experiment ``name`` a message names, rebuilt from this process's configuration (its
+        clips read once), or why the message's sample is not one of that experiment's (a path that is no clip of
+        its dataset, a transformation that is not the one at that index, ...): such a sample is not computed."""
+        samples = self.samples.get(name)
+        if samples is None:
+            samples = self.samples[name] = ExperimentSamples(self.configs[name])
+        try:
+            return samples.verified(data)
+        except ForeignSample as exc:
+            return f"ForeignSample: not a sample of experiment {name!r}: {exc}; not computed"
+        except DatasetError as exc:
+            return f"DatasetError: the sample cannot be checked against the dataset of experiment {name!r}: {exc}"
 
     def close(self) -> None:
         """Flush the outcomes not yet reported."""
@@ -164,8 +182,13 @@ def run_sample(block: FeaturesBlock, sample: Sample) -> SampleResult:
 
 def compute(task: Task, session_id: str, sample: dict, fingerprint: str | None = None) -> str:
     """The body of the ``labswarm.compute`` task; returns the outcome's status (``abandoned``: not run, the
-    sample is out of attempts; ``unchecked``: not run, the manager could not confirm the configuration)."""
+    sample is out of attempts; ``unchecked``: not run, the manager could not confirm the configuration;
+    ``rejected``: no sample id to record an outcome for). The sample computed is the experiment's own, rebuilt
+    from its id (:meth:`WorkerState.sample_of`): a message that describes it otherwise fails it, not computed."""
     state = worker_state()
+    if not isinstance(sample, dict) or not isinstance(sample.get("id"), str):
+        log.warning("message %s dropped: its sample has no id", task.request.id)  # no sample to fail
+        return "rejected"
     if (task.request.delivery_info or {}).get("redelivered"):
         # the broker gave this message back after a worker was lost: count it against the sample's attempts,
         # so a sample that kills every worker is recorded as failed instead of looping forever
@@ -180,11 +203,12 @@ def compute(task: Task, session_id: str, sample: dict, fingerprint: str | None =
     except ManagerError as exc:  # no outcome: the session's reconciliation publishes the sample again
         log.warning("sample %s not computed: cannot check configuration %s: %s", sample.get("id"), fingerprint, exc)
         return "unchecked"
-    if stale is not None:
-        state.reporter.add(session_id, {"sample_id": sample["id"], "status": "failed", "reason": stale,
+    own = state.sample_of(name, sample) if stale is None else stale
+    if isinstance(own, str):
+        state.reporter.add(session_id, {"sample_id": sample["id"], "status": "failed", "reason": own,
                                         "seconds": 0.0, "finished_at": time.time()})
         return "failed"
-    result = run_sample(state.blocks[name], Sample.from_dict(sample))
+    result = run_sample(state.blocks[name], own)
     state.reporter.add(session_id, {"sample_id": result.sample_id, "status": result.status,
                                     "reason": result.reason, "seconds": round(result.seconds, 4),
                                     "finished_at": time.time()})
