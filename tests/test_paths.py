@@ -184,3 +184,20 @@ def test_the_readme_example_is_in_its_own_roots_from_any_directory(tmp_path: Pat
     with pytest.raises(ConfigError):
         check_experiment_paths(config, DataRoots())  # tmp_path: the data/ beside examples/ is outside
     check_experiment_paths(config, DataRoots(experiment_folders(config)))
+
+
+def test_a_job_naming_a_path_outside_the_roots_is_refused_before_anything_is_opened(root: Path, outside: Path,
+                                                                                      serve) -> None:
+    inline = {**_experiment(root, **{"dataset.labels": "/etc/passwd"}),
+              "model": {"name": "cnn", "input": "mel"}, "training": {"epochs": 1}}
+    manifest = {"name": "job", "experiment": inline,
+                "results_store": {"name": "local", "path": str(outside / "results")}}
+    http = serve([root])
+    for route in ("/v1/jobs/validate", "/v1/jobs"):
+        errors = _refused(http.post(route, json=manifest))
+        assert set(errors) == {"experiment.dataset.labels", "results_store.path"}, errors
+        assert all(OUTSIDE in reason for reason in errors.values()) and "root:x:" not in str(errors), errors
+    assert not (outside / "results").exists() and http.get("/experiments").json() == []
+    manifest["experiment"] = _experiment(root) | {"model": {"name": "cnn", "input": "mel"}, "training": {"epochs": 1}}
+    manifest["results_store"]["path"] = str(root / "results")
+    assert http.post("/v1/jobs/validate", json=manifest).status_code == 200

@@ -30,6 +30,7 @@ from labswarm.jobs.manifest import JobManifest, LabswarmFramework, parse_manifes
 from labswarm.jobs.models import AttemptRow, JobEventRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.states import HOLDS_SLOTS, JobState
 from labswarm.jobs.storage.base import MissingObject, Storage
+from labswarm.paths import check_manifest_paths
 from labswarm.sessions.service import SessionService
 
 
@@ -76,6 +77,7 @@ class JobService:
                 training settings, an unreadable dataset, an unreachable store.
         """
         manifest = parse_manifest(data, source="manifest")
+        check_manifest_paths(manifest, self.sessions.registry.roots)  # before any file is opened or created
         if isinstance(manifest.experiment, ExperimentConfig):
             experiment = manifest.experiment
         else:
