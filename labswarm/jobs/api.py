@@ -14,6 +14,8 @@
 ``GET /v1/jobs/{id}/model``                  the trained model file
 ``GET /v1/jobs/{id}/events``                 Server-Sent Events: ``status``, ``log``, ``metric``,
                                              ``checkpoint``, ``attempt``; id = the per-job sequence number;
+                                             data = the payload with ``seq``, ``attempt`` and ``stamp`` (when
+                                             the learner or the manager made the event);
                                              ``Last-Event-ID`` (or ``?after=``) resumes after it; the stream
                                              ends after the terminal status
 ``POST /v1/jobs/{id}/attempts/{n}/reports``  a learner's report (:mod:`labswarm.jobs.reporter`)
@@ -173,7 +175,7 @@ def jobs_router(service: JobService, mutating: Sequence[Depends]) -> APIRouter:
                     return  # deleted
                 for row in rows:
                     seq = row.seq
-                    data = {"seq": row.seq, "time": job_events.iso(row.time), "attempt": row.attempt, **row.payload}
+                    data = {**row.payload, "seq": row.seq, "attempt": row.attempt, "stamp": job_events.iso(row.time)}
                     yield f"id: {row.seq}\nevent: {row.kind}\ndata: {json.dumps(data)}\n\n"
                 if terminal and len(rows) < 500:
                     return  # everything up to the terminal status is sent

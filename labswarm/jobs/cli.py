@@ -80,7 +80,7 @@ def _print_event(event: dict[str, Any]) -> None:
         console.print(data.get("line", ""), markup=False)
     elif kind == "metric":
         fields = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in data.items()
-                           if k not in ("seq", "time", "attempt", "rank") and isinstance(v, int | float))
+                           if k not in ("seq", "stamp", "attempt", "rank") and isinstance(v, int | float))
         console.print(f"[bold]metrics[/bold]  {fields}")
     elif kind == "status":
         console.print(f"[bold]{data['status'].upper()}[/bold]  {data.get('reason') or ''}")

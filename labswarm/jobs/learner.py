@@ -140,6 +140,7 @@ class OutputCapture:
         self.on_line = on_line
         self._saved: tuple[int, int] | None = None
         self._thread: threading.Thread | None = None
+        self._sentinel = f"labswarm-capture-end-{os.getpid()}-{id(self)}\n".encode()
 
     def start(self) -> None:
         """Start capturing."""
@@ -160,18 +161,23 @@ class OutputCapture:
     def _pump(self, fd: int) -> None:
         with open(fd, "rb") as source, open(self.log_path, "ab") as sink:
             for raw in source:
+                if raw == self._sentinel:
+                    return
                 sink.write(raw)
                 sink.flush()
                 self.on_line(raw.decode("utf-8", "replace").rstrip("\r\n"))
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop capturing (the descriptors are restored) and wait for the lines already written to be handed on.
-        Processes that still hold the pipe (orphaned children) delay the end by up to ``timeout`` seconds."""
+        """Stop capturing (the descriptors are restored) and wait, up to ``timeout`` seconds, for the lines already
+        written to be handed on. A sentinel line written last marks the end: child processes that still hold the
+        pipe (multiprocessing's resource tracker lives until the interpreter exits) cannot delay it."""
         if self._saved is None:
             return
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(ValueError, OSError):
                 stream.flush()
+        with contextlib.suppress(OSError):
+            os.write(1, self._sentinel)
         os.dup2(self._saved[0], 1)
         os.dup2(self._saved[1], 2)
         for fd in self._saved:
@@ -293,6 +299,7 @@ class _JobHooks(TrainerHooks):
 
     def __init__(self, learner: Learner) -> None:
         self.learner = learner
+        self.stepped = False
 
     def before_fit(self, trainer: Trainer, start_epoch: int) -> None:
         self.learner.reporter.event("phase", {"phase": "training", "start_epoch": start_epoch,
@@ -300,6 +307,9 @@ class _JobHooks(TrainerHooks):
 
     def after_step(self, trainer: Trainer, epoch: int, step: int, loss: float) -> None:
         self.learner.reporter.progress(epoch=epoch + 1, step=step, loss=loss)
+        if not self.stepped:  # the time to first step (bench/jobs.py reads this line's stamp)
+            self.stepped = True
+            log.info("first step of this attempt: epoch %d, step %d, loss %.4f", epoch + 1, step, loss)
 
     def should_stop(self, trainer: Trainer) -> bool:
         return self.learner.halt.is_set()
@@ -349,4 +359,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    # everything is stored and reported: skip the interpreter's finalization (2-3 s of torch and thread teardown
+    # measured here, during which the job would wait); the manager cleans up the process group
+    os._exit(status)

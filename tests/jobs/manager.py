@@ -62,7 +62,8 @@ def _alive(pid: int, created: float | None) -> bool:
 @contextlib.contextmanager
 def manager(tmp_path: Path, **settings: Any) -> Iterator[Manager]:
     """A manager with its home in ``tmp_path / "home"``; every learner still alive at the end is killed."""
-    app = create_app(Settings(home=tmp_path / "home", **settings))
+    # data_roots: the experiments' files live in the test's folder (a setting ignored where it does not exist)
+    app = create_app(Settings(home=tmp_path / "home", data_roots=[str(tmp_path)], **settings))
     server = EmbeddedServer(app).start()
     http = httpx.Client(base_url=server.url, timeout=30)
     jobs = app.state.jobs
@@ -131,7 +132,8 @@ from pathlib import Path
 from labswarm.manager.api import create_app
 from labswarm.manager.server import serve
 from labswarm.settings import Settings
-serve(create_app(Settings(home=Path(sys.argv[1]))), "127.0.0.1", int(sys.argv[2]))
+home = Path(sys.argv[1])
+serve(create_app(Settings(home=home, data_roots=[str(home.parent)])), "127.0.0.1", int(sys.argv[2]))
 """
 
 
