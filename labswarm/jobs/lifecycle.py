@@ -10,6 +10,7 @@ One thread does a pass every :data:`TICK` seconds (sooner when woken), under the
    a halt → HALTED with its checkpoint; a fault (:func:`~labswarm.jobs.errors.classify_exit`) within its restart
    budget (user or platform) → PENDING, deployed again after the backoff as a new attempt from the last committed
    checkpoint; beyond it → FAILED with the error code and the log tail;
+   A job that ends COMPLETED or FAILED releases its slots, and its local working folders are removed;
 3. **schedule** queued jobs, by priority then submission, while their learners fit in ``job_slots`` (and their
    GPUs in the free ones): QUEUED → PENDING, deployed.
 
@@ -265,10 +266,12 @@ class JobLifecycle:
                 stored, why = False, str(exc)
             if not stored:
                 events.transition(db, job, _S.FAILED, reason=why, error_code=ErrorCode.STORAGE_FAILED)
+                self._collect(job)
                 return
         events.transition(db, job, _S.COMPLETED, reason="completed",
                           detail={"model": layout.MODEL_KEY if job.manifest["framework"]["name"] == "labswarm"
                                   else None})
+        self._collect(job)
 
     def _restart_or_fail(self, db: Session, job: JobRow, attempt: AttemptRow, verdict: ExitVerdict,
                          pointer: dict[str, Any] | None) -> None:
@@ -299,6 +302,13 @@ class JobLifecycle:
         events.transition(db, job, _S.FAILED, reason=reason, error_code=verdict.code,
                           detail={"exit_code": attempt.exit_code,
                                   "log_tail": events.log_tail(db, job.id, attempt.number)})
+        self._collect(job)
+
+    def _collect(self, job: JobRow) -> None:
+        """A terminal job's local working folders go (copies of its checkpoints and model: the results store has
+        them); the spec and raw output files of each learner stay, small, for a post-mortem."""
+        for workdir in (self.service.home / job.id).glob("attempt-*/rank-*"):
+            shutil.rmtree(workdir, ignore_errors=True)
 
     # 3. schedule and deploy
     def _schedule(self, db: Session) -> None:

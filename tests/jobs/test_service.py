@@ -48,6 +48,8 @@ def test_a_job_completes_and_a_reconnecting_stream_misses_nothing_and_repeats_no
     _net, meta = load_model(tmp_path / "model.pt")
     assert meta["metrics"]["val_accuracy"] == metrics[-1]["val_accuracy"]
     assert [line["line"] for line in logs] == [e["data"]["line"] for e in whole if e["event"] == "log"]
+    assert not list((tmp_path / "home" / "jobs" / job["id"]).glob("attempt-*/rank-*"))  # collected
+    assert (tmp_path / "home" / "jobs" / job["id"] / "attempt-1" / "learner-0.json").is_file()
 
 
 def test_halting_a_completed_job_is_refused(tmp_path: Path) -> None:
