@@ -12,6 +12,7 @@
                                              ``since`` (ISO time), ``pagesize``
 ``GET /v1/jobs/{id}/metrics``                metrics records, each epoch once
 ``GET /v1/jobs/{id}/model``                  the trained model file
+``GET /v1/jobs/{id}/bundle``                 a zip: model, logs, metrics, resolved manifest, versions
 ``GET /v1/jobs/{id}/events``                 Server-Sent Events: ``status``, ``log``, ``metric``,
                                              ``checkpoint``, ``attempt``; id = the per-job sequence number;
                                              data = the payload with ``seq``, ``attempt`` and ``stamp`` (when
@@ -157,6 +158,14 @@ def jobs_router(service: JobService, mutating: Sequence[Depends]) -> APIRouter:
         """The trained model file (``labswarm`` framework)."""
         path = service.model_file(job_id)
         return FileResponse(path, media_type="application/octet-stream", filename=path.name,
+                            background=BackgroundTask(shutil.rmtree, path.parent, ignore_errors=True))
+
+    @router.get("/{job_id}/bundle")
+    def bundle(job_id: str) -> FileResponse:
+        """A zip: model, logs, metrics, the resolved manifest, the experiment's fingerprint, the feature store's
+        versions and the library versions (:mod:`labswarm.jobs.bundle`)."""
+        path = service.bundle_file(job_id)
+        return FileResponse(path, media_type="application/zip", filename=path.name,
                             background=BackgroundTask(shutil.rmtree, path.parent, ignore_errors=True))
 
     @router.get("/{job_id}/events")

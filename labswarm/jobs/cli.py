@@ -197,8 +197,13 @@ def delete(job: JobId, manager: Manager = DEFAULT_MANAGER, token_file: TokenFile
 
 
 @jobs_app.command()
-def download(job: JobId, output: Annotated[Path | None, typer.Option(help="Where to write the model.")] = None,
+def download(job: JobId, output: Annotated[Path | None, typer.Option(help="Where to write the file.")] = None,
+             bundle: Annotated[bool, typer.Option(
+                 "--bundle", help="The whole bundle (zip: model, logs, metrics, manifest, versions).")] = False,
              manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None) -> None:
-    """Download the trained model (default ``<job>.pt`` here)."""
-    path = _call(manager, token_file, lambda c: c.download_model(job, output or Path(f"{job}.pt")))
-    console.print(f"model: {path}")
+    """Download the trained model (default ``<job>.pt`` here), or with --bundle the job's bundle (``<job>.zip``)."""
+    if bundle:
+        path = _call(manager, token_file, lambda c: c.download_bundle(job, output or Path(f"{job}.zip")))
+    else:
+        path = _call(manager, token_file, lambda c: c.download_model(job, output or Path(f"{job}.pt")))
+    console.print(f"{'bundle' if bundle else 'model'}: {path}")

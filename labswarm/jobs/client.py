@@ -117,18 +117,24 @@ class JobsClient:
 
     def download_model(self, job_id: str, path: str | Path) -> Path:
         """Download the trained model to ``path``."""
-        path = Path(path)
+        return self._download(f"/v1/jobs/{job_id}/model", Path(path), job_id)
+
+    def download_bundle(self, job_id: str, path: str | Path) -> Path:
+        """Download the job's bundle (a zip: model, logs, metrics, manifest, versions) to ``path``."""
+        return self._download(f"/v1/jobs/{job_id}/bundle", Path(path), job_id)
+
+    def _download(self, route: str, path: Path, job_id: str) -> Path:
         try:
-            with self._http.stream("GET", f"/v1/jobs/{job_id}/model") as response:
+            with self._http.stream("GET", route) as response:
                 if response.status_code >= 400:
                     response.read()
-                    _raise_for(response, "GET", f"/v1/jobs/{job_id}/model")
+                    _raise_for(response, "GET", route)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with open(path, "wb") as handle:
                     for chunk in response.iter_bytes(1 << 20):
                         handle.write(chunk)
         except httpx.HTTPError as exc:
-            raise ManagerError(f"cannot download the model of job {job_id}: {exc}") from exc
+            raise ManagerError(f"cannot download {route} of job {job_id}: {exc}") from exc
         return path
 
     def events(self, job_id: str, *, after: int = 0, reconnect_s: float = 1.0,

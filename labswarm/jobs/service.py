@@ -279,6 +279,25 @@ class JobService:
             shutil.rmtree(target.parent, ignore_errors=True)
             raise NotFound(f"job {job_id} has no trained model (status {job.status})") from None
 
+    def bundle_file(self, job_id: str) -> Path:
+        """The job's bundle (:mod:`labswarm.jobs.bundle`) in a temporary file (the caller deletes its folder).
+
+        Raises:
+            NotFound: no such job.
+            StorageError: the results store failed.
+        """
+        from labswarm.jobs.bundle import write_bundle
+
+        job = self.describe(job_id)
+        with self.db() as db:
+            row = self.get(db, job_id)
+        target = Path(tempfile.mkdtemp(prefix="labswarm-bundle-")) / f"{job['name']}-{job_id}.zip"
+        try:
+            return write_bundle(job, self.metrics(job_id), self.storage(row), target)
+        except BaseException:
+            shutil.rmtree(target.parent, ignore_errors=True)
+            raise
+
     # control
     def halt(self, job_id: str) -> dict[str, Any]:
         """Halt a job: a queued one at once, a deployed one cooperatively (its learners checkpoint and exit;

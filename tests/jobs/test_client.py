@@ -3,7 +3,9 @@ event once, in order), and the other calls answer as the API does."""
 
 from __future__ import annotations
 
+import json
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -68,6 +70,14 @@ def test_the_client_s_calls(tmp_path: Path) -> None:
         with pytest.raises(ManagerError) as caught:
             client.download_model(job["id"], tmp_path / "model.pt")  # a command job stores no model
         assert caught.value.status == 404
+        with zipfile.ZipFile(client.download_bundle(job["id"], tmp_path / "bundle.zip")) as bundle:
+            assert sorted(bundle.namelist()) == ["job.json", "logs/attempt-1/learner-0.log", "manifest.json",
+                                                 "metrics.jsonl", "versions.json"]
+            assert json.loads(bundle.read("job.json"))["status"] == "completed"
+            assert "done" in bundle.read("logs/attempt-1/learner-0.log").decode()
+            versions = json.loads(bundle.read("versions.json"))
+            assert versions["experiment"] == "three" and len(versions["experiment_fingerprint"]) == 16
+            assert versions["feature_store"] == {"layout_version": 1, "key_version": 1}
         with pytest.raises(ManagerError) as caught:
             client.submit({**manifest, "priority": "high"})
         assert caught.value.status == 422 and "priority" in str(caught.value)

@@ -4,9 +4,11 @@ Each test waits on the job's own event stream (Server-Sent Events), never on a s
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
+import zipfile
 from pathlib import Path
 
 from jobs.manager import manager, read_events, statuses
@@ -30,6 +32,12 @@ def test_a_job_completes_and_a_reconnecting_stream_misses_nothing_and_repeats_no
         model = m.http.get(f"/v1/jobs/{job['id']}/model")
         metrics = m.http.get(f"/v1/jobs/{job['id']}/metrics").json()["metrics"]
         logs = m.http.get(f"/v1/jobs/{job['id']}/logs", params={"pagesize": 5000}).json()["lines"]
+        bundle = m.http.get(f"/v1/jobs/{job['id']}/bundle")
+    assert bundle.status_code == 200 and bundle.headers["content-type"] == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(bundle.content)) as files:
+        assert {"model/model.pt", "metrics.jsonl", "manifest.json", "logs/attempt-1/learner-0.log"} <= set(
+            files.namelist())
+        assert files.read("model/model.pt") == model.content
     joined = first + rest
     assert [e["id"] for e in joined] == [e["id"] for e in whole] == list(range(1, len(whole) + 1))
     assert joined == whole
