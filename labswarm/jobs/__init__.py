@@ -1,9 +1,30 @@
-"""Training jobs as a service (issue 12): the manifest, the job states and their transitions, the error codes
-that tell the user's faults from the platform's, and the storage plugins of the data and results stores.
+"""Training jobs as a service (issue 12).
 
-The lifecycle manager, the routes and the event stream build on these."""
+This package's public surface is below: the manifest, the job states and their transitions, the error codes
+that tell the user's faults from the platform's, the learners' exit codes. The service's parts live in their
+modules, imported where used (they pull in the database, HTTP or torch):
 
-from labswarm.jobs.errors import ERROR_TEXT, ErrorCode, ExitVerdict, Fault, classify_exit
+- :mod:`~labswarm.jobs.service` (``JobService``), :mod:`~labswarm.jobs.lifecycle` (queue, deploys, watchdog,
+  restarts), :mod:`~labswarm.jobs.events` (the event stream and state changes), :mod:`~labswarm.jobs.models`
+  (tables), :mod:`~labswarm.jobs.processes` (local learner processes), :mod:`~labswarm.jobs.api` (``/v1/jobs``);
+- :mod:`~labswarm.jobs.learner` (``python -m labswarm.jobs.learner SPEC.json``), :mod:`~labswarm.jobs.reporter`,
+  :mod:`~labswarm.jobs.command` (the ``command`` framework), :mod:`~labswarm.jobs.layout` (the results store's
+  layout and checkpoint pointer), :mod:`~labswarm.jobs.storage` (``local``, ``s3``);
+- :mod:`~labswarm.jobs.client` (``JobsClient``), :mod:`~labswarm.jobs.cli` (``labswarm jobs``),
+  :mod:`~labswarm.jobs.bundle`.
+"""
+
+from labswarm.jobs.errors import (
+    ERROR_TEXT,
+    EXIT_HALTED,
+    EXIT_PLATFORM,
+    EXIT_STORAGE,
+    EXIT_USER,
+    ErrorCode,
+    ExitVerdict,
+    Fault,
+    classify_exit,
+)
 from labswarm.jobs.manifest import (
     DEFAULT_USER_EXIT_CODES,
     CommandFramework,
@@ -18,8 +39,28 @@ from labswarm.jobs.manifest import (
 from labswarm.jobs.states import HOLDS_SLOTS, TERMINAL, TRANSITIONS, InvalidTransition, JobState, check_transition
 
 __all__ = [
-    "DEFAULT_USER_EXIT_CODES", "ERROR_TEXT", "HOLDS_SLOTS", "TERMINAL", "TRANSITIONS", "CommandFramework",
-    "ErrorCode", "ExitVerdict", "Fault", "InvalidTransition", "JobManifest", "JobState", "LabswarmFramework",
-    "MetricsSource", "Resources", "RestartPolicy", "check_transition", "classify_exit", "load_manifest",
+    "DEFAULT_USER_EXIT_CODES",
+    "ERROR_TEXT",
+    "EXIT_HALTED",
+    "EXIT_PLATFORM",
+    "EXIT_STORAGE",
+    "EXIT_USER",
+    "HOLDS_SLOTS",
+    "TERMINAL",
+    "TRANSITIONS",
+    "CommandFramework",
+    "ErrorCode",
+    "ExitVerdict",
+    "Fault",
+    "InvalidTransition",
+    "JobManifest",
+    "JobState",
+    "LabswarmFramework",
+    "MetricsSource",
+    "Resources",
+    "RestartPolicy",
+    "check_transition",
+    "classify_exit",
+    "load_manifest",
     "parse_manifest",
 ]
