@@ -54,7 +54,21 @@ def iter_clips(root: str | Path, labels: str | Path) -> Iterator[Clip]:
 
 def _numbered_clips(root: str | Path, labels: str | Path) -> Iterator[tuple[int, Clip]]:
     """``(line number, clip)`` of each row of a labels CSV (see :func:`iter_clips`)."""
-    root, labels = Path(root), Path(labels)
+    root = Path(root)
+    for line, clip_id, label, source in label_rows(labels):
+        yield line, Clip(clip_id=clip_id, path=clip_path(root, clip_id), label=label, source=source)
+
+
+def clip_path(root: Path, clip_id: str) -> str:
+    """The full path of the clip ``clip_id`` (a path of the labels CSV) in a dataset whose folder is ``root``."""
+    path = Path(clip_id)
+    return str(path if path.is_absolute() else root / path)
+
+
+def label_rows(labels: str | Path) -> Iterator[tuple[int, str, str, str]]:
+    """``(line number, path, label, source)`` of each row of a labels CSV, as written (``source`` defaults to
+    the path); the checks and errors of :func:`iter_clips`."""
+    labels = Path(labels)
     try:
         handle = labels.open(newline="", encoding="utf-8")
     except OSError as exc:
@@ -74,10 +88,7 @@ def _numbered_clips(root: str | Path, labels: str | Path) -> Iterator[tuple[int,
                 label = (row.get("label") or "").strip()
                 if not clip_id or not label:
                     raise DatasetError(f"{labels}, line {line}: empty path or label")
-                path = Path(clip_id)
-                full = path if path.is_absolute() else root / path
-                source = (row.get("source") or "").strip() or clip_id
-                yield line, Clip(clip_id=clip_id, path=str(full), label=label, source=source)
+                yield line, clip_id, label, (row.get("source") or "").strip() or clip_id
         except UnicodeDecodeError:  # its message quotes the offending bytes: not passed on
             raise DatasetError(f"{labels}, after line {line}: not UTF-8 text") from None
         except csv.Error as exc:
