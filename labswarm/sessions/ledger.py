@@ -1,34 +1,44 @@
 """Reads and writes of the session ledger (one row per sample), portable across SQLite and PostgreSQL.
 
-Every statement that takes a list of sample ids takes it in chunks (:func:`chunks`), so none carries more bound
-parameters than the database allows, whatever the session's size; reads of many rows stream
+Every statement that takes a list of sample ids takes it in chunks (:func:`chunks`) and as ONE bound parameter
+(a JSON array read with ``json_each`` on SQLite, an array with ``= ANY`` on PostgreSQL): no statement carries
+more parameters than the database allows, and a statement's text is the same whatever the number of ids. That
+matters for memory: SQLite keeps each distinct statement it was given prepared (Python's ``sqlite3`` caches 128
+per connection), and a prepared ``IN (?, ?, ...)`` of 5,000 ids holds ~1 MB; with one text per length the
+manager's memory grew with the variety of batch sizes a long session produces. Reads of many rows stream
 (:func:`pending` pages by sample id) instead of building a list of the whole ledger.
+
+The session row keeps counts of its ledger per status (``pending``, ``done``, ``cached``, ``failed``), changed by
+the same statements, in the same transaction, as the ledger rows, so progress costs one row read whatever the
+session's size. Every ledger write first locks the session row (:func:`_lock`), so concurrent writers of one
+session count each change once; :func:`recount` rebuilds the counts from the ledger, which stays the truth.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import islice
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy import case, func, or_, select, update
+from sqlalchemy import String, any_, bindparam, case, func, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from labswarm.db import utcnow
-from labswarm.sessions.models import SampleRow
+from labswarm.sessions.models import SampleRow, SessionRow
 
 #: Statuses that end a sample: nothing more will happen to it.
 TERMINAL = ("done", "cached", "failed")
+#: Ledger status -> the session row's counter of it.
+COUNTERS = {"published": "pending", "done": "done", "cached": "cached", "failed": "failed"}
 #: Bound parameters one statement may carry: SQLite's limit (``SQLITE_MAX_VARIABLE_NUMBER``, 32,766 since 3.32),
 #: the lower of the two databases (PostgreSQL: 65,535).
 MAX_PARAMETERS = 32_766
-#: Ids per statement (and rows per page of :func:`pending`): far under :data:`MAX_PARAMETERS`, with room for the
-#: statement's other parameters; large enough that a million-sample session takes 200 statements.
+#: Ids per statement (and rows per page of :func:`pending`): bounds what one statement and its result hold (ids
+#: travel as one parameter, so :data:`MAX_PARAMETERS` is not what bounds it); a million-sample session takes 200.
 CHUNK = 5_000
 #: An outcome never downgrades a better one: a duplicate run's failure does not undo a success.
 _RANK = {"published": 0, "failed": 1, "done": 2, "cached": 2}
@@ -52,27 +62,89 @@ def chunks(items: Iterable[T], size: int = CHUNK) -> Iterator[list[T]]:
 
 
 def _insert(db: Session):
-    return (postgresql.insert if db.bind.dialect.name == "postgresql" else sqlite.insert)(SampleRow)
+    return (postgresql.insert if _postgres(db) else sqlite.insert)(SampleRow)
 
 
-def add_samples(db: Session, session_id: str, rows: Sequence[tuple[str, str, str | None]]) -> None:
-    """Insert ledger rows ``(sample_id, status, reason)``; rows that exist already are left as they are."""
-    now = utcnow()
-    for chunk in chunks(rows, CHUNK // 6):  # six parameters per row
-        stmt = _insert(db).values([
-            {"session_id": session_id, "sample_id": sid, "status": status, "reason": reason, "attempts": 1,
-             "updated_at": now}
-            for sid, status, reason in chunk
-        ])
-        db.execute(stmt.on_conflict_do_nothing(index_elements=["session_id", "sample_id"]))
+def _postgres(db: Session) -> bool:
+    return db.bind.dialect.name == "postgresql"
+
+
+def _among(db: Session, column, ids: Sequence[str]) -> ColumnElement[bool]:
+    """``column IN ids`` with ``ids`` as one parameter: a JSON array through ``json_each`` (SQLite), an array with
+    ``= ANY`` (PostgreSQL); the statement's text does not depend on ``len(ids)``."""
+    if _postgres(db):
+        return column == any_(bindparam(None, list(ids), type_=postgresql.ARRAY(String)))
+    values = func.json_each(bindparam(None, json.dumps(list(ids)), type_=String)).table_valued("value")
+    return column.in_(select(values.c.value))
+
+
+def _is_pending(status) -> ColumnElement[bool]:
+    """``status = 'published'``, written so that no planner takes the (session, status) index for it: statements
+    that also name sample ids must look them up by primary key, not scan every pending sample of the session."""
+    return func.coalesce(status, "") == "published"
+
+
+def _lock(db: Session, session_id: str) -> None:
+    """Lock the session row for the rest of the transaction (a no-op write: PostgreSQL's row lock; SQLite's write
+    lock, taken before anything is read): writers of one session's ledger and counters go one at a time."""
+    db.execute(update(SessionRow).where(SessionRow.id == session_id).values(pending=SessionRow.pending)
+               .execution_options(synchronize_session=False))
+
+
+def _count(db: Session, session_id: str, delta: Mapping[str, int]) -> None:
+    """Add ``delta`` (ledger status -> change) to the session row's counters."""
+    values = {COUNTERS[status]: getattr(SessionRow, COUNTERS[status]) + n for status, n in delta.items() if n}
+    if values:
+        db.execute(update(SessionRow).where(SessionRow.id == session_id).values(**values)
+                   .execution_options(synchronize_session=False))
+
+
+_ADD_SQLITE = text(
+    "INSERT INTO samples (session_id, sample_id, status, reason, attempts, updated_at) "
+    "SELECT :sid, json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]'), json_extract(j.value, '$[2]'), 1, "
+    ":now FROM json_each(:rows) AS j WHERE true "
+    "ON CONFLICT (session_id, sample_id) DO NOTHING RETURNING status")
+_ADD_POSTGRES = text(
+    "INSERT INTO samples (session_id, sample_id, status, reason, attempts, updated_at) "
+    "SELECT :sid, u.sample_id, u.status, u.reason, 1, :now "
+    "FROM unnest(CAST(:ids AS VARCHAR[]), CAST(:statuses AS VARCHAR[]), CAST(:reasons AS TEXT[])) "
+    "AS u(sample_id, status, reason) "
+    "ON CONFLICT (session_id, sample_id) DO NOTHING RETURNING status")
+
+
+def add_samples(db: Session, session_id: str, rows: Iterable[tuple[str, str, str | None]]) -> dict[str, int]:
+    """Insert ledger rows ``(sample_id, status, reason)``; rows that exist already are left as they are.
+
+    One statement per :data:`CHUNK` rows, the rows as one parameter; the session's counters count the rows
+    inserted.
+
+    Returns:
+        rows inserted per status.
+    """
+    _lock(db, session_id)
+    now_type = SampleRow.__table__.c.updated_at.type
+    added: Counter[str] = Counter()
+    for chunk in chunks(rows):
+        if _postgres(db):
+            stmt = _ADD_POSTGRES.bindparams(bindparam("now", type_=now_type))
+            params: dict[str, Any] = {"ids": [r[0] for r in chunk], "statuses": [r[1] for r in chunk],
+                                      "reasons": [r[2] for r in chunk]}
+        else:
+            stmt = _ADD_SQLITE.bindparams(bindparam("now", type_=now_type))
+            params = {"rows": json.dumps([list(r) for r in chunk])}
+        added.update(status for (status,) in db.execute(stmt, {"sid": session_id, "now": utcnow(), **params}))
+    _count(db, session_id, added)
+    return dict(added)
 
 
 def record_outcomes(db: Session, session_id: str, outcomes: Iterable[dict]) -> int:
     """Upsert worker outcomes ``{sample_id, status, reason, seconds}``; returns how many were applied.
 
-    One executemany per :data:`CHUNK` outcomes (each row its own parameter set). A sample already ``done`` or
-    ``cached`` keeps that status (at-least-once delivery can run it twice).
+    One executemany per :data:`CHUNK` outcomes (each row its own parameter set, one statement text). A sample
+    already ``done`` or ``cached`` keeps that status (at-least-once delivery can run it twice). The statuses
+    before are read under the session's lock, and the session's counters move by the changes.
     """
+    _lock(db, session_id)
     now = utcnow()
     rows = (
         {"session_id": session_id, "sample_id": outcome["sample_id"], "status": status,
@@ -94,64 +166,57 @@ def record_outcomes(db: Session, session_id: str, outcomes: Iterable[dict]) -> i
         },
     )
     applied = 0
+    delta: Counter[str] = Counter()
     for chunk in chunks(rows):
+        state: dict[str, str | None] = dict(db.execute(
+            select(SampleRow.sample_id, SampleRow.status).where(
+                SampleRow.session_id == session_id, _among(db, SampleRow.sample_id, [r["sample_id"] for r in chunk]))
+        ).all())
+        for row in chunk:  # the statement's rule, row by row (a chunk may name a sample twice)
+            old = state.get(row["sample_id"])
+            new = old if old in ("done", "cached") else row["status"]
+            if new != old:
+                if old is not None:
+                    delta[old] -= 1
+                delta[new] += 1
+                state[row["sample_id"]] = new
         db.execute(stmt, chunk)
         applied += len(chunk)
+    _count(db, session_id, delta)
     return applied
 
 
 def counts(db: Session, session_id: str) -> dict[str, int]:
-    """Samples per status (``published``, ``done``, ``cached``, ``failed``) in a session's ledger."""
+    """Samples per status (``published``, ``done``, ``cached``, ``failed``) in a session's ledger: counted from the
+    ledger (one ``GROUP BY``; cost grows with the session: progress reads :func:`counters`)."""
     rows = db.execute(
         select(SampleRow.status, func.count()).where(SampleRow.session_id == session_id).group_by(SampleRow.status)
     ).all()
-    out = dict.fromkeys(("published", "done", "cached", "failed"), 0)
+    out = dict.fromkeys(COUNTERS, 0)
     out.update({status: n for status, n in rows})
     return out
+
+
+def counters(row: SessionRow) -> dict[str, int]:
+    """The counts per ledger status kept on a session row (same keys as :func:`counts`)."""
+    return {status: getattr(row, column) or 0 for status, column in COUNTERS.items()}
+
+
+def recount(db: Session, session_id: str) -> dict[str, int]:
+    """Set the session row's counters from its ledger (:func:`counts`, under the session's lock) and return them:
+    the ledger is the truth (a manager calls it once per session after a start)."""
+    _lock(db, session_id)
+    fresh = counts(db, session_id)
+    db.execute(update(SessionRow).where(SessionRow.id == session_id)
+               .values(**{COUNTERS[status]: n for status, n in fresh.items()})
+               .execution_options(synchronize_session=False))
+    return fresh
 
 
 def count_pending(db: Session, session_id: str) -> int:
     """Samples of the session still without an outcome (counts only their index entries)."""
     return db.scalar(select(func.count()).select_from(SampleRow).where(
         SampleRow.session_id == session_id, SampleRow.status == "published")) or 0
-
-
-class CountsCache:
-    """:func:`counts` of sessions, each computed at most once per ``ttl`` seconds, for at most ``size`` sessions
-    (the least recently read dropped): every poller of a session's progress (the health loop, ``/metrics``, the
-    API, every second each) shares one count, so a poll costs one ``GROUP BY`` per session per ``ttl``, not one
-    per caller.
-
-    Args:
-        db: a factory of database sessions (context managers).
-        ttl: seconds a running session's counts are reused (default 1 s: the health loop's period).
-        ended_ttl: seconds an ended session's counts are reused (late duplicate outcomes can still change them).
-        size: sessions kept.
-    """
-
-    def __init__(self, db: Callable[[], AbstractContextManager[Session]], ttl: float = 1.0,
-                 ended_ttl: float = 30.0, size: int = 256) -> None:
-        self._db, self.ttl, self.ended_ttl, self.size = db, ttl, ended_ttl, size
-        self._cache: OrderedDict[str, tuple[float, bool, dict[str, int]]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, session_id: str, active: bool) -> dict[str, int]:
-        """The session's counts per status (see :func:`counts`), at most ``ttl`` (or ``ended_ttl``) s old; counted
-        afresh when the session ended since (``active`` differs from the cached counts')."""
-        now = time.monotonic()
-        with self._lock:
-            hit = self._cache.get(session_id)
-            if hit is not None and hit[1] == active and now - hit[0] < (self.ttl if active else self.ended_ttl):
-                self._cache.move_to_end(session_id)
-                return dict(hit[2])
-        with self._db() as db:
-            fresh = counts(db, session_id)
-        with self._lock:
-            self._cache[session_id] = (now, active, fresh)
-            self._cache.move_to_end(session_id)
-            while len(self._cache) > self.size:
-                self._cache.popitem(last=False)
-        return dict(fresh)
 
 
 def has_pending(db: Session, session_id: str) -> bool:
@@ -182,40 +247,52 @@ def pending(db: Session, session_id: str, page: int = CHUNK) -> Iterator[tuple[s
 
 
 def pending_among(db: Session, session_id: str, sample_ids: Iterable[str]) -> dict[str, int]:
-    """``sample_id -> attempts`` of those of ``sample_ids`` still without an outcome (one query per chunk)."""
+    """``sample_id -> attempts`` of those of ``sample_ids`` still without an outcome (one query per chunk, by
+    primary key)."""
     out: dict[str, int] = {}
     for chunk in chunks(sample_ids):
         out.update(db.execute(
             select(SampleRow.sample_id, SampleRow.attempts).where(
-                SampleRow.session_id == session_id, SampleRow.status == "published",
-                SampleRow.sample_id.in_(chunk))
+                SampleRow.session_id == session_id, _among(db, SampleRow.sample_id, chunk),
+                _is_pending(SampleRow.status))
         ).all())
     return out
 
 
 def set_status(db: Session, session_id: str, sample_ids: Iterable[str], status: str, reason: str | None) -> int:
     """Give pending samples a terminal status (reconciliation); returns how many changed. One statement per
-    :data:`CHUNK` ids; samples that have an outcome already are left as they are."""
+    :data:`CHUNK` ids; samples that have an outcome already are left as they are. The counters move with them.
+
+    Raises:
+        ValueError: ``status`` is not a terminal status (``done``, ``cached``, ``failed``).
+    """
+    if status not in TERMINAL:
+        raise ValueError(f"status must be one of {TERMINAL}, got {status!r}")
+    _lock(db, session_id)
     changed = 0
     now = utcnow()
     for chunk in chunks(sample_ids):
         changed += db.execute(
             update(SampleRow)
-            .where(SampleRow.session_id == session_id, SampleRow.sample_id.in_(chunk),
-                   SampleRow.status == "published")
+            .where(SampleRow.session_id == session_id, _among(db, SampleRow.sample_id, chunk),
+                   _is_pending(SampleRow.status))
             .values(status=status, reason=reason, updated_at=now)
+            .execution_options(synchronize_session=False)
         ).rowcount
+    _count(db, session_id, {"published": -changed, status: changed})
     return changed
 
 
 def add_attempt(db: Session, session_id: str, sample_ids: Iterable[str]) -> None:
     """Count one more delivery of each of ``sample_ids`` (one statement per :data:`CHUNK` ids)."""
+    _lock(db, session_id)
     now = utcnow()
     for chunk in chunks(sample_ids):
         db.execute(
             update(SampleRow)
-            .where(SampleRow.session_id == session_id, SampleRow.sample_id.in_(chunk))
+            .where(SampleRow.session_id == session_id, _among(db, SampleRow.sample_id, chunk))
             .values(attempts=SampleRow.attempts + 1, updated_at=now)
+            .execution_options(synchronize_session=False)
         )
 
 
@@ -225,7 +302,8 @@ def redelivery(db: Session, session_id: str, sample_id: str, max_attempts: int) 
     When the sample has used ``max_attempts`` deliveries it is recorded as failed (a poison sample that kills
     its workers) and ``False`` is returned.
     """
-    row = db.get(SampleRow, (session_id, sample_id))
+    _lock(db, session_id)
+    row = db.get(SampleRow, (session_id, sample_id), populate_existing=True)
     if row is None:
         return True
     if row.status in TERMINAL:
@@ -235,6 +313,7 @@ def redelivery(db: Session, session_id: str, sample_id: str, max_attempts: int) 
     if row.attempts > max_attempts:
         row.status = "failed"
         row.reason = f"worker lost during each of {max_attempts} deliveries (crash or out of memory?)"
+        _count(db, session_id, {"published": -1, "failed": 1})
         return False
     return True
 

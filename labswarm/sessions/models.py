@@ -44,7 +44,9 @@ class SessionRow(Base):
     health controller's). At most one session per experiment is active (``running`` or ``paused``): a partial
     unique index (:data:`ONE_ACTIVE_INDEX`) refuses a second one, whoever writes it. ``launcher`` names what
     runs the session's workers: ``none`` (workers started by someone else) or ``swarm``
-    (a docker swarm service the manager creates, scales and removes).
+    (a docker swarm service the manager creates, scales and removes). ``pending``, ``done``, ``cached`` and
+    ``failed`` count the session's ledger rows per status (``pending``: status ``published``), kept by the ledger's
+    writes in their transactions (:mod:`labswarm.sessions.ledger`; revision 0004).
     """
 
     __tablename__ = "sessions"
@@ -57,6 +59,10 @@ class SessionRow(Base):
     cursor: Mapped[int] = mapped_column(Integer, default=0)
     published: Mapped[int] = mapped_column(Integer, default=0)
     republished: Mapped[int] = mapped_column(Integer, default=0)
+    pending: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    cached: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    failed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     fingerprint: Mapped[str] = mapped_column(String(32))
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     launcher: Mapped[str] = mapped_column(String(16), default="none")

@@ -200,16 +200,22 @@ class SessionService:
     def progress(self, session_id: str) -> dict[str, Any]:
         """A session's progress: counts per status, rate (tasks/s), times, samples/s.
 
-        The counts are at most 1 s old for an active session (30 s for an ended one: see
-        :class:`~labswarm.sessions.ledger.CountsCache`).
+        The counts are the counters on the session row (one row read, whatever the session's size: see
+        :mod:`~labswarm.sessions.ledger`). The first read of an active session by this manager process recounts
+        them from the ledger, the truth (one ``GROUP BY`` per active session per process start).
 
         Raises:
             NotFound: no such session.
         """
         row = self.session(session_id)
-        # one count per session per second, shared by every poller (the health loop, /metrics, the API)
-        cache = self.__dict__.get("_counts") or self.__dict__.setdefault("_counts", ledger.CountsCache(self.db))
-        counts = cache.get(session_id, row.status in ACTIVE)
+        recounted = self.__dict__.setdefault("_recounted", set())
+        if row.status in ACTIVE and session_id not in recounted:
+            with self.db() as db:
+                ledger.recount(db, session_id)
+                db.commit()
+            recounted.add(session_id)
+            row = self.session(session_id)
+        counts = ledger.counters(row)
         end = row.finished_at or utcnow()
         start = row.started_at or row.created_at
         elapsed = max((_aware(end) - _aware(start)).total_seconds(), 1e-9)
