@@ -85,6 +85,10 @@ def _convergence(logs: list[list[dict]], share: float, since_wall: float) -> flo
     return last_out - since_wall if last_out < logs[0][-1]["wall"] else None
 
 
+def _s(seconds: float | None) -> str:
+    return "(not for good in the log)" if seconds is None else f"{seconds:.0f} s"
+
+
 def test_two_sessions_share_the_workers_by_weight(rabbitmq_url: str, tmp_path: Path) -> None:
     data = write_tone_set(tmp_path / "data", tones=130)  # 3,120 samples a session: enough for ~50/s in all
     names = [f"fa-{uuid.uuid4().hex[:8]}", f"fb-{uuid.uuid4().hex[:8]}"]
@@ -136,8 +140,8 @@ def test_two_sessions_share_the_workers_by_weight(rabbitmq_url: str, tmp_path: P
                                     0.5, started_wall)
             weighted_in = _convergence([_log(tmp_path / "health" / f"health-{s}.jsonl", changed) for s in sessions],
                                        0.75, changed)
-            print(f"\nshares 1:1 {share:.3f}/{1 - share:.3f} ({sum(equal):.1f}/s, within 20 % after {equal_in:.0f} s), "
-                  f"3:1 {share3:.3f}/{1 - share3:.3f} ({sum(weighted):.1f}/s, within 20 % {weighted_in:.0f} s after "
+            print(f"\nshares 1:1 {share:.3f}/{1 - share:.3f} ({sum(equal):.1f}/s, within 20 % after {_s(equal_in)}), "
+                  f"3:1 {share3:.3f}/{1 - share3:.3f} ({sum(weighted):.1f}/s, within 20 % {_s(weighted_in)} after "
                   f"the change); {time.monotonic() - started:.0f} s of sessions")
     finally:
         if health is not None:
