@@ -23,6 +23,7 @@ the number of samples republished. Goal (issue 10): RSS < 300 MB and flat with 1
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import subprocess
@@ -69,7 +70,7 @@ def slope_mb_per_10k(points: list[tuple[int, float]]) -> float:
 def start_manager(home: Path, amqp: str, port: int, log: Path) -> subprocess.Popen:
     """``labswarm manager`` on ``port`` with its state in ``home``; stdout/stderr to ``log``."""
     env = dict(os.environ, LABSWARM_HOME=str(home), LABSWARM_RECONCILE_AFTER="3",
-               LABSWARM_MAX_QUEUE_LENGTH="0")
+               LABSWARM_MAX_QUEUE_LENGTH="0", LABSWARM_DATA_ROOTS=json.dumps([str(home.parent)]))
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, "-m", "labswarm.cli", "manager", "--port", str(port),
                                  "--broker", amqp], env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -186,7 +187,10 @@ def report(n: int, trace: Trace, consume_rate: float) -> None:
             print(f"| {row[1]:,} | {row[0]:.0f} | {row[3]:.1f} |")
     points = [(r[1], r[3]) for r in rows]
     peak = max((r[3] for r in rows), default=float("nan"))
-    print(f"RSS peak {peak:.1f} MB; slope over the second half: {slope_mb_per_10k(points):+.2f} MB per 10k samples")
+    steady = [(r[1], r[3]) for r in rows if r[4] == "publish"]
+    step = rows[-1][3] - steady[-1][1] if rows and steady else float("nan")
+    print(f"RSS peak {peak:.1f} MB; slope over the second half: {slope_mb_per_10k(points):+.2f} MB per 10k samples "
+          f"(publish phase only: {slope_mb_per_10k(steady):+.2f}); reconcile phase adds {step:+.1f} MB")
     if trace.reconcile_start is not None and trace.reconcile_end is not None:
         print(f"reconciliation: {trace.purged:,} ready messages purged at {trace.purged and 'publish'}; "
               f"{trace.republished:,} republished; from the first republish to completion "

@@ -107,3 +107,60 @@ def test_pending_streams_by_sample_id_in_pages(db: Session) -> None:
     assert [first[0], *(sid for sid, _ in rest)] == expected
     assert len(queries) == len(expected) // 1000 + 1
     assert db.execute(text("SELECT count(*) FROM samples")).scalar() == len(ids)
+
+
+def test_statements_have_one_text_whatever_the_number_of_ids(db: Session) -> None:
+    """The memory fix: SQLite keeps every distinct statement prepared (~1 MB for an IN list of 5,000 ids), so a
+    statement's text must not depend on how many ids it names."""
+    texts: list[str] = []
+    engine = db.get_bind()
+    listener = lambda *args: texts.append(args[2])  # noqa: E731
+    ids = [f"s{i:05d}" for i in range(3_000)]
+    event.listen(engine, "before_cursor_execute", listener)
+    try:
+        for n in (1, 7, 2_999):
+            texts.clear()
+            ledger.add_samples(db, SID, [(sid, "published", None) for sid in ids[:n]])
+            ledger.pending_among(db, SID, ids[:n])
+            ledger.add_attempt(db, SID, ids[:n])
+            ledger.set_status(db, SID, ids[n - 1:n], "done", None)
+            ledger.record_outcomes(db, SID, [{"sample_id": sid, "status": "computed"} for sid in ids[:n]])
+            db.commit()
+            assert max(len(t) for t in texts) < 1_000, n  # no id list spelt out in the text
+            ledger_texts = [t for t in texts if not t.startswith("UPDATE sessions SET")]  # counters: <= 15 shapes
+            if n == 1:
+                first = ledger_texts
+            assert ledger_texts == first, n
+    finally:
+        event.remove(engine, "before_cursor_execute", listener)
+
+
+def test_counters_on_the_session_row_follow_every_ledger_write(db: Session) -> None:
+    """Progress reads the session row's counters: each ledger write moves them as the ledger moved, and
+    ``recount`` (the ledger is the truth) finds nothing to correct."""
+    def counters() -> dict[str, int]:
+        db.expire_all()
+        return ledger.counters(db.get(SessionRow, SID))
+
+    ids = [f"s{i:05d}" for i in range(12_000)]
+    ledger.record_outcomes(db, SID, [{"sample_id": "early", "status": "computed"}])  # before its ledger row
+    ledger.add_samples(db, SID, [(sid, "cached" if k % 4 == 0 else "published", None) for k, sid in enumerate(ids)]
+                       + [("early", "published", None)])
+    db.commit()
+    assert counters() == ledger.counts(db, SID) == {"published": 9_000, "done": 1, "cached": 3_000, "failed": 0}
+    outcomes = [{"sample_id": sid, "status": "failed", "reason": "x"} for sid in ids[:6_000]]
+    outcomes += [{"sample_id": sid, "status": "computed"} for sid in ids[:2_000]]  # twice in one batch: done wins
+    ledger.record_outcomes(db, SID, outcomes)
+    ledger.set_status(db, SID, ids, "failed", "lost")
+    ledger.add_samples(db, SID, [(sid, "published", None) for sid in ids])  # a restarted publisher: no change
+    db.commit()
+    ledger.add_samples(db, SID, [("poison", "published", None)])
+    for _ in range(3):
+        ledger.redelivery(db, SID, "poison", 2)
+    db.commit()
+    truth = ledger.counts(db, SID)
+    assert truth == {"published": 0, "done": 1 + 1_500, "cached": 3_000, "failed": 12_000 - 3_000 - 1_500 + 1}
+    assert counters() == truth
+    assert ledger.recount(db, SID) == truth
+    db.commit()
+    assert counters() == truth
