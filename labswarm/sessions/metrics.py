@@ -1,8 +1,8 @@
-"""Prometheus metrics of the manager (``GET /metrics``), read from the ledger at scrape time.
+"""Prometheus metrics of the manager (``GET /metrics``), read from the sessions' rows at scrape time.
 
 Only the active sessions (running or paused) and the :data:`RECENT` most recently created ended ones are
 collected, so a scrape (every second or so) costs the same however many sessions were ever run; their counts
-come from the service's shared per-session cache (one ``GROUP BY`` per session per second at most).
+are the counters each session row keeps with its ledger (one row read per session, whatever its size).
 
 Series (labels ``session``, ``experiment``):
 
