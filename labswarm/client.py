@@ -10,8 +10,11 @@ import httpx
 from labswarm.errors import ManagerError
 
 
-class ManagerClient:
-    """Calls the manager API; every error becomes a :class:`~labswarm.errors.ManagerError`.
+class HTTPClient:
+    """The HTTP core of labswarm's API clients: one connection pool, the token, errors translated.
+
+    Every failure becomes a :class:`~labswarm.errors.ManagerError` (``status`` and ``detail`` set from the answer:
+    a 422's ``detail`` lists each invalid field's path and reason).
 
     Args:
         url: the manager's base URL, e.g. ``http://127.0.0.1:8000``.
@@ -30,25 +33,48 @@ class ManagerClient:
         """Close the connection pool."""
         self._http.close()
 
-    def __enter__(self) -> ManagerClient:
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One request; the decoded JSON answer, or ``None`` for an empty one (e.g. 204).
+
+        Raises:
+            ManagerError: the manager answered an error status, or cannot be reached.
+        """
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             raise ManagerError(f"cannot reach the manager at {self.url}: {exc}") from exc
-        if response.status_code >= 400:
-            try:
-                detail = response.json().get("detail")
-            except ValueError:
-                detail = response.text
-            raise ManagerError(f"{method} {path}: HTTP {response.status_code}: {_describe(detail)}",
-                               status=response.status_code, detail=detail)
+        raise_for_status(response, method, path)
         return response.json() if response.content else None
+
+
+def raise_for_status(response: httpx.Response, method: str, path: str) -> None:
+    """Raise a :class:`~labswarm.errors.ManagerError` for an error answer (status >= 400); nothing otherwise."""
+    if response.status_code < 400:
+        return
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = response.text
+    raise ManagerError(f"{method} {path}: HTTP {response.status_code}: {_describe(detail)}",
+                       status=response.status_code, detail=detail)
+
+
+class ManagerClient(HTTPClient):
+    """Calls the manager's experiments and sessions API; every error becomes a
+    :class:`~labswarm.errors.ManagerError`.
+
+    Args:
+        url: the manager's base URL, e.g. ``http://127.0.0.1:8000``.
+        token: the API token (``LABSWARM_API_TOKEN``) sent as ``Authorization: Bearer``.
+        timeout: seconds per request.
+        transport: an httpx transport (tests).
+    """
 
     # experiments
     def post_experiment(self, config: Mapping[str, Any] | str) -> dict:

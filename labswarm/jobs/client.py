@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from labswarm.client import HTTPClient, raise_for_status
 from labswarm.errors import ManagerError
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 TERMINAL = ("completed", "failed")
 
 
-class JobsClient:
+class JobsClient(HTTPClient):
     """Calls the manager's ``/v1/jobs`` routes; every error becomes a :class:`~labswarm.errors.ManagerError`
     (``status`` and ``detail`` set from the answer: a 422's ``detail`` lists each invalid field's path).
 
@@ -36,27 +37,7 @@ class JobsClient:
 
     def __init__(self, url: str, token: str | None = None, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.url = url.rstrip("/")
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
-
-    def close(self) -> None:
-        """Close the connections."""
-        self._http.close()
-
-    def __enter__(self) -> JobsClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as exc:
-            raise ManagerError(f"cannot reach the manager at {self.url}: {exc}") from exc
-        _raise_for(response, method, path)
-        return response.json() if response.content else None
+        super().__init__(url, token, timeout, transport)
 
     def submit(self, manifest: Mapping[str, Any] | str | Path) -> dict[str, Any]:
         """Submit a job (a mapping, YAML text, or a manifest file: its relative paths are relative to it);
@@ -128,7 +109,7 @@ class JobsClient:
             with self._http.stream("GET", route) as response:
                 if response.status_code >= 400:
                     response.read()
-                    _raise_for(response, "GET", route)
+                    raise_for_status(response, "GET", route)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with open(path, "wb") as handle:
                     for chunk in response.iter_bytes(1 << 20):
@@ -152,7 +133,7 @@ class JobsClient:
                                        headers={"Last-Event-ID": str(last)}) as response:
                     if response.status_code >= 400:
                         response.read()
-                        _raise_for(response, "GET", f"/v1/jobs/{job_id}/events")
+                        raise_for_status(response, "GET", f"/v1/jobs/{job_id}/events")
                     failing_since = None
                     for event in _parse(response.iter_lines()):
                         last = event["id"]
@@ -194,16 +175,3 @@ def _body(manifest: Mapping[str, Any] | str | Path) -> dict[str, Any]:
     return {"json": dict(manifest)}
 
 
-def _raise_for(response: httpx.Response, method: str, path: str) -> None:
-    if response.status_code < 400:
-        return
-    try:
-        detail = response.json().get("detail")
-    except ValueError:
-        detail = response.text
-    if isinstance(detail, list):
-        text = "; ".join(f"{d.get('path') or '(top)'}: {d.get('reason')}" for d in detail if isinstance(d, dict))
-    else:
-        text = str(detail)
-    raise ManagerError(f"{method} {path}: HTTP {response.status_code}: {text}", status=response.status_code,
-                       detail=detail)
