@@ -246,6 +246,26 @@ def _unquoted(problem: str) -> str:
                   lambda m: m[0] if len(m[0]) <= 4 or re.fullmatch(r".<[a-z ]+>.", m[0]) else "(...)", problem)
 
 
+def yaml_mapping(data: Mapping[str, Any] | str, source: str | None = None) -> Mapping[str, Any]:
+    """The mapping ``data`` is, or that its YAML (JSON is YAML) text holds at the top level.
+
+    Raises:
+        ConfigError: a YAML syntax error (its line and column, none of its text), or a top level that is not a
+            mapping.
+    """
+    if isinstance(data, str):
+        try:
+            data = yaml.safe_load(data)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+            problem = _unquoted(str(getattr(exc, "problem", None) or "syntax error"))
+            raise ConfigError([("", f"invalid YAML: {where}{problem}")], source=source) from None
+    if not isinstance(data, Mapping):
+        raise ConfigError([("", f"expected a mapping at the top level, got {type(data).__name__}")], source=source)
+    return data
+
+
 def parse_experiment(data: Mapping[str, Any] | str, *, base_dir: Path | None = None, source: str | None = None):
     """Validate an experiment from a mapping or YAML/JSON text.
 
@@ -261,16 +281,7 @@ def parse_experiment(data: Mapping[str, Any] | str, *, base_dir: Path | None = N
         ConfigError: YAML syntax error (its line and column, none of its text), or every invalid field with its
             dotted path and the reason.
     """
-    if isinstance(data, str):
-        try:
-            data = yaml.safe_load(data)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-            problem = _unquoted(str(getattr(exc, "problem", None) or "syntax error"))
-            raise ConfigError([("", f"invalid YAML: {where}{problem}")], source=source) from None
-    if not isinstance(data, Mapping):
-        raise ConfigError([("", f"expected a mapping at the top level, got {type(data).__name__}")], source=source)
+    data = yaml_mapping(data, source)
     try:
         config = ExperimentConfig.model_validate(dict(data))
     except ValidationError as exc:

@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -40,7 +39,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from labswarm.config import NAME_PATTERN, ExperimentConfig
+from labswarm.config import NAME_PATTERN, ExperimentConfig, yaml_mapping
 from labswarm.errors import ConfigError, format_loc
 from labswarm.jobs.storage.base import STORAGES, StorageConfig
 from labswarm.plugin import validate_plugin_spec
@@ -360,15 +359,7 @@ def parse_manifest(data: Mapping[str, Any] | str, *, base_dir: Path | None = Non
     Raises:
         ConfigError: YAML syntax error, or every invalid field with its dotted path and the reason.
     """
-    if isinstance(data, str):
-        try:
-            data = yaml.safe_load(data)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-            raise ConfigError([("", f"invalid YAML: {where}{getattr(exc, 'problem', exc)}")], source=source) from None
-    if not isinstance(data, Mapping):
-        raise ConfigError([("", f"expected a mapping at the top level, got {type(data).__name__}")], source=source)
+    data = yaml_mapping(data, source)
     try:
         manifest = JobManifest.model_validate(dict(data))
     except ValidationError as exc:
