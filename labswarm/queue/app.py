@@ -7,10 +7,10 @@ Settings (and why), for RabbitMQ:
   broker memory or disk alarm is silently dropped);
 - ``task_acks_late`` + ``task_reject_on_worker_lost``: a task is acknowledged after it ran; a worker killed
   mid-task gives the message back to the queue and another worker runs it;
-- prefetch multiplier :data:`PREFETCH_MULTIPLIER` (4): a worker holds a few tasks per process, so the next task
-  is already there when one ends (no broker round trip between tasks). The held ones are unacknowledged: a killed
-  worker's channel closes and RabbitMQ gives them all back; a killed pool process loses only the task it ran,
-  which ``reject_on_worker_lost`` gives back;
+- prefetch multiplier :data:`PREFETCH_MULTIPLIER` (1): a worker holds one task per process. Held tasks are
+  unacknowledged (a killed worker's channel closes and RabbitMQ gives them all back), so a higher value is safe;
+  it was tried (4) and is not used: no measured gain, and weighted shares through RabbitMQ's round robin drifted
+  (1:1 weights gave 0.60/0.40 in tests/queue/test_fair_share.py, past its 20 % bound);
 - JSON serialization only.
 
 RabbitMQ closes a channel whose delivery stays unacknowledged longer than ``consumer_timeout`` (30 min by
@@ -41,10 +41,9 @@ TASK_NAME = "labswarm.compute"
 #: The exchange every experiment queue is bound to (direct; routing key = queue name).
 EXCHANGE = Exchange("labswarm", type="direct", durable=True)
 #: Messages each worker process holds (Celery's ``worker_prefetch_multiplier``): with late acks the ones held and
-#: not yet run go back to the queue when their worker dies. 4 spares a broker round trip between short tasks and
-#: keeps the tail of a session short for long ones (4 tasks per process at most). The queue's depth and bound count
-#: only the messages not yet delivered: a consumer holds up to this many more.
-PREFETCH_MULTIPLIER = 4
+#: not yet run go back to the queue when their worker dies. 1: see the module docstring for why not 4. The queue's
+#: depth and bound count only the messages not yet delivered: a consumer holds up to this many more.
+PREFETCH_MULTIPLIER = 1
 #: Seconds between polls of the embedded broker (kombu's default is 1 s). A worker that has just acked its task
 #: also waits this long before it fetches the next one when it holds no other, so it bounds the per-task latency; an
 #: idle worker pays ~0.2 ms of SQLite per poll.
