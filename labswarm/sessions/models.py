@@ -19,17 +19,22 @@ ACTIVE = ("running", "paused")
 #: SQL of "the session is active", the condition of the partial unique index on ``sessions(experiment)``.
 ACTIVE_SQL = "status IN ('running', 'paused')"
 
+#: The owner of rows that name none (and of every row older than revision 0005): the user of LABSWARM_API_TOKEN.
+DEFAULT_OWNER = "admin"
+
 #: Name of the unique index that allows one active session per experiment (revision 0002).
 ONE_ACTIVE_INDEX = "uq_sessions_active_experiment"
 
 
 class ExperimentRow(Base):
-    """A registered experiment: its validated configuration as JSON."""
+    """A registered experiment: its validated configuration as JSON, and its ``owner`` (the user who registered
+    it; revision 0005). Its name is global (it names the experiment's queues): one owner per name."""
 
     __tablename__ = "experiments"
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     config: Mapped[dict] = mapped_column(JSON)
     fingerprint: Mapped[str] = mapped_column(String(32))
+    owner: Mapped[str] = mapped_column(String(64), index=True, default=DEFAULT_OWNER, server_default=DEFAULT_OWNER)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
@@ -46,7 +51,8 @@ class SessionRow(Base):
     runs the session's workers: ``none`` (workers started by someone else) or ``swarm``
     (a docker swarm service the manager creates, scales and removes). ``pending``, ``done``, ``cached`` and
     ``failed`` count the session's ledger rows per status (``pending``: status ``published``), kept by the ledger's
-    writes in their transactions (:mod:`labswarm.sessions.ledger`; revision 0004).
+    writes in their transactions (:mod:`labswarm.sessions.ledger`; revision 0004). ``owner``: the user who
+    started the session (revision 0005).
     """
 
     __tablename__ = "sessions"
@@ -66,6 +72,7 @@ class SessionRow(Base):
     fingerprint: Mapped[str] = mapped_column(String(32))
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     launcher: Mapped[str] = mapped_column(String(16), default="none")
+    owner: Mapped[str] = mapped_column(String(64), index=True, default=DEFAULT_OWNER, server_default=DEFAULT_OWNER)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(nullable=True)
