@@ -4,8 +4,10 @@ This package's public surface is below: the manifest, the job states and their t
 that tell the user's faults from the platform's, the learners' exit codes. The service's parts live in their
 modules, imported where used (they pull in the database, HTTP or torch):
 
-- :mod:`~labswarm.jobs.service` (``JobService``), :mod:`~labswarm.jobs.lifecycle` (queue, deploys, watchdog,
-  restarts), :mod:`~labswarm.jobs.events` (the event stream and state changes), :mod:`~labswarm.jobs.models`
+- :mod:`~labswarm.jobs.service` (``JobService``: submit, control, reports; its reads in
+  :mod:`~labswarm.jobs.queries`), :mod:`~labswarm.jobs.lifecycle` (the pass and the watchdog;
+  :mod:`~labswarm.jobs.outcomes`: restarts, completion, failure; :mod:`~labswarm.jobs.deployer`: queue and
+  deploys), :mod:`~labswarm.jobs.events` (the event stream and state changes), :mod:`~labswarm.jobs.models`
   (tables), :mod:`~labswarm.jobs.processes` (local learner processes), :mod:`~labswarm.jobs.api` (``/v1/jobs``);
 - :mod:`~labswarm.jobs.learner` (``python -m labswarm.jobs.learner SPEC.json``), :mod:`~labswarm.jobs.reporter`,
   :mod:`~labswarm.jobs.command` (the ``command`` framework), :mod:`~labswarm.jobs.layout` (the results store's

@@ -1,0 +1,168 @@
+"""What follows the end of a job's attempt: completion, halt, a restart within the restart policy's budgets,
+or failure; and the garbage collection of a job that ends (the second step of the lifecycle's pass, see
+:mod:`labswarm.jobs.lifecycle`).
+
+An attempt has ended once every learner of it has ended. Exit 0 → STORING → COMPLETED (the model is in the
+results store); a halt → HALTED with its checkpoint; a fault (:func:`~labswarm.jobs.errors.classify_exit`) within
+its restart budget (user or platform) → PENDING, deployed again after the backoff as a new attempt from the last
+committed checkpoint; beyond it → FAILED with the error code and the log tail. A job that ends COMPLETED or
+FAILED releases its slots, and its local working folders are removed.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import signal
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from labswarm.errors import StorageError
+from labswarm.jobs import events, layout
+from labswarm.jobs.errors import EXIT_HALTED, ErrorCode, ExitVerdict, Fault, classify_exit
+from labswarm.jobs.manifest import RestartPolicy
+from labswarm.jobs.models import AttemptRow, JobRow, LearnerRow, naive_utcnow
+from labswarm.jobs.states import HOLDS_SLOTS, JobState
+
+if TYPE_CHECKING:
+    from labswarm.jobs.service import JobService
+
+log = logging.getLogger(__name__)
+
+_S = JobState
+
+
+class AttemptOutcomes:
+    """The lifecycle's decisions at the end of an attempt (a part of
+    :class:`~labswarm.jobs.lifecycle.JobLifecycle`, which provides ``service`` and ``_deploy``)."""
+
+    service: JobService
+
+    def _advance(self, db: Session) -> None:
+        now = naive_utcnow()
+        active = [s.value for s in HOLDS_SLOTS]
+        for job in list(db.scalars(select(JobRow).where(JobRow.status.in_(active)))):
+            learners = list(db.scalars(select(LearnerRow).where(LearnerRow.job_id == job.id,
+                                                                LearnerRow.attempt == job.attempt)))
+            if any(lr.ended_at is None for lr in learners):
+                continue
+            attempt = db.get(AttemptRow, (job.id, job.attempt)) if job.attempt else None
+            if attempt is not None and attempt.ended_at is None:
+                self._ended(db, job, attempt, learners)
+            if job.status == _S.HALTING.value:  # halted while waiting for a restart: nothing to stop
+                events.transition(db, job, _S.HALTED, reason="halted", detail={"checkpoint": job.checkpoint})
+                job.halt_at = None
+            elif job.status == _S.PENDING.value and (job.not_before is None or now >= job.not_before):
+                self._deploy(db, job)
+
+    def _ended(self, db: Session, job: JobRow, attempt: AttemptRow, learners: list[LearnerRow]) -> None:
+        """Decide what follows the end of ``attempt`` (every learner of it has ended)."""
+        attempt.ended_at = naive_utcnow()
+        try:
+            pointer = layout.latest_checkpoint(self.service.storage(job))
+        except StorageError as exc:
+            log.warning("job %s: cannot read its checkpoint pointer: %s", job.id, exc)
+            pointer = job.checkpoint
+        if pointer is not None:
+            job.checkpoint = pointer
+            if pointer.get("attempt") == attempt.number:
+                attempt.checkpoint_out = pointer
+        codes = [lr.exit_code for lr in learners]
+        bad = next((c for c in codes if c != 0), 0)
+        attempt.exit_code = bad
+        verdict = self._verdict(job, learners, bad)
+        if verdict is None:  # every learner exited 0 (a halt it did not see included): the job completes
+            attempt.reason = "completed"
+            self._attempt_event(db, job, attempt)
+            self._store(db, job)
+        elif job.status == _S.HALTING.value:
+            # stopped as asked: exited as halted, killed after the grace, or by the SIGTERM itself
+            halted = (pointer is not None or bad in (EXIT_HALTED, -signal.SIGTERM, 128 + signal.SIGTERM)
+                      or any(lr.killed == "halt" for lr in learners))
+            attempt.reason = "halted" if halted else verdict.detail
+            attempt.error_code = None if halted else verdict.code.value
+            self._attempt_event(db, job, attempt)
+            if halted:
+                events.transition(db, job, _S.HALTED, reason="halted" + (f" with checkpoint {pointer['key']}"
+                                                                         if pointer else " (no checkpoint)"),
+                                  detail={"checkpoint": pointer})
+            else:
+                self._fail(db, job, attempt, verdict)
+            job.halt_at = None
+        else:
+            attempt.reason, attempt.error_code = verdict.detail, verdict.code.value
+            self._attempt_event(db, job, attempt)
+            self._restart_or_fail(db, job, attempt, verdict, pointer)
+
+    def _verdict(self, job: JobRow, learners: list[LearnerRow], code: int | None) -> ExitVerdict | None:
+        if any(lr.killed == "deploy" for lr in learners):
+            return ExitVerdict(ErrorCode.DEPLOY_FAILED, "the learner could not be started")
+        policy = RestartPolicy.model_validate(job.manifest["restart"])
+        return classify_exit(code, killed_by_platform=any(lr.killed == "hung" for lr in learners),
+                             user_exit_codes=policy.user_exit_codes)
+
+    def _attempt_event(self, db: Session, job: JobRow, attempt: AttemptRow) -> None:
+        events.append(db, job, "attempt", {"attempt": attempt.number, "event": "ended", "exit_code": attempt.exit_code,
+                                           "error_code": attempt.error_code, "reason": attempt.reason,
+                                           "checkpoint": attempt.checkpoint_out}, attempt=attempt.number)
+
+    def _store(self, db: Session, job: JobRow) -> None:
+        if job.status == _S.PENDING.value:
+            events.transition(db, job, _S.RUNNING, reason=f"attempt {job.attempt} running")
+        if job.status in (_S.RUNNING.value, _S.HALTING.value):
+            events.transition(db, job, _S.STORING, reason="storing the results")
+        job.halt_at = None
+        if job.manifest["framework"]["name"] == "labswarm":
+            try:
+                stored = self.service.storage(job).exists(layout.MODEL_KEY)
+                why = "the learner ended without storing the model"
+            except StorageError as exc:
+                stored, why = False, str(exc)
+            if not stored:
+                events.transition(db, job, _S.FAILED, reason=why, error_code=ErrorCode.STORAGE_FAILED)
+                self._collect(job)
+                return
+        events.transition(db, job, _S.COMPLETED, reason="completed",
+                          detail={"model": layout.MODEL_KEY if job.manifest["framework"]["name"] == "labswarm"
+                                  else None})
+        self._collect(job)
+
+    def _restart_or_fail(self, db: Session, job: JobRow, attempt: AttemptRow, verdict: ExitVerdict,
+                         pointer: dict[str, Any] | None) -> None:
+        policy = RestartPolicy.model_validate(job.manifest["restart"])
+        user = verdict.fault is Fault.USER
+        used, budget = ((job.restarts_user, policy.max_restarts_user) if user
+                        else (job.restarts_platform, policy.max_restarts_platform))
+        if used >= budget or job.status == _S.STORING.value:
+            self._fail(db, job, attempt, verdict, budget=f"{verdict.fault.value} restarts used: {used} of {budget}")
+            return
+        if user:
+            job.restarts_user += 1
+        else:
+            job.restarts_platform += 1
+        restarts = job.restarts_user + job.restarts_platform
+        delay = policy.backoff(restarts)
+        job.not_before = naive_utcnow() + timedelta(seconds=delay)
+        reason = (f"restart {restarts} after {verdict.code.value} ({verdict.detail}) in {delay:.1f} s, from "
+                  + (f"checkpoint {pointer['key']}" if pointer else "scratch"))
+        log.info("job %s: %s", job.id, reason)
+        if job.status == _S.RUNNING.value:
+            events.transition(db, job, _S.PENDING, reason=reason, error_code=verdict.code)
+        else:  # PENDING: it never reported; the state stays, the attempt event told why
+            job.reason = reason
+
+    def _fail(self, db: Session, job: JobRow, attempt: AttemptRow, verdict: ExitVerdict, budget: str = "") -> None:
+        reason = f"{verdict.code.text}: {verdict.detail}" + (f" ({budget})" if budget else "")
+        events.transition(db, job, _S.FAILED, reason=reason, error_code=verdict.code,
+                          detail={"exit_code": attempt.exit_code,
+                                  "log_tail": events.log_tail(db, job.id, attempt.number)})
+        self._collect(job)
+
+    def _collect(self, job: JobRow) -> None:
+        """A terminal job's local working folders go (copies of its checkpoints and model: the results store has
+        them); the spec and raw output files of each learner stay, small, for a post-mortem."""
+        for workdir in (self.service.home / job.id).glob("attempt-*/rank-*"):
+            shutil.rmtree(workdir, ignore_errors=True)
