@@ -14,7 +14,7 @@
 ``GET /v1/jobs/{id}/model``                  the trained model file
 ``GET /v1/jobs/{id}/bundle``                 a zip: model, logs, metrics, resolved manifest, versions
 ``GET /v1/jobs/{id}/events``                 Server-Sent Events: ``status``, ``log``, ``metric``,
-                                             ``checkpoint``, ``attempt``; id = the per-job sequence number;
+                                             ``checkpoint``, ``attempt``, ``progress``; id = the per-job number;
                                              data = the payload with ``seq``, ``attempt`` and ``stamp`` (when
                                              the learner or the manager made the event);
                                              ``Last-Event-ID`` (or ``?after=``) resumes after it; the stream
@@ -63,7 +63,7 @@ class ReportEvent(BaseModel):
     """One event of a learner's report."""
 
     n: int = Field(ge=0)
-    kind: Literal["log", "metric", "phase", "checkpoint"]
+    kind: Literal["log", "metric", "phase", "checkpoint", "progress"]
     key: str | None = Field(None, max_length=64)
     payload: dict[str, Any]
     time: float | None = None

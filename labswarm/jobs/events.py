@@ -4,6 +4,15 @@ Every change a client can see is an event of the job (:class:`~labswarm.jobs.mod
 per-job sequence number, written in the same transaction as the change itself: a client reading the stream from
 any sequence number on (``Last-Event-ID``) misses nothing and sees nothing twice. State changes go only through
 :func:`transition`, which checks them against :data:`labswarm.jobs.states.TRANSITIONS`.
+
+Kinds: ``status`` (the manager), ``log``, ``metric``, ``checkpoint`` and ``progress`` (a learner's reports),
+``attempt``. ``progress`` events (where an epoch stands: steps and samples done of their totals, samples/s, running
+loss; :mod:`labswarm.jobs.hooks`) are kept in the log like the others. Deleting superseded ones would leave gaps
+in the numbers and make a stream read again after the end differ from the one read live; instead the learner
+sends at most one per second and one at each epoch's end (:class:`~labswarm.jobs.reporter.JobReporter`), so they
+cost ~3,600 rows per learner and hour of training (~0.2 kB each) and a reconnecting client sees exactly what a live
+one saw. A client that only wants logs, metrics or status skips them; :func:`log_tail`, the logs and metrics
+routes never read them.
 """
 
 from __future__ import annotations

@@ -43,11 +43,12 @@ from labswarm.config import ExperimentConfig
 from labswarm.errors import ConfigError, DatasetError, StorageError, format_loc
 from labswarm.jobs import layout
 from labswarm.jobs.errors import EXIT_HALTED, EXIT_PLATFORM, EXIT_STORAGE, EXIT_USER
+from labswarm.jobs.hooks import JobHooks
 from labswarm.jobs.manifest import CommandFramework, JobManifest, parse_manifest
 from labswarm.jobs.processes import EXIT_FILE
 from labswarm.jobs.reporter import JobReporter
 from labswarm.jobs.storage.base import MissingObject, Storage
-from labswarm.train.trainer import Trainer, TrainerHooks
+from labswarm.train.trainer import Trainer
 
 log = logging.getLogger("labswarm.learner")
 
@@ -77,6 +78,8 @@ class LearnerSpec(BaseModel):
         workdir: this learner's local working folder (created).
         heartbeat_s: the longest time between two reports, in seconds.
         report_interval_s: seconds between reports while events wait.
+        progress_s: the shortest time between two ``progress`` events, in seconds (each epoch's end sends one
+            too); default 1.0 (:class:`~labswarm.jobs.reporter.JobReporter`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -94,6 +97,7 @@ class LearnerSpec(BaseModel):
     workdir: Path
     heartbeat_s: float = Field(1.0, gt=0)
     report_interval_s: float = Field(0.2, gt=0)
+    progress_s: float = Field(1.0, gt=0)
 
     @model_validator(mode="after")
     def _rank(self) -> LearnerSpec:
@@ -207,7 +211,7 @@ class Learner:
         token = token if token is not None else os.environ.get("LABSWARM_API_TOKEN")
         self.reporter = JobReporter(spec.manager_url, job_id=spec.job_id, attempt=spec.attempt, rank=spec.rank,
                                     token=token, halt=self.halt, interval=spec.report_interval_s,
-                                    heartbeat_s=spec.heartbeat_s)
+                                    heartbeat_s=spec.heartbeat_s, progress_s=spec.progress_s)
         self.capture = OutputCapture(self.log_path, self.reporter.log)
 
     def run(self) -> int:
@@ -248,7 +252,7 @@ class Learner:
         if not isinstance(experiment, ExperimentConfig):
             raise ConfigError([("experiment", "the learner needs the experiment inline (a resolved manifest)")])
         config = experiment.model_copy(update={"training": self.manifest.training_config()})
-        trainer = Trainer(config, self.workdir / "home", hooks=[_JobHooks(self)])
+        trainer = Trainer(config, self.workdir / "home", hooks=[JobHooks(self)])
         resume = self._restore(trainer)
         result = trainer.fit(resume=resume)
         if result.stopped:
@@ -292,39 +296,6 @@ class Learner:
         """Store this learner's log file as ``logs/attempt-<n>/learner-<rank>.log``."""
         if self.log_path.is_file():
             self.storage.put_file(layout.log_key(self.spec.attempt, self.spec.rank), self.log_path)
-
-
-class _JobHooks(TrainerHooks):
-    """The trainer's hooks in a learner: progress, checkpoints into the results store, metrics, halt."""
-
-    def __init__(self, learner: Learner) -> None:
-        self.learner = learner
-        self.stepped = False
-
-    def before_fit(self, trainer: Trainer, start_epoch: int) -> None:
-        self.learner.reporter.event("phase", {"phase": "training", "start_epoch": start_epoch,
-                                              "epochs": trainer.training.epochs})
-
-    def after_step(self, trainer: Trainer, epoch: int, step: int, loss: float) -> None:
-        self.learner.reporter.progress(epoch=epoch + 1, step=step, loss=loss)
-        if not self.stepped:  # the time to first step (bench/jobs.py reads this line's stamp)
-            self.stepped = True
-            log.info("first step of this attempt: epoch %d, step %d, loss %.4f", epoch + 1, step, loss)
-
-    def should_stop(self, trainer: Trainer) -> bool:
-        return self.learner.halt.is_set()
-
-    def after_checkpoint(self, trainer: Trainer, path: Path, epochs_done: int, step: int | None) -> None:
-        learner = self.learner
-        key = layout.checkpoint_key(learner.spec.attempt, epochs_done, step)
-        learner.storage.put_file(key, path)
-        if trainer.metrics_path.is_file():
-            learner.storage.put_file(layout.METRICS_KEY, trainer.metrics_path)
-        learner.commit(key, epochs_done, step)
-        learner.upload_log()
-
-    def after_epoch(self, trainer: Trainer, record: dict[str, Any]) -> None:
-        self.learner.reporter.metric(record, key=f"epoch:{record['epoch']}")
 
 
 def _log_to_stderr() -> None:

@@ -15,6 +15,12 @@ carries a ``key`` (``epoch:3``) that the manager keeps once per job, so the epoc
 again are not stored twice. ``halt: true`` (a halt request), or HTTP 404 / 409 (the job is gone, or this attempt
 is no longer the job's current one), set the learner's halt event: it checkpoints and exits.
 
+Progress within an epoch (:meth:`JobReporter.progress`) travels in two ways: as the ``progress`` field of every
+report (the manager keeps the last one per learner: ``GET /v1/jobs/{id}`` shows it), and, at most every
+``progress_s`` seconds (1 s) and at each epoch's end, as a ``progress`` event on the job's stream, which
+``labswarm jobs submit --follow`` draws as a bar per epoch. Only the newest progress event waits: one not yet
+sent is replaced by the next, so an outage cannot pile them up.
+
 Events wait in memory while the manager is unreachable (at most :data:`MAX_PENDING`; beyond, the oldest are
 dropped and one log line says how many).
 """
@@ -51,13 +57,14 @@ class JobReporter:
         halt: set when the manager asks the learner to stop; default: a new event.
         interval: seconds between sends while events wait; default 0.2.
         heartbeat_s: the longest time between two requests, in seconds; default 1.0.
+        progress_s: the shortest time between two ``progress`` events, in seconds; default 1.0.
         timeout: seconds per request.
         transport: an httpx transport (tests).
     """
 
     def __init__(self, url: str, *, job_id: str, attempt: int, rank: int = 0, token: str | None = None,
                  halt: threading.Event | None = None, interval: float = 0.2, heartbeat_s: float = 1.0,
-                 timeout: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
+                 progress_s: float = 1.0, timeout: float = 5.0, transport: httpx.BaseTransport | None = None) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout, transport=transport)
         self._path = f"/v1/jobs/{job_id}/attempts/{attempt}/reports"
@@ -65,9 +72,11 @@ class JobReporter:
         self.halt = halt if halt is not None else threading.Event()
         self.interval = interval
         self.heartbeat_s = heartbeat_s
+        self.progress_s = progress_s
         self.gone = False  #: the manager said the job or this attempt is gone (404 / 409)
         self._pending: collections.deque[dict[str, Any]] = collections.deque()
         self._progress: dict[str, Any] = {}
+        self._progress_sent = float("-inf")  # monotonic time of the last progress event
         self._next = 0
         self._dropped = 0
         self._lock = threading.Lock()
@@ -92,10 +101,19 @@ class JobReporter:
         """Another event: ``phase`` (``{"phase": "training" | "storing", ...}``) or ``checkpoint`` (a pointer)."""
         self._add(kind, payload, wake=True)
 
-    def progress(self, **fields: Any) -> None:
-        """Where training stands (epoch, step, loss...), sent with the next request; replaces the last one."""
+    def progress(self, *, final: bool = False, **fields: Any) -> None:
+        """Where training stands (``epoch``, ``step``, ``loss``...): sent with the next request (replacing the
+        last one) and, when ``progress_s`` seconds have passed since the last one or with ``final`` (an epoch's
+        end), as a ``progress`` event too (see the module docstring)."""
         with self._lock:
             self._progress = fields
+            now = time.monotonic()
+            if not final and now - self._progress_sent < self.progress_s:
+                return
+            self._progress_sent = now
+            if self._pending and self._pending[-1]["kind"] == "progress":
+                self._pending.pop()  # not sent yet: the newer one replaces it (its number is simply skipped)
+        self._add("progress", dict(fields), wake=final)
 
     def _add(self, kind: str, payload: dict[str, Any], *, key: str | None = None, wake: bool = False) -> None:
         with self._lock:

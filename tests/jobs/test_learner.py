@@ -28,6 +28,19 @@ def test_the_learner_trains_reports_and_stores_the_model(tmp_path: Path) -> None
     metrics = r.kinds("metric")
     assert [m["epoch"] for m in metrics] == [1, 2]
     assert [p["phase"] for p in r.kinds("phase")] == ["training", "storing"]
+    # progress within each epoch: the totals predicted before the first step are the epoch's real ones, and
+    # each epoch's last progress event (bar full) comes right before its metrics record
+    kinds = [e["kind"] for _a, _r, e in r.events if e["kind"] in ("progress", "metric")]
+    progress = r.kinds("progress")
+    last = [p for p, after in zip(progress, [*progress[1:], None], strict=True)
+            if after is None or after["epoch"] != p["epoch"]]
+    assert [p["epoch"] for p in last] == [1, 2] and all(p["epochs"] == 2 for p in progress)
+    assert [kinds[i - 1] for i, kind in enumerate(kinds) if kind == "metric"] == ["progress", "progress"]
+    for p, m in zip(last, metrics, strict=True):
+        assert p["step"] == p["steps"] and p["samples"] == p["samples_total"] == m["samples"]
+        assert p["loss"] == m["train_loss"]
+    assert all(p["steps"] == last[0]["steps"] and p["samples_total"] == metrics[0]["samples"] for p in progress)
+    assert all(p["samples"] <= p["samples_total"] and p["loss"] > 0 for p in progress)
     lines = r.lines()
     assert any("learner 0/1 of job job1, attempt 1" in line for line in lines)
     assert lines[-1].endswith("learner exits with code 0")  # every line, the last included, reached the manager
