@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from labswarm.errors import ConfigError
+from labswarm.errors import ConfigError, DatasetError
 
 if TYPE_CHECKING:
     from labswarm.config import ExperimentConfig
@@ -32,6 +32,15 @@ if TYPE_CHECKING:
 
 #: The reason a path outside every root is refused with (the field's path comes with it).
 OUTSIDE = "outside the allowed data roots"
+#: Rows of a labels CSV named one by one in an error; the others are counted.
+MAX_ROWS_NAMED = 10
+
+
+class OutsideDataRoots(ConfigError, DatasetError):
+    """A path outside every data root: a :class:`~labswarm.errors.ConfigError` (the manager answers 422 with each
+    field) that is also a :class:`~labswarm.errors.DatasetError`, so that the readers of a dataset that catch
+    those (a worker failing one message) handle a row of a labels CSV outside the roots as they handle a bad CSV.
+    """
 
 
 def resolve(path: str | Path) -> Path:
@@ -119,13 +128,92 @@ def experiment_paths(config: ExperimentConfig, prefix: str = "") -> Iterator[tup
     yield f"{prefix}store.root", config.store.root
 
 
-def check_experiment_paths(config: ExperimentConfig, roots: DataRoots, *, source: str | None = None) -> None:
-    """Refuse an experiment that names a path outside ``roots`` (see :func:`experiment_paths`).
+def check_experiment_paths(config: ExperimentConfig, roots: DataRoots, *, source: str | None = None,
+                           prefix: str = "") -> None:
+    """Refuse an experiment that names a path outside ``roots`` (see :func:`experiment_paths`), then one whose
+    labels CSV, when it exists, lists an audio path outside them (:func:`check_labels_paths`).
 
     Raises:
-        ConfigError: one ``(field, reason)`` pair per path outside every root.
+        ConfigError: one ``(field, reason)`` pair per path outside every root (:class:`OutsideDataRoots`);
+            nothing is read before the labels CSV itself is known to lie inside the roots.
+        DatasetError: the labels CSV exists but cannot be read as one (its content is never quoted).
     """
-    roots.check_all(experiment_paths(config), source=source)
+    roots.check_all(experiment_paths(config, prefix), source=source)
+    if config.dataset.labels_path.is_file():  # a missing one is refused when a session or a job reads it
+        check_labels_paths(config, roots, source=source, prefix=prefix)
+
+
+class PathCheck:
+    """Whether paths lie inside some roots, for many files in few folders (the rows of a labels CSV): each folder
+    is resolved once, each file only ``lstat``-ed (a symlink is followed to its end), no file is opened.
+
+    Args:
+        roots: the data roots.
+    """
+
+    def __init__(self, roots: DataRoots) -> None:
+        self.roots = roots
+        self._folders: dict[str, str | None] = {}  # folder as written: resolved (None: no valid path)
+        # plain string prefixes: Path operations cost ~10x a string comparison per row
+        self._prefixes = tuple(os.path.join(os.fspath(root), "") for root in roots.roots)
+        self._exact = frozenset(os.fspath(root) for root in roots.roots)
+
+    def __call__(self, path: str | Path) -> bool:
+        """Whether ``path``, resolved with every symlink, is a root or lies below one."""
+        head, tail = os.path.split(os.fspath(path))
+        if head not in self._folders:
+            try:
+                self._folders[head] = os.fspath(resolve(head or os.curdir))
+            except ValueError:  # a NUL character
+                self._folders[head] = None
+        if (folder := self._folders[head]) is None:
+            return False
+        target = os.path.join(folder, tail)
+        if tail in ("", os.curdir, os.pardir) or os.path.islink(target):
+            return self.roots.contains(target)
+        return target in self._exact or target.startswith(self._prefixes)
+
+
+def outside_row(field: str, line: int, roots: DataRoots) -> tuple[str, str]:
+    """The ``(field, reason)`` pair of a labels CSV row whose audio path lies outside ``roots``: the row by its
+    line number, never by what it holds (a file's content is never quoted)."""
+    return field, f"line {line} (column path): {OUTSIDE} ({', '.join(str(r) for r in roots.roots)})"
+
+
+def labels_outside(config: ExperimentConfig, roots: DataRoots) -> Iterator[int]:
+    """The line numbers of the rows of an experiment's labels CSV whose audio path (relative to the dataset root,
+    or absolute), resolved with every symlink, lies outside ``roots`` (see :class:`PathCheck`).
+
+    Raises:
+        DatasetError: the labels CSV cannot be read (see :func:`labswarm.datasets.folder.label_rows`).
+    """
+    from labswarm.datasets.folder import clip_path, label_rows
+
+    inside = PathCheck(roots)
+    root = Path(config.dataset.root)
+    for line, clip_id, _label, _source in label_rows(config.dataset.labels_path):
+        if not inside(clip_path(root, clip_id)):
+            yield line
+
+
+def check_labels_paths(config: ExperimentConfig, roots: DataRoots, *, source: str | None = None,
+                       prefix: str = "") -> None:
+    """Refuse an experiment whose labels CSV lists an audio path outside ``roots``, before any audio file is
+    opened. The error names the rows by line number, never by what they hold (a file's content is never quoted).
+
+    Raises:
+        OutsideDataRoots: ``[("dataset.labels", "line 3 (column path): outside the allowed data roots ...")]``,
+            the first :data:`MAX_ROWS_NAMED` rows named, the others counted.
+        DatasetError: the labels CSV cannot be read.
+    """
+    lines = list(labels_outside(config, roots))
+    if not lines:
+        return
+    field = f"{prefix}dataset.labels"
+    errors = [outside_row(field, line, roots) for line in lines[:MAX_ROWS_NAMED]]
+    if len(lines) > MAX_ROWS_NAMED:
+        errors.append((field, f"and {len(lines) - MAX_ROWS_NAMED} more row(s) {OUTSIDE}"))
+    raise OutsideDataRoots(errors, source=source)
 
 
 def manifest_paths(manifest: JobManifest) -> Iterator[tuple[str, Path]]:
@@ -142,13 +230,20 @@ def manifest_paths(manifest: JobManifest) -> Iterator[tuple[str, Path]]:
 
 
 def check_manifest_paths(manifest: JobManifest, roots: DataRoots, *, source: str | None = None) -> None:
-    """Refuse a job manifest that names a path outside ``roots`` (see :func:`manifest_paths`); call it before
-    the job's stores are opened or created.
+    """Refuse a job manifest that names a path outside ``roots`` (see :func:`manifest_paths`), then one whose
+    inline experiment's labels CSV lists an audio path outside them; call it before the job's stores are
+    opened or created.
 
     Raises:
         ConfigError: one ``(field, reason)`` pair per path outside every root.
+        DatasetError: the inline experiment's labels CSV exists but cannot be read.
     """
+    from labswarm.config import ExperimentConfig
+
     roots.check_all(manifest_paths(manifest), source=source)
+    experiment = manifest.experiment
+    if isinstance(experiment, ExperimentConfig) and experiment.dataset.labels_path.is_file():
+        check_labels_paths(experiment, roots, source=source, prefix="experiment.")
 
 
 def experiment_folders(config: ExperimentConfig) -> list[Path]:

@@ -118,13 +118,76 @@ def test_a_file_outside_the_roots_is_never_read_and_a_labels_file_is_never_quote
     http = serve([root])
     errors = _refused(http.post("/experiments", json=_experiment(root, **{"dataset.labels": "/etc/passwd"})))
     assert list(errors) == ["dataset.labels"] and "root:x:" not in str(errors)
-    # a manager whose root is / reads it when a session starts: the error says what is wrong, not what it read
+    # a manager whose root is / reads it (its rows are checked): the error says what is wrong, not what it read
     http = serve([Path("/")])
     response = http.post("/experiments", json=_experiment(root, **{"dataset.labels": "/etc/passwd"}))
-    assert response.status_code == 201, response.text
-    response = http.post("/experiments/bounded/sessions", json={})
     assert response.status_code == 422, response.text
     assert "missing column(s) path, label" in response.text and "root:x:" not in response.text, response.text
+
+
+def _labels(root: Path, *paths: str) -> None:
+    """Append rows naming ``paths`` to the dataset's labels CSV."""
+    with (root / "data" / "labels.csv").open("a") as handle:
+        handle.writelines(f"{path},low,s3cr3t-{i}\n" for i, path in enumerate(paths))
+
+
+@pytest.mark.parametrize("case", ["dotdot", "absolute", "symlink", "symlinked_folder"])
+def test_a_labels_row_outside_the_roots_is_refused_by_line_without_quoting_it(
+        case: str, root: Path, outside: Path, serve) -> None:
+    (root / "data" / "low" / "link.wav").symlink_to(outside / "data" / "low" / "low_0.wav")
+    (root / "data" / "away").symlink_to(outside / "data" / "high", target_is_directory=True)
+    row = {"dotdot": "../../outside/data/low/low_0.wav", "absolute": str(outside / "data" / "low" / "low_0.wav"),
+           "symlink": "low/link.wav", "symlinked_folder": "away/high_0.wav"}[case]
+    _labels(root, row)  # line 6: header + 4 rows before it
+    http = serve([root])
+    response = http.post("/experiments", json=_experiment(root))
+    errors = _refused(response)
+    assert list(errors) == ["dataset.labels"] and errors["dataset.labels"].startswith("line 6 (column path): "
+                                                                                      + OUTSIDE), errors
+    assert "s3cr3t" not in response.text and "outside/data" not in response.text, response.text  # not quoted
+    assert http.get("/experiments").json() == [] and not (root / "store").exists()
+
+
+def test_rows_inside_the_roots_are_accepted_and_many_outside_are_counted(root: Path, outside: Path,
+                                                                           serve) -> None:
+    (root / "data" / "low" / "alias.wav").symlink_to(root / "data" / "low" / "low_0.wav")  # stays inside
+    _labels(root, "low/alias.wav", str(root / "data" / "high" / "high_1.wav"), "low/../low/low_1.wav")
+    http = serve([root])
+    assert http.post("/experiments", json=_experiment(root)).status_code == 201
+    _labels(root, *(str(outside / "data" / "low" / f"x{i}.wav") for i in range(15)))
+    data = _experiment(root)
+    data["name"] = "many"
+    response = http.post("/experiments", json=data)
+    assert response.status_code == 422, response.text
+    reasons = [error["reason"] for error in response.json()["detail"]]
+    assert [r.split(" (")[0] for r in reasons[:10]] == [f"line {n}" for n in range(9, 19)], reasons
+    assert reasons[10] == f"and 5 more row(s) {OUTSIDE}", reasons
+
+
+def test_a_labels_row_added_after_registration_is_refused_when_a_session_starts(root: Path, outside: Path,
+                                                                                  serve) -> None:
+    http = serve([root])
+    assert http.post("/experiments", json=_experiment(root)).status_code == 201
+    _labels(root, str(outside / "data" / "low" / "low_0.wav"))
+    errors = _refused(http.post("/experiments/bounded/sessions", json={}))
+    assert list(errors) == ["dataset.labels"] and OUTSIDE in errors["dataset.labels"], errors
+    assert http.get("/sessions").json() == []  # no session was created
+
+
+def test_the_dataset_readers_check_rows_given_roots(root: Path, outside: Path) -> None:
+    from labswarm.datasets.folder import iter_clips, read_clips
+    from labswarm.paths import OutsideDataRoots
+
+    _labels(root, "../../outside/data/low/low_0.wav")
+    labels = root / "data" / "labels.csv"
+    assert len(read_clips(root / "data", labels)) == 5  # no roots: not checked
+    assert len(read_clips(root / "data", labels, DataRoots([root, outside]))) == 5
+    clips = iter_clips(root / "data", labels, DataRoots([root]))
+    assert len([next(clips) for _ in range(4)]) == 4  # the rows before it are handed out
+    with pytest.raises(OutsideDataRoots) as caught:
+        next(clips)
+    assert isinstance(caught.value, DatasetError) and isinstance(caught.value, ConfigError)
+    assert caught.value.errors[0][0] == "dataset.labels" and "line 6" in caught.value.errors[0][1]
 
 
 @pytest.mark.parametrize("content", [
@@ -201,3 +264,6 @@ def test_a_job_naming_a_path_outside_the_roots_is_refused_before_anything_is_ope
     manifest["experiment"] = _experiment(root) | {"model": {"name": "cnn", "input": "mel"}, "training": {"epochs": 1}}
     manifest["results_store"]["path"] = str(root / "results")
     assert http.post("/v1/jobs/validate", json=manifest).status_code == 200
+    _labels(root, str(outside / "data" / "low" / "low_0.wav"))  # an inline experiment's rows are checked too
+    errors = _refused(http.post("/v1/jobs/validate", json=manifest))
+    assert list(errors) == ["experiment.dataset.labels"] and "line 6" in errors["experiment.dataset.labels"], errors

@@ -3,6 +3,10 @@
 The CSV has a header and the columns ``path`` (relative to the dataset root, or absolute), ``label``, and
 optionally ``source``: the id of the underlying recording, so that clips cut from one recording are kept on
 one side of a train/test split. Without ``source``, each file is its own source.
+
+Given data roots (:class:`labswarm.paths.DataRoots`), the readers refuse a row whose audio path, resolved with
+every symlink, lies outside them (:class:`labswarm.paths.OutsideDataRoots`, naming the row by its line number)
+before that row is handed out, so before its audio file can be opened.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labswarm.errors import DatasetError
+from labswarm.paths import DataRoots, OutsideDataRoots, PathCheck, outside_row
 
 #: Columns the labels CSV must have.
 REQUIRED_COLUMNS = ("path", "label")
@@ -35,28 +40,36 @@ class Clip:
     source: str
 
 
-def iter_clips(root: str | Path, labels: str | Path) -> Iterator[Clip]:
+def iter_clips(root: str | Path, labels: str | Path, roots: DataRoots | None = None) -> Iterator[Clip]:
     """Stream the clips of a labels CSV, in file order.
 
     Args:
         root: folder that relative paths are resolved against.
         labels: the CSV file.
+        roots: the data roots every clip's path must lie in; ``None``: not checked.
 
     Raises:
         DatasetError: the CSV is missing or unreadable, is not UTF-8 CSV text, lacks a required column, or a row
             has an empty path or label (the message gives the line number). No message quotes the file's content
             (a labels file may name any file the manager can read: its first line would leak). Audio files are
             not opened here: a missing audio file fails its own samples later with an ``AudioError``.
+        OutsideDataRoots: a row's path lies outside ``roots`` (``dataset.labels``, the line number); the rows
+            before it have been yielded.
     """
-    for _line, clip in _numbered_clips(root, labels):
+    for _line, clip in _numbered_clips(root, labels, roots):
         yield clip
 
 
-def _numbered_clips(root: str | Path, labels: str | Path) -> Iterator[tuple[int, Clip]]:
+def _numbered_clips(root: str | Path, labels: str | Path,
+                    roots: DataRoots | None = None) -> Iterator[tuple[int, Clip]]:
     """``(line number, clip)`` of each row of a labels CSV (see :func:`iter_clips`)."""
     root = Path(root)
+    inside = PathCheck(roots) if roots is not None else None
     for line, clip_id, label, source in label_rows(labels):
-        yield line, Clip(clip_id=clip_id, path=clip_path(root, clip_id), label=label, source=source)
+        path = clip_path(root, clip_id)
+        if inside is not None and not inside(path):
+            raise OutsideDataRoots([outside_row("dataset.labels", line, roots)], source=str(labels))
+        yield line, Clip(clip_id=clip_id, path=path, label=label, source=source)
 
 
 def clip_path(root: Path, clip_id: str) -> str:
@@ -97,15 +110,15 @@ def label_rows(labels: str | Path) -> Iterator[tuple[int, str, str, str]]:
             raise DatasetError(f"cannot read labels CSV {labels}: {exc.strerror or exc}") from exc
 
 
-def read_clips(root: str | Path, labels: str | Path) -> list[Clip]:
-    """All clips of a labels CSV (see :func:`iter_clips`).
+def read_clips(root: str | Path, labels: str | Path, roots: DataRoots | None = None) -> list[Clip]:
+    """All clips of a labels CSV (see :func:`iter_clips`; ``roots``: the data roots their paths must lie in).
 
     Raises:
         DatasetError: see :func:`iter_clips`; or a path listed twice (the message gives both line numbers).
     """
     clips: list[Clip] = []
     seen: dict[str, int] = {}
-    for line, clip in _numbered_clips(root, labels):
+    for line, clip in _numbered_clips(root, labels, roots):
         if clip.clip_id in seen:
             raise DatasetError(f"{labels}, line {line}: the path of line {seen[clip.clip_id]} is listed twice")
         seen[clip.clip_id] = line

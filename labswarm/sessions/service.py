@@ -4,6 +4,10 @@ It composes the experiment registry (:mod:`labswarm.sessions.registry`), the bro
 (:mod:`labswarm.sessions.broker`), the launchers of the sessions whose workers it runs
 (:mod:`labswarm.sessions.launchers`) and one :class:`~labswarm.sessions.runner.SessionRunner` thread per active
 session. The manager hosts it beside the training-jobs service.
+
+Owners (issue 11): a session records the user who started it (:attr:`SessionRow.owner`). Reads and controls
+take an ``owner`` filter (``None``: an admin, who sees every session); another user's session is
+:class:`~labswarm.errors.NotFound`, as one that does not exist.
 """
 
 from __future__ import annotations
@@ -22,13 +26,13 @@ from sqlalchemy.orm import Session
 
 from labswarm.db import make_engine, make_sessionmaker, utcnow
 from labswarm.errors import Conflict, NotFound
-from labswarm.paths import DataRoots
+from labswarm.paths import DataRoots, check_labels_paths
 from labswarm.queue.app import queue_name
 from labswarm.sample import count_samples
 from labswarm.sessions import ledger
 from labswarm.sessions.broker import BrokerClient
 from labswarm.sessions.launchers import SessionLaunchers
-from labswarm.sessions.models import ACTIVE, SessionRow, active_session
+from labswarm.sessions.models import ACTIVE, DEFAULT_OWNER, SessionRow, active_session
 from labswarm.sessions.registry import ExperimentRegistry
 from labswarm.sessions.runner import SessionRunner
 from labswarm.settings import Settings
@@ -70,11 +74,15 @@ class SessionService:
     def start(self) -> None:
         """Resume every session left active by a previous manager process.
 
-        A session whose experiment's stored configuration no longer validates, or whose publisher cannot be made,
-        is failed with the reason in its ``error`` (its queue purged, its launcher stopped); the others resume.
+        Every stored experiment is checked again (configuration and data roots): an invalid one is logged and
+        stays listed as invalid (no session starts on it). A session whose experiment is invalid, or whose
+        publisher cannot be made, is failed with the reason in its ``error`` (its queue purged, its launcher
+        stopped); the others resume.
         """
         from labswarm.errors import LabswarmError
 
+        for name, problem in self.registry.problems().items():
+            log.error("experiment %s is invalid and will not be served: %s", name, problem)
         with self.db() as db:
             rows = list(db.execute(select(SessionRow.id, SessionRow.experiment)
                                    .where(SessionRow.status.in_(ACTIVE)).order_by(SessionRow.created_at)))
@@ -116,15 +124,19 @@ class SessionService:
         self.launchers.stop(session_id)
 
     # sessions
-    def start_session(self, experiment: str, rate: float | None = None, *, weight: float = 1.0) -> SessionRow:
+    def start_session(self, experiment: str, rate: float | None = None, *, weight: float = 1.0,
+                      owner: str = DEFAULT_OWNER, admin: bool = True) -> SessionRow:
         """Start a session of ``experiment`` publishing at ``rate`` tasks/s (default from settings).
 
         ``weight`` (> 0) is its share of the workers it shares with other sessions, relative to theirs.
+        ``owner`` (default :data:`~labswarm.sessions.models.DEFAULT_OWNER`) is the user starting it, recorded as
+        the session's owner; unless ``admin``, the experiment must be theirs.
 
         Raises:
             ValueError: ``weight`` is not > 0.
-            NotFound: unknown experiment.
-            Conflict: the experiment already has an active session.
+            NotFound: unknown experiment, or another user's (``admin`` false).
+            ConfigError: the experiment is invalid (see :meth:`ExperimentRegistry.problem`).
+            Conflict: the experiment already has an active session (its id told only to who may see it).
             DatasetError: the dataset cannot be read.
         """
         from sqlalchemy.exc import IntegrityError
@@ -133,16 +145,18 @@ class SessionService:
 
         if not weight > 0:
             raise ValueError("weight must be > 0")
-        config = self.registry.config(experiment)
+        config = self.registry.config(experiment, self.registry.get(experiment, None if admin else owner))
         with self.db() as db:
             if active := active_session(db, experiment):
-                raise Conflict(f"experiment {experiment!r} already has an active session {active}")
+                shown = active if admin or db.get(SessionRow, active).owner == owner else "(another user's)"
+                raise Conflict(f"experiment {experiment!r} already has an active session {shown}")
+        check_labels_paths(config, self.registry.roots)  # its rows too: the CSV may have changed since registration
         total = count_samples(config)
         self.broker.declare_queue(experiment)
         row = SessionRow(
             id=uuid.uuid4().hex[:12], experiment=experiment, status="running",
             rate=rate or self.settings.default_rate, weight=weight, total=total, fingerprint=config.fingerprint(),
-            started_at=utcnow(),
+            started_at=utcnow(), owner=owner,
         )
         with self.db() as db:
             db.add(row)
@@ -155,17 +169,17 @@ class SessionService:
                 message = str(exc.orig)
                 if active is None and ONE_ACTIVE_INDEX not in message and "sessions.experiment" not in message:
                     raise
-                raise Conflict(f"experiment {experiment!r} already has an active session {active or ''}".rstrip()
-                               ) from None
+                raise Conflict(f"experiment {experiment!r} already has an active session") from None
         self._spawn(row.id)
         return row
 
     def sessions(self, status: Sequence[str] | None = None, limit: int = SESSIONS_PAGE,
-                 offset: int = 0) -> list[SessionRow]:
+                 offset: int = 0, owner: str | None = None) -> list[SessionRow]:
         """One page of sessions, newest first (creation time, then id).
 
         Args:
             status: only sessions in these statuses (e.g. ``ACTIVE``); ``None``: any.
+            owner: only the sessions of this user; ``None``: everyone's.
             limit: sessions per page, 1 to :data:`MAX_SESSIONS_PAGE` (default :data:`SESSIONS_PAGE`).
             offset: sessions skipped.
 
@@ -181,19 +195,21 @@ class SessionService:
             if unknown := set(status) - set(SESSION_STATUSES):
                 raise ValueError(f"status: unknown {sorted(unknown)}; known: {', '.join(SESSION_STATUSES)}")
             stmt = stmt.where(SessionRow.status.in_(list(status)))
+        if owner is not None:
+            stmt = stmt.where(SessionRow.owner == owner)
         stmt = stmt.order_by(SessionRow.created_at.desc(), SessionRow.id.desc()).limit(limit).offset(offset)
         with self.db() as db:
             return list(db.scalars(stmt))
 
-    def session(self, session_id: str) -> SessionRow:
-        """The row of one session.
+    def session(self, session_id: str, owner: str | None = None) -> SessionRow:
+        """The row of one session; when ``owner`` is given, it must be theirs.
 
         Raises:
-            NotFound: no such session.
+            NotFound: no such session, or (``owner`` given) another user's.
         """
         with self.db() as db:
             row = db.get(SessionRow, session_id)
-        if row is None:
+        if row is None or (owner is not None and row.owner != owner):
             raise NotFound(f"no session {session_id!r}")
         return row
 
@@ -231,7 +247,7 @@ class SessionService:
             "samples_per_s": counts["done"] / elapsed,
             "created_at": row.created_at, "started_at": row.started_at, "finished_at": row.finished_at,
             "elapsed_s": elapsed, "error": row.error, "queue": queue_name(row.experiment),
-            "launcher": row.launcher,
+            "launcher": row.launcher, "owner": row.owner,
         }
 
     def _control(self, session_id: str, *, status: str | None = None, rate: float | None = None,
@@ -348,20 +364,35 @@ class SessionService:
         return [{"sample_id": r.sample_id, "reason": r.reason, "attempts": r.attempts} for r in rows]
 
     # worker side
-    def record_outcomes(self, session_id: str, outcomes: list[dict[str, Any]]) -> int:
-        """Apply a batch of worker outcomes to the ledger; returns how many were applied.
+    def record_outcomes(self, session_id: str, outcomes: list[dict[str, Any]]
+                        ) -> tuple[int, list[dict[str, str]]]:
+        """Apply a batch of worker outcomes to the ledger, for the samples of this session only.
+
+        A sample of the session is one in its ledger, or one its publisher has sent and not yet written there
+        (read from the runner BEFORE the ledger: the runner writes the ledger, then forgets). Any other sample
+        id (another session's, or unknown) is rejected, never recorded; the rest of the batch is.
+
+        Returns:
+            ``(applied, rejected)``: how many were recorded, and ``{sample_id, reason}`` for each one rejected.
 
         Raises:
             NotFound: no such session.
         """
         self.session(session_id)
-        with self.db() as db:
-            n = ledger.record_outcomes(db, session_id, outcomes)
-            db.commit()
         runner = self._runners.get(session_id)
-        if runner is not None and outcomes:
-            runner.note_outcomes(max(float(o.get("seconds") or 0.0) for o in outcomes), n)
-        return n
+        in_flight = runner.in_flight([o["sample_id"] for o in outcomes]) if runner is not None else set()
+        with self.db() as db:
+            n, unknown = ledger.record_outcomes(db, session_id, outcomes, in_flight)
+            db.commit()
+        if runner is not None and n:
+            refused = set(unknown)
+            runner.note_outcomes(max(float(o.get("seconds") or 0.0) for o in outcomes
+                                     if o["sample_id"] not in refused), n)
+        if unknown:
+            log.warning("session %s: %d outcomes rejected (not samples of the session), e.g. %r", session_id,
+                        len(unknown), unknown[0][:200])
+        reason = f"not a sample of session {session_id}"
+        return n, [{"sample_id": sample_id, "reason": reason} for sample_id in unknown]
 
     def redelivered(self, session_id: str, sample_id: str) -> bool:
         """Count a broker redelivery of a sample; ``False`` means the worker skips it (see ledger.redelivery)."""
