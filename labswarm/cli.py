@@ -12,6 +12,7 @@ from rich.table import Table
 
 from labswarm.cli_output import console, err, print_session
 from labswarm.cli_output import fail as _fail
+from labswarm.cli_predict import predict_command
 from labswarm.cli_sessions import sessions_app
 from labswarm.cli_tokens import tokens_app
 from labswarm.errors import ConfigError, LabswarmError
@@ -21,6 +22,7 @@ app = typer.Typer(help="Distribute the feature computation of audio deep-learnin
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(tokens_app, name="tokens")
+app.command("predict")(predict_command)
 
 
 def _progress() -> Progress:

@@ -1,0 +1,232 @@
+"""Classify new audio files with a trained model (``labswarm predict``).
+
+A model file (written by :meth:`labswarm.train.trainer.Trainer.fit`, by ``labswarm train`` or a training job)
+carries the experiment's whole configuration, so a file's features are computed exactly as the workers computed
+the training samples: :meth:`labswarm.pipeline.features.FeaturesBlock.compute` under the ``identity``
+transformation (load, mono, segment, resample to the experiment's rate, the model's input extractor), then
+framed as the trainer frames its evaluation inputs: the experiment's ``batch`` block in evaluation mode
+(:meth:`labswarm.pipeline.blocks.batch.Batcher.collate`: ``eval_frames`` centred crops, or whole clips).
+Nothing is read from or written to the experiment's feature store.
+
+Long files: a file is cut into consecutive windows of the experiment's segment, ``[start, start + duration)``,
+``[start + duration, start + 2 duration)``, ... as many as fit wholly in the file (a tail shorter than a segment
+is left out); each window is classified as the trainer evaluates a clip, and the file's class probabilities are
+the mean of its windows' (its label their argmax). A file shorter than one segment is one window, zero-padded
+when the experiment's segment says ``pad: true``; otherwise its row fails with the reason, as the trainer would
+have failed such a clip. A segment without ``duration`` makes the whole file from ``start`` one window.
+"""
+
+from __future__ import annotations
+
+import math
+import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from labswarm.audio.io import END_TOLERANCE_S, audio_info
+from labswarm.config import ExperimentConfig
+from labswarm.errors import LabswarmError, StoreError
+from labswarm.pipeline.base import Block, Context
+from labswarm.pipeline.features import FeaturesBlock
+from labswarm.sample import Sample
+from labswarm.store.backend import StoreBackend
+from labswarm.store.store import FeatureStore
+from labswarm.train.checkpoint import CheckpointError
+
+#: The transformation a file to classify goes through: none (the clean clip).
+IDENTITY: dict[str, Any] = {"name": "identity"}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One file's classification.
+
+    Attributes:
+        path: the file, as given.
+        label: the most probable class; ``None`` when the file failed.
+        probabilities: class -> probability in [0, 1], summing to 1, in the model's class order (empty when the
+            file failed): the mean over the file's windows of the model's softmax.
+        windows: segments of the file that were classified (0 when it failed).
+        error: why the file could not be classified (``"AudioError: x.wav: cannot decode audio (...)"``), else
+            ``None``.
+    """
+
+    path: str
+    label: str | None
+    probabilities: dict[str, float] = field(default_factory=dict)
+    windows: int = 0
+    error: str | None = None
+
+    def top(self, k: int | None = None) -> list[tuple[str, float]]:
+        """The ``k`` most probable classes (all when ``None``) as ``(class, probability)``, most probable first."""
+        ranked = sorted(self.probabilities.items(), key=lambda item: -item[1])
+        return ranked if k is None else ranked[:k]
+
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
+        """JSON-ready ``{path, label, probabilities, windows, error}``; ``top`` keeps the ``top`` most probable
+        classes in ``probabilities`` (most probable first)."""
+        return {"path": self.path, "label": self.label, "probabilities": dict(self.top(top)),
+                "windows": self.windows, "error": self.error}
+
+
+class _NoStore(StoreBackend):
+    """A store backend that keeps nothing: prediction computes features without touching any store."""
+
+    def exists(self, rel: str) -> bool:
+        return False
+
+    def read(self, rel: str) -> bytes:
+        raise StoreError(f"{rel}: prediction keeps no features")
+
+    def write_atomic(self, rel: str, data: bytes) -> None:
+        return None
+
+    def delete(self, rel: str) -> None:
+        return None
+
+    def walk(self) -> Iterator[tuple[str, int]]:
+        return iter(())
+
+
+@dataclass
+class _Window:
+    """What :meth:`Batcher.collate` reads of an item: the sample, its label index (unused here), its features."""
+
+    sample: Sample
+    features: dict[str, np.ndarray]
+    label: int = 0
+
+
+class Predictor:
+    """A trained model ready to classify files; build it once for many calls.
+
+    Args:
+        model_path: a model file written by the trainer (``<home>/models/<experiment>-<hash>.pt``, or a training
+            job's ``model.pt``).
+
+    Attributes:
+        classes: the class labels, in the model's output order.
+        experiment: the experiment the model was trained on (from the model file).
+        input: the feature the model reads (``mel``, ``mfcc``, ...).
+
+    Raises:
+        CheckpointError: the file is missing, unreadable, truncated, not a labswarm model file, or lacks the
+            experiment configuration prediction needs.
+        ImportError: torch is not installed.
+    """
+
+    def __init__(self, model_path: str | Path) -> None:
+        from labswarm.train.trainer import load_model
+
+        path = Path(model_path)
+        try:
+            self.model, meta = load_model(path)
+        except ImportError:
+            raise
+        except Exception as exc:  # torch.load raises many kinds of errors on foreign bytes (IndexError, ...)
+            raise CheckpointError(_unreadable(path, exc)) from None
+        try:
+            self.classes: tuple[str, ...] = tuple(meta["classes"])
+            self.input: str = meta["input"]
+            self.experiment = ExperimentConfig.model_validate(meta["config"])
+        except (AttributeError, KeyError, TypeError, ValueError, RuntimeError, ValidationError,
+                LabswarmError) as exc:  # a dict of another shape, weights of another model, a foreign config
+            raise CheckpointError(f"{path} is not a usable labswarm model file: {type(exc).__name__}: "
+                                  f"{str(exc)[:300]}") from None
+        self._features = FeaturesBlock(self.experiment, store=FeatureStore(backend=_NoStore()))
+        if self.input not in {ex.output_name for ex in self._features.extractors}:
+            raise CheckpointError(f"{path}: the model reads feature {self.input!r}, which its experiment lacks")
+        spec = next(s for s in self.experiment.pipeline if s.name == "batch")  # the config requires one
+        self._batcher: Any = Block.from_spec(spec.model_dump(mode="json"))
+        self._context = Context(experiment=self.experiment, classes=self.classes, split="all", train=False)
+
+    def windows(self, path: str | Path) -> list[Sample]:
+        """The samples (``identity`` transformation) of the windows of ``path`` that are classified (see the
+        module docstring).
+
+        Raises:
+            AudioError: the file is missing, unreadable, or holds no audio.
+        """
+        segment = self.experiment.dataset.segment
+        n_frames, native_sr = audio_info(path)
+        seconds = n_frames / native_sr
+        count = 1
+        if segment.duration is not None:
+            count = max(1, math.floor((seconds - segment.start + END_TOLERANCE_S) / segment.duration))
+        return [Sample(id=f"{path}@{i}", path=str(path), label="", source=str(path),
+                       start=segment.start + i * (segment.duration or 0.0), duration=segment.duration,
+                       transformation=IDENTITY, seed=0) for i in range(count)]
+
+    def probabilities(self, path: str | Path) -> tuple[np.ndarray, int]:
+        """Class probabilities of one file and its number of windows.
+
+        Returns:
+            float64 array ``(n_classes,)`` summing to 1 (the mean of the windows' softmax), and the window count.
+
+        Raises:
+            AudioError, TransformError, FeatureError: the file cannot be loaded or its features computed.
+        """
+        import torch
+
+        samples = self.windows(path)
+        size = self._batcher.config.size
+        total = np.zeros(len(self.classes))
+        for first in range(0, len(samples), size):  # at most a batch of windows in memory at once
+            items = [_Window(s, self._features.compute(s, only={self.input})) for s in samples[first:first + size]]
+            batch = self._batcher.collate(items, self._context, 0)  # evaluation mode: no randomness
+            with torch.no_grad():
+                logits = self.model(torch.from_numpy(batch.features[self.input]))
+            total += torch.softmax(logits.double(), dim=1).sum(0).numpy()
+        return total / len(samples), len(samples)
+
+    def predict_file(self, path: str | Path) -> Prediction:
+        """Classify one file; never raises for a problem of the file (the reason is in :attr:`Prediction.error`)."""
+        try:
+            p, windows = self.probabilities(path)
+        except Exception as exc:  # a library failure on one file fails that file, not the others
+            return Prediction(str(path), None, error=f"{type(exc).__name__}: {exc}")
+        return Prediction(str(path), self.classes[int(np.argmax(p))],
+                          {c: float(v) for c, v in zip(self.classes, p, strict=True)}, windows)
+
+    def predict(self, paths: Sequence[str | Path]) -> list[Prediction]:
+        """:meth:`predict_file` for each path, in order."""
+        return [self.predict_file(p) for p in paths]
+
+
+def _unreadable(path: Path, exc: Exception) -> str:
+    """Why a model file cannot be read, in one line (torch's own messages run over many)."""
+    if isinstance(exc, CheckpointError) and exc.__cause__ is None:  # load_model's own words
+        return str(exc)
+    if not path.exists():
+        return f"{path}: no such model file"
+    if path.is_dir():
+        return f"{path} is a folder, not a model file"
+    if not zipfile.is_zipfile(path):  # what torch.save writes
+        return f"{path} is not a labswarm model file (not a complete file of torch.save: another format, or truncated)"
+    cause = exc.__cause__ or exc
+    first = str(cause).strip().splitlines()
+    return f"{path} is not a labswarm model file ({type(cause).__name__}: {first[0][:300] if first else ''})"
+
+
+def predict(model_path: str | Path, paths: Sequence[str | Path]) -> list[Prediction]:
+    """Classify audio files with a trained model.
+
+    Args:
+        model_path: a model file written by the trainer (see :class:`Predictor`).
+        paths: audio files (any format libsndfile decodes; any rate and channel count: mixed to mono and
+            resampled to the experiment's rate).
+
+    Returns:
+        One :class:`Prediction` per path, in order; a file that cannot be classified (missing, corrupt, shorter
+        than the experiment's segment) has ``label`` ``None`` and its reason in ``error``.
+
+    Raises:
+        CheckpointError: ``model_path`` is not a readable labswarm model file.
+        ImportError: torch is not installed.
+    """
+    return Predictor(model_path).predict(paths)
