@@ -19,6 +19,8 @@ from rich.table import Table
 
 from labswarm.errors import LabswarmError
 from labswarm.jobs.client import JobsClient
+from labswarm.jobs.follow import epoch_line
+from labswarm.jobs.follow import follow as follow_events
 
 #: The manager a command talks to when neither ``--manager`` nor ``LABSWARM_MANAGER_URL`` says otherwise.
 DEFAULT_MANAGER = "http://127.0.0.1:8000"
@@ -74,29 +76,16 @@ def _show(job: dict[str, Any]) -> None:
         console.print(f"  | {line}", markup=False)
 
 
-def _print_event(event: dict[str, Any]) -> None:
-    data, kind = event["data"], event["event"]
-    if kind == "log":
-        console.print(data.get("line", ""), markup=False)
-    elif kind == "metric":
-        fields = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in data.items()
-                           if k not in ("seq", "stamp", "attempt", "rank") and isinstance(v, int | float))
-        console.print(f"[bold]metrics[/bold]  {fields}")
-    elif kind == "status":
-        console.print(f"[bold]{data['status'].upper()}[/bold]  {data.get('reason') or ''}")
-
-
-def _follow(client: JobsClient, job_id: str) -> dict[str, Any]:
-    last = None
-    for event in client.events(job_id):
-        _print_event(event)
-        last = event
-    return last["data"] if last else {}
+def _follow(client: JobsClient, job_id: str, after: int = 0) -> dict[str, Any]:
+    """Draw the job's events after ``after`` to its end (logs, a bar per epoch, metrics, status); the last
+    status's data."""
+    return follow_events(client.events(job_id, after=after), console)
 
 
 @jobs_app.command()
 def submit(manifest: ManifestFile, follow: Annotated[bool, typer.Option(
-               "--follow", "-f", help="Show the job's log, metrics and status changes until it ends.")] = False,
+               "--follow", "-f", help="Show the job's log, a progress bar per epoch, its metrics and status changes "
+               "until it ends.")] = False,
            manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None, as_json: Json = False) -> None:
     """Submit a job; with --follow, stream it to its end (exit 1 if it fails)."""
 
@@ -131,10 +120,10 @@ def list_jobs(status: Annotated[list[str] | None, typer.Option(help="Only jobs i
     if as_json:
         _json(page)
         return
-    table = Table("name", "status", "attempt", "priority", "queue", "submitted", "error")
+    table = Table("name", "owner", "status", "attempt", "priority", "queue", "submitted", "error")
     table.add_column("id", no_wrap=True, min_width=12)
     for job in page["jobs"]:
-        table.add_row(job["name"], job["status"], str(job["attempt"]), str(job["priority"]),
+        table.add_row(job["name"], job.get("owner", ""), job["status"], str(job["attempt"]), str(job["priority"]),
                       str(job["queue_position"] or ""), job["submitted_at"][:19], job["error_code"] or "", job["id"])
     console.print(table)
     console.print(f"{len(page['jobs'])} of {page['total']} jobs")
@@ -150,7 +139,8 @@ def show(job: JobId, manager: Manager = DEFAULT_MANAGER, token_file: TokenFile =
 @jobs_app.command()
 def logs(job: JobId, follow: Annotated[bool, typer.Option("--follow", "-f", help="Then follow the live log.")] = False,
          manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None) -> None:
-    """The job's log; with -f, followed until the job ends."""
+    """The job's log; with -f, followed until the job ends (with a progress bar per epoch, metrics and status
+    changes)."""
 
     def run(client: JobsClient) -> None:
         pos = 0
@@ -158,9 +148,7 @@ def logs(job: JobId, follow: Annotated[bool, typer.Option("--follow", "-f", help
             console.print(line["line"], markup=False)
             pos = line["seq"]
         if follow:
-            for event in client.events(job, after=pos):
-                if event["event"] == "log":
-                    console.print(event["data"].get("line", ""), markup=False)
+            _follow(client, job, after=pos)
 
     _call(manager, token_file, run)
 
@@ -174,7 +162,22 @@ def metrics(job: JobId, manager: Manager = DEFAULT_MANAGER, token_file: TokenFil
         _json(records)
         return
     for record in records:
-        _print_event({"event": "metric", "data": record})
+        console.print(epoch_line(record), markup=False)
+
+
+@jobs_app.command()
+def plot(job: JobId, output: Annotated[Path | None, typer.Option(help="The PNG to write (default ``<job>.png``).")]
+         = None, manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None) -> None:
+    """Draw the job's loss and accuracy (train and validation) against epoch and against wall time as a PNG."""
+    from labswarm.jobs.plot import plot_metrics
+
+    records = _call(manager, token_file, lambda c: c.metrics(job))
+    try:
+        drawn = plot_metrics(records, output or Path(f"{job}.png"), title=f"job {job}")
+    except LabswarmError as exc:
+        err.print(f"error: {exc}", markup=False)
+        raise typer.Exit(1) from None
+    console.print(f"figure: {drawn.path}")
 
 
 @jobs_app.command()

@@ -19,7 +19,7 @@ def test_submit_follow_show_list_logs_metrics_and_refusals(tmp_path: Path) -> No
     (tmp_path / "release").touch()  # the program ends at once
     manifest = tiny_manifest(tmp_path, framework={
         "name": "command", "command": [sys.executable, "-c", _UNTIL, str(tmp_path / "release"), "99"],
-        "metrics": {"regex": {"epoch": r"attempt (\d+) started"}}})
+        "metrics": {"regex": {"epoch": r"attempt (\d+) started", "train_loss": r"attempt (\d+) started"}}})
     path = tmp_path / "job.yml"
     path.write_text(yaml.safe_dump(manifest))
     bad = tmp_path / "bad.yml"
@@ -41,6 +41,11 @@ def test_submit_follow_show_list_logs_metrics_and_refusals(tmp_path: Path) -> No
         assert json.loads(run("list", "--json", "--status", "failed").output)["total"] == 0
         assert "done" in run("logs", job_id).output
         assert json.loads(run("metrics", job_id, "--json").output)[0]["epoch"] == 1
+        followed_logs = run("logs", job_id, "-f")  # the log, then the stream after it to the terminal status
+        assert followed_logs.exit_code == 0 and followed_logs.output.splitlines().count("done") == 1
+        assert "COMPLETED" in followed_logs.output
+        plotted = run("plot", job_id, "--output", str(tmp_path / "curves.png"))
+        assert plotted.exit_code == 0 and (tmp_path / "curves.png").stat().st_size > 1000, plotted.output
         refused = run("halt", job_id)
         assert refused.exit_code == 1 and "completed" in refused.output
         invalid = run("validate", str(bad))
