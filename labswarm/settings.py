@@ -41,6 +41,8 @@ class Settings(BaseSettings):
         tokens_file: a YAML or TOML file of named tokens (``name``, ``role`` admin|user, ``token_sha256``), hashed
             at rest; ``labswarm tokens add`` writes it.
         metrics_token: a scrape token that ``/metrics`` accepts besides the users' tokens (Prometheus).
+        max_body_bytes: the largest request body the manager accepts, in bytes (1 MiB,
+            :data:`labswarm.manager.limits.MAX_BODY_BYTES`); a larger one, declared or streamed, is answered 413.
         max_attempts: deliveries of one sample (broker redeliveries and republishes) before it is recorded
             as failed: a poison sample cannot loop forever.
         default_rate: publish rate of a new session in tasks/s until someone sets another.
@@ -93,6 +95,7 @@ class Settings(BaseSettings):
     api_token: str | None = None
     tokens_file: Path | None = None
     metrics_token: str | None = None
+    max_body_bytes: int = Field(1024 * 1024, ge=1024)
     max_attempts: int = Field(5, ge=1)
     default_rate: float = Field(200.0, gt=0)
     start_window: int = Field(20, ge=1)

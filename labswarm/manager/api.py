@@ -2,6 +2,7 @@
 
 It assembles the app: authentication, the translation of labswarm's errors into HTTP answers, liveness,
 Prometheus metrics, and each service's routes (today the sessions, :mod:`labswarm.sessions.api`).
+Request bodies are limited to ``max_body_bytes`` (1 MiB; 413 past it, :mod:`labswarm.manager.limits`).
 Every route but ``/health`` requires ``Authorization: Bearer <token>`` (:mod:`labswarm.manager.auth`: one
 dependency on the app, so a route or router added later is authenticated too); ``request.state.user`` is the
 caller.
@@ -20,6 +21,7 @@ from labswarm.errors import ConfigError, DatasetError, DeployError, LabswarmErro
 from labswarm.jobs.api import jobs_router
 from labswarm.jobs.service import JobService
 from labswarm.manager.auth import Authenticator, BearerAuth
+from labswarm.manager.limits import BodyLimit
 from labswarm.sessions.api import sessions_router
 from labswarm.sessions.metrics import SessionCollector
 from labswarm.sessions.service import SessionService
@@ -54,6 +56,7 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
                   dependencies=[Depends(auth)])
     app.state.sessions = sessions
     app.state.auth = authenticator
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # 413 past LABSWARM_MAX_BODY_BYTES
 
     _error_handlers(app)
 

@@ -18,6 +18,8 @@ log = logging.getLogger(__name__)
 
 #: Outcomes kept while the manager is unreachable; older ones are dropped (reconciliation recovers them).
 MAX_PENDING = 100_000
+#: Outcomes per request at most: a backlog goes in several requests, each under the manager's body limit (1 MiB).
+MAX_PER_REQUEST = 1_000
 
 
 class Reporter:
@@ -52,9 +54,13 @@ class Reporter:
             pending, self._pending = self._pending, defaultdict(list)
         ok = True
         for session_id, outcomes in pending.items():
+            sent = 0
             try:
-                self.client.report(session_id, outcomes)
+                while sent < len(outcomes):
+                    self.client.report(session_id, outcomes[sent:sent + MAX_PER_REQUEST])
+                    sent += MAX_PER_REQUEST
             except ManagerError as exc:
+                outcomes = outcomes[sent:]  # those not sent yet
                 ok = False
                 if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
                     log.warning("manager refused %d outcomes of session %s: %s", len(outcomes), session_id, exc)
