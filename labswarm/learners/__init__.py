@@ -1,0 +1,16 @@
+"""Distributed learners: training frameworks (a hook on the trainer), the global cursor, the parameter server.
+
+Torch is imported where used: importing this package needs none.
+"""
+
+from labswarm.learners.context import LearnerContext
+from labswarm.learners.frameworks.base import FRAMEWORKS, CommStats, Framework, FrameworkConfig, register_framework
+
+__all__ = [
+    "FRAMEWORKS",
+    "CommStats",
+    "Framework",
+    "FrameworkConfig",
+    "LearnerContext",
+    "register_framework",
+]

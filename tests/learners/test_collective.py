@@ -1,0 +1,63 @@
+"""``allreduce`` and ``model_averaging`` with real learner processes on gloo (CPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from learners.tiny import kill_all, start_learners, tiny_batch, tiny_model, wait_all
+
+
+def run(n: int, spec: dict[str, Any], env: dict[str, str], tmp_path: Path) -> list[dict[str, Any]]:
+    """Run ``n`` learners of ``spec`` to completion; their results by rank."""
+    spec = {**spec, "out": str(tmp_path)}
+    procs = start_learners(n, spec, env, tmp_path)
+    try:
+        wait_all(procs, 60, tmp_path)
+    finally:
+        kill_all(procs.values())
+    return [torch.load(tmp_path / f"rank-{r}.pt") for r in range(n)]
+
+
+def single_process(steps: int, batch: int, optimizer: str, lr: float) -> dict[str, Any]:
+    """The reference: one process trained on the concatenated batches."""
+    model = tiny_model(torch)
+    opt = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[optimizer](model.parameters(), lr=lr)
+    for step in range(steps):
+        x, y = tiny_batch(torch, step, batch)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    return model.state_dict()
+
+
+def test_allreduce_matches_one_learner_on_the_concatenated_batch(master_env: dict[str, str], tmp_path: Path) -> None:
+    # AdamW, the trainer's optimizer: its update is not linear in the gradient, so only an exact mean matches
+    steps, batch, optimizer = 5, 8, "adamw"
+    results = run(2, {"framework": {"name": "allreduce"}, "steps": steps, "batch": batch, "optimizer": optimizer,
+                      "lr": 0.05}, master_env, tmp_path)
+    reference = single_process(steps, 2 * batch, optimizer, 0.05)
+    start = tiny_model(torch).state_dict()
+    for name, expected in reference.items():
+        assert not torch.allclose(expected, start[name])  # the steps moved the parameters
+        for result in results:
+            torch.testing.assert_close(result["params"][name], expected, atol=1e-5, rtol=0)
+        assert torch.equal(results[0]["params"][name], results[1]["params"][name])
+    n_params = sum(p.numel() for p in reference.values())
+    assert results[0]["stats"]["bytes_sent"] == steps * n_params * 4  # ring: 2 (N-1)/N = 1 of the gradient
+
+
+def test_model_averaging_equal_after_an_average_apart_between(master_env: dict[str, str], tmp_path: Path) -> None:
+    # the batches differ per rank, so the replicas drift apart between averages (after steps 1, 4, 7)
+    results = run(2, {"framework": {"name": "model_averaging", "period": 3}, "batch": 8, "lr": 0.1, "steps": 7,
+                      "snapshots": [6, 7]}, master_env, tmp_path)
+    after_local_steps, after_average = (tuple(r["snapshots"][s] for r in results) for s in (6, 7))
+    assert any(not torch.allclose(after_local_steps[1][k], v) for k, v in after_local_steps[0].items())
+    for name, value in after_average[0].items():
+        torch.testing.assert_close(after_average[1][name], value, atol=1e-6, rtol=0)
+    assert results[0]["stats"]["syncs"] == 3
+    # 7 steps of allreduce would send 7 times the model's bytes (ring, N=2): averaging sent 3 of those
+    n_params = sum(p.numel() for p in after_average[0].values())
+    assert results[0]["stats"]["bytes_sent"] == 3 * n_params * 4
