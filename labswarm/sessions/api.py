@@ -1,4 +1,9 @@
-"""The sessions' HTTP routes: experiments, sessions, and what workers report (mounted by the manager)."""
+"""The sessions' HTTP routes: experiments, sessions, and what workers report (mounted by the manager).
+
+Every route gets its caller (:func:`labswarm.manager.auth.current_user`). Creating routes record the caller as
+the owner; reads and controls see only the caller's experiments and sessions (an admin's: everyone's), and answer
+404 for another user's, as for one that does not exist. Workers authenticate as the admin.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,12 @@ import json
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Request
-from fastapi.params import Depends
+from fastapi import APIRouter, Depends, Query, Request, params
 from pydantic import BaseModel, Field
 
-from labswarm.errors import ConfigError
+from labswarm.errors import ConfigError, Conflict
+from labswarm.manager.auth import current_user
+from labswarm.manager.tokens import User
 from labswarm.queue.app import queue_name
 from labswarm.redact import has_password, redact_url
 from labswarm.sessions.models import ExperimentRow
@@ -18,6 +24,13 @@ from labswarm.sessions.service import MAX_FAILURES_PAGE, MAX_SESSIONS_PAGE, SESS
 
 #: A session status, as a filter of ``GET /sessions``.
 SessionStatus = Literal["running", "paused", "completed", "cancelled", "failed"]
+#: The caller of a route (the app-wide authentication ran first).
+Caller = Annotated[User, Depends(current_user)]
+
+
+def _scope(user: User) -> str | None:
+    """The owner filter of ``user``'s reads and controls: ``None`` for an admin (everything), else their name."""
+    return None if user.is_admin else user.name
 
 
 class RateBody(BaseModel):
@@ -71,7 +84,7 @@ class RedeliveryBody(BaseModel):
     sample_id: str
 
 
-def sessions_router(service: SessionService, mutating: Sequence[Depends]) -> APIRouter:
+def sessions_router(service: SessionService, mutating: Sequence[params.Depends]) -> APIRouter:
     """The routes of the session service.
 
     Args:
@@ -92,10 +105,11 @@ def sessions_router(service: SessionService, mutating: Sequence[Depends]) -> API
                 "report_interval": settings.report_interval, "max_queue_length": settings.max_queue_length}
 
     @router.post("/experiments", status_code=201, dependencies=mutating)
-    async def post_experiment(request: Request) -> dict[str, Any]:
-        """Register an experiment from YAML (``Content-Type: application/yaml``) or JSON.
+    async def post_experiment(request: Request, user: Caller) -> dict[str, Any]:
+        """Register an experiment from YAML (``Content-Type: application/yaml``) or JSON; the caller owns it.
 
-        422 lists each invalid field with its path and the reason.
+        422 lists each invalid field with its path and the reason. Names are global (they name queues): 409
+        when the name is another user's (an admin may replace it; its owner stays).
         """
         body = (await request.body()).decode("utf-8", errors="replace")
         if "json" in request.headers.get("content-type", ""):
@@ -105,106 +119,131 @@ def sessions_router(service: SessionService, mutating: Sequence[Depends]) -> API
                 raise ConfigError([("", f"invalid JSON: {exc}")]) from None
         else:
             data = body
-        return _experiment(service.registry.register(data))
+        row = service.registry.register(data, user.name, admin=user.is_admin)
+        return _experiment(row, service.registry.problem(row.name, row))
 
     @router.get("/experiments")
-    def list_experiments() -> list[dict[str, Any]]:
-        """Every registered experiment (name, fingerprint, queue, times)."""
-        return [_experiment(row) for row in service.registry.list()]
+    def list_experiments(user: Caller) -> list[dict[str, Any]]:
+        """The caller's registered experiments (an admin's: all): name, owner, fingerprint, queue, times, and
+        ``valid``: false with the ``problem`` when the stored configuration no longer validates or names a path
+        outside the data roots."""
+        return [_experiment(row, service.registry.problem(row.name, row))
+                for row in service.registry.list(_scope(user))]
 
     @router.get("/experiments/{name}")
-    def get_experiment(name: str) -> dict[str, Any]:
-        """One experiment with its validated configuration."""
-        return _experiment(service.registry.get(name), with_config=True)
+    def get_experiment(name: str, user: Caller) -> dict[str, Any]:
+        """One experiment with its stored configuration (and ``valid``, ``problem``)."""
+        row = service.registry.get(name, _scope(user))
+        return _experiment(row, service.registry.problem(row.name, row), with_config=True)
 
     @router.get("/experiments/{name}/config")
-    def get_config(name: str) -> dict[str, Any]:
-        """The validated configuration; what a worker fetches once when it starts."""
-        return service.registry.get(name).config
+    def get_config(name: str, user: Caller) -> dict[str, Any]:
+        """The validated configuration; what a worker fetches once when it starts. 409 for an invalid one."""
+        row = service.registry.get(name, _scope(user))
+        if (problem := service.registry.problem(row.name, row)) is not None:
+            raise Conflict(problem)
+        return row.config
 
     @router.post("/experiments/{name}/sessions", status_code=201, dependencies=mutating)
-    def start_session(name: str, body: SessionBody | None = None) -> dict[str, Any]:
-        """Start a session: publish every sample of the experiment to its queue."""
-        row = service.start_session(name, body.rate if body else None, weight=body.weight if body else 1.0)
+    def start_session(name: str, user: Caller, body: SessionBody | None = None) -> dict[str, Any]:
+        """Start a session: publish every sample of the experiment to its queue. The caller owns the session;
+        unless an admin, the experiment must be theirs."""
+        row = service.start_session(name, body.rate if body else None, weight=body.weight if body else 1.0,
+                                    owner=user.name, admin=user.is_admin)
         if body is not None and body.launcher != "none":
             service.launchers.launch(row.id, body.launcher, body.workers)
         return service.progress(row.id)
 
     @router.get("/sessions")
     def list_sessions(
+        user: Caller,
         status: Annotated[list[SessionStatus] | None, Query(description="only these statuses (repeat)")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_SESSIONS_PAGE, description="sessions per page")] = SESSIONS_PAGE,
         offset: Annotated[int, Query(ge=0, description="sessions skipped")] = 0,
     ) -> list[dict[str, Any]]:
-        """One page of sessions' progress, newest first (default 50 per page, at most 1,000)."""
-        return [service.progress(row.id) for row in service.sessions(status, limit, offset)]
+        """One page of the caller's sessions' progress (an admin's: all), newest first (default 50 per page, at
+        most 1,000: 422 beyond)."""
+        return [service.progress(row.id) for row in service.sessions(status, limit, offset, _scope(user))]
 
     @router.get("/sessions/{session_id}")
-    def get_session(session_id: str) -> dict[str, Any]:
-        """Progress: total, published, done, cached, failed, pending, current rate (tasks/s), times."""
+    def get_session(session_id: str, user: Caller) -> dict[str, Any]:
+        """Progress: total, published, done, cached, failed, pending, current rate (tasks/s), times, owner."""
+        service.session(session_id, _scope(user))
         return service.progress(session_id)
 
     @router.put("/sessions/{session_id}/rate", dependencies=mutating)
-    def put_rate(session_id: str, body: RateBody) -> dict[str, Any]:
+    def put_rate(session_id: str, body: RateBody, user: Caller) -> dict[str, Any]:
         """Set the publish rate in tasks/s; takes effect within ~0.1 s."""
+        service.session(session_id, _scope(user))
         service.set_rate(session_id, body.rate)
         return service.progress(session_id)
 
     @router.put("/sessions/{session_id}/weight", dependencies=mutating)
-    def put_weight(session_id: str, body: WeightBody) -> dict[str, Any]:
+    def put_weight(session_id: str, body: WeightBody, user: Caller) -> dict[str, Any]:
         """Set the session's weight (its share of shared workers); the health controller applies it."""
+        service.session(session_id, _scope(user))
         service.set_weight(session_id, body.weight)
         return service.progress(session_id)
 
     @router.put("/sessions/{session_id}/workers", dependencies=mutating)
-    def put_workers(session_id: str, body: WorkersBody) -> dict[str, Any]:
+    def put_workers(session_id: str, body: WorkersBody, user: Caller) -> dict[str, Any]:
         """Scale the workers of a session started with a launcher (e.g. its swarm service's replicas)."""
+        service.session(session_id, _scope(user))
         service.launchers.scale(session_id, body.workers)
         return {**service.progress(session_id), "workers": body.workers}
 
     @router.post("/sessions/{session_id}/pause", dependencies=mutating)
-    def pause(session_id: str) -> dict[str, Any]:
+    def pause(session_id: str, user: Caller) -> dict[str, Any]:
         """Stop publishing (the workers finish what is queued)."""
+        service.session(session_id, _scope(user))
         service.pause(session_id)
         return service.progress(session_id)
 
     @router.post("/sessions/{session_id}/resume", dependencies=mutating)
-    def resume(session_id: str) -> dict[str, Any]:
+    def resume(session_id: str, user: Caller) -> dict[str, Any]:
         """Publish again."""
+        service.session(session_id, _scope(user))
         service.resume(session_id)
         return service.progress(session_id)
 
     @router.post("/sessions/{session_id}/cancel", dependencies=mutating)
-    def cancel(session_id: str) -> dict[str, Any]:
+    def cancel(session_id: str, user: Caller) -> dict[str, Any]:
         """Stop publishing and purge the queue."""
+        service.session(session_id, _scope(user))
         service.cancel(session_id)
         return service.progress(session_id)
 
     @router.get("/sessions/{session_id}/failures")
     def failures(
         session_id: str,
+        user: Caller,
         limit: Annotated[int, Query(ge=1, le=MAX_FAILURES_PAGE, description="samples per page")] = 1000,
         offset: Annotated[int, Query(ge=0, description="samples skipped")] = 0,
     ) -> list[dict[str, Any]]:
-        """Failed samples with their reasons, by sample id, one page (at most 10,000)."""
+        """Failed samples with their reasons, by sample id, one page (at most 10,000: 422 beyond)."""
+        service.session(session_id, _scope(user))
         return service.failures(session_id, limit, offset)
 
     @router.post("/sessions/{session_id}/outcomes", dependencies=mutating)
-    def outcomes(session_id: str, body: OutcomesBody) -> dict[str, int]:
-        """Workers report sample outcomes here, in batches."""
-        return {"applied": service.record_outcomes(session_id, [o.model_dump() for o in body.outcomes])}
+    def outcomes(session_id: str, body: OutcomesBody, user: Caller) -> dict[str, Any]:
+        """Workers report sample outcomes here, in batches. Only samples of this session are recorded: each other
+        one (another session's, or unknown) comes back in ``rejected`` with the reason; the rest is applied."""
+        service.session(session_id, _scope(user))
+        applied, rejected = service.record_outcomes(session_id, [o.model_dump() for o in body.outcomes])
+        return {"applied": applied, "rejected": rejected}
 
     @router.post("/sessions/{session_id}/redeliveries", dependencies=mutating)
-    def redeliveries(session_id: str, body: RedeliveryBody) -> dict[str, bool]:
+    def redeliveries(session_id: str, body: RedeliveryBody, user: Caller) -> dict[str, bool]:
         """A worker got a redelivered message: count the attempt; ``run`` false means skip it."""
+        service.session(session_id, _scope(user))
         return {"run": service.redelivered(session_id, body.sample_id)}
 
     return router
 
 
-def _experiment(row: ExperimentRow, with_config: bool = False) -> dict[str, Any]:
-    out = {"name": row.name, "fingerprint": row.fingerprint, "queue": queue_name(row.name),
-           "created_at": row.created_at, "updated_at": row.updated_at}
+def _experiment(row: ExperimentRow, problem: str | None, with_config: bool = False) -> dict[str, Any]:
+    out = {"name": row.name, "owner": row.owner, "fingerprint": row.fingerprint, "queue": queue_name(row.name),
+           "created_at": row.created_at, "updated_at": row.updated_at, "valid": problem is None, "problem": problem}
     if with_config:
         out["config"] = row.config
     return out

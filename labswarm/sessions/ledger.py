@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any, TypeVar
 
@@ -137,12 +137,18 @@ def add_samples(db: Session, session_id: str, rows: Iterable[tuple[str, str, str
     return dict(added)
 
 
-def record_outcomes(db: Session, session_id: str, outcomes: Iterable[dict]) -> int:
-    """Upsert worker outcomes ``{sample_id, status, reason, seconds}``; returns how many were applied.
+def record_outcomes(db: Session, session_id: str, outcomes: Iterable[dict],
+                    in_flight: Collection[str] = ()) -> tuple[int, list[str]]:
+    """Record worker outcomes ``{sample_id, status, reason, seconds}`` of the session's own samples.
 
+    Only a sample in the session's ledger, or among ``in_flight`` (published, its ledger row not yet written:
+    the row is inserted here and the publisher's later insert leaves it), is recorded; any other id is not.
     One executemany per :data:`CHUNK` outcomes (each row its own parameter set, one statement text). A sample
     already ``done`` or ``cached`` keeps that status (at-least-once delivery can run it twice). The statuses
     before are read under the session's lock, and the session's counters move by the changes.
+
+    Returns:
+        ``(applied, rejected)``: outcomes recorded, and the sample ids refused (not samples of the session).
     """
     _lock(db, session_id)
     now = utcnow()
@@ -166,12 +172,18 @@ def record_outcomes(db: Session, session_id: str, outcomes: Iterable[dict]) -> i
         },
     )
     applied = 0
+    rejected: list[str] = []
     delta: Counter[str] = Counter()
     for chunk in chunks(rows):
         state: dict[str, str | None] = dict(db.execute(
             select(SampleRow.sample_id, SampleRow.status).where(
                 SampleRow.session_id == session_id, _among(db, SampleRow.sample_id, [r["sample_id"] for r in chunk]))
         ).all())
+        ours = {r["sample_id"] for r in chunk if r["sample_id"] in state or r["sample_id"] in in_flight}
+        rejected += [r["sample_id"] for r in chunk if r["sample_id"] not in ours]
+        chunk = [r for r in chunk if r["sample_id"] in ours]
+        if not chunk:
+            continue
         for row in chunk:  # the statement's rule, row by row (a chunk may name a sample twice)
             old = state.get(row["sample_id"])
             new = old if old in ("done", "cached") else row["status"]
@@ -183,7 +195,7 @@ def record_outcomes(db: Session, session_id: str, outcomes: Iterable[dict]) -> i
         db.execute(stmt, chunk)
         applied += len(chunk)
     _count(db, session_id, delta)
-    return applied
+    return applied, rejected
 
 
 def counts(db: Session, session_id: str) -> dict[str, int]:

@@ -86,6 +86,9 @@ class SessionRunner(threading.Thread):
         self.max_task_seconds = 0.0
         self.last_progress = time.monotonic()
         self._forgiven = 0  # outstanding samples the window stopped counting (lost messages or reports)
+        # ids handed to the broker whose ledger rows are not yet committed: their outcomes are the session's
+        self._in_flight: set[str] = set()
+        self._in_flight_lock = threading.Lock()
 
     # control, from API threads
     def set_rate(self, rate: float) -> None:
@@ -109,6 +112,12 @@ class SessionRunner(threading.Thread):
         self.last_progress = time.monotonic()
         self.max_task_seconds = max(self.max_task_seconds, max_seconds)
         self.window.outcomes(count, max_seconds)
+
+    def in_flight(self, sample_ids: list[str]) -> set[str]:
+        """Those of ``sample_ids`` that this publisher has handed to the broker and not yet written to the ledger
+        (at most one batch, :data:`BATCH`): samples of the session whose outcome may arrive before their row."""
+        with self._in_flight_lock:
+            return {sample_id for sample_id in sample_ids if sample_id in self._in_flight}
 
     def wait_running(self) -> bool:
         """Block while paused; ``False`` once the runner is stopped."""
@@ -157,6 +166,8 @@ class SessionRunner(threading.Thread):
                 continue  # paused while waiting: publish nothing more
             batch, exhausted = self._next_batch(stream, block, pend, tokens)
             if batch:
+                with self._in_flight_lock:  # before the broker has them: a worker may answer at once
+                    self._in_flight.update(s.id for _, s in batch)
                 sent = self.service.broker.publish_many(self.session_id, self.experiment,
                                                         [s for _, s in batch], self.stop_event)
                 self.window.sent(sent)
@@ -243,6 +254,8 @@ class SessionRunner(threading.Thread):
         if pend.rows or pend.cursor > pend.committed:
             self._commit(pend.rows, pend.cursor, pend.published)
             pend.committed = pend.cursor
+            with self._in_flight_lock:  # after the commit: the ledger has them now
+                self._in_flight.difference_update(sample_id for sample_id, _status, _reason in pend.rows)
         pend.rows, pend.published, pend.last_commit = [], 0, time.monotonic()
 
     def _commit(self, rows: list[tuple[str, str, str | None]], cursor: int, published: int) -> None:

@@ -76,9 +76,9 @@ def test_40k_ids_through_every_ledger_call(db: Session) -> None:
     db.commit()
     assert ledger.pending_among(db, SID, ids[:3]) == dict.fromkeys(ids[:3], 2)
     assert len(ledger.pending_among(db, SID, (i for i in ids))) == N
-    n = ledger.record_outcomes(db, SID, ({"sample_id": sid, "status": "computed"} for sid in ids[: N // 2]))
+    n, rejected = ledger.record_outcomes(db, SID, ({"sample_id": sid, "status": "computed"} for sid in ids[: N // 2]))
     db.commit()
-    assert n == N // 2
+    assert (n, rejected) == (N // 2, [])
     assert ledger.set_status(db, SID, ids, "failed", "lost") == N - N // 2  # only the pending ones change
     db.commit()
     assert ledger.counts(db, SID) == {"published": 0, "done": N // 2, "cached": 0, "failed": N - N // 2}
@@ -143,7 +143,8 @@ def test_counters_on_the_session_row_follow_every_ledger_write(db: Session) -> N
         return ledger.counters(db.get(SessionRow, SID))
 
     ids = [f"s{i:05d}" for i in range(12_000)]
-    ledger.record_outcomes(db, SID, [{"sample_id": "early", "status": "computed"}])  # before its ledger row
+    # before its ledger row: the publisher has it in flight
+    ledger.record_outcomes(db, SID, [{"sample_id": "early", "status": "computed"}], in_flight={"early"})
     ledger.add_samples(db, SID, [(sid, "cached" if k % 4 == 0 else "published", None) for k, sid in enumerate(ids)]
                        + [("early", "published", None)])
     db.commit()

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from labswarm.db import make_engine, make_sessionmaker
@@ -58,13 +59,13 @@ def test_add_samples_is_idempotent(db: Session) -> None:
 
 def test_record_outcomes_never_downgrades_a_success(db: Session) -> None:
     ledger.add_samples(db, SID, [("a", "published", None), ("b", "published", None), ("c", "cached", None)])
-    applied = ledger.record_outcomes(db, SID, [
+    applied, rejected = ledger.record_outcomes(db, SID, [
         {"sample_id": "a", "status": "computed", "reason": None, "seconds": 0.2},
         {"sample_id": "b", "status": "failed", "reason": "AudioError: b.wav: unreadable", "seconds": 0.01},
         {"sample_id": "z", "status": "bogus"},  # unknown statuses are ignored
     ])
     db.commit()
-    assert applied == 2
+    assert (applied, rejected) == (2, [])
     assert (_row(db, "a").status, _row(db, "a").seconds) == ("done", 0.2)
     # a duplicate delivery of a done sample fails (e.g. a transient error): it stays done, reason-free
     ledger.record_outcomes(db, SID, [
@@ -78,12 +79,31 @@ def test_record_outcomes_never_downgrades_a_success(db: Session) -> None:
     ledger.record_outcomes(db, SID, [{"sample_id": "b", "status": "done", "seconds": 0.3}])
     db.commit()
     assert (_row(db, "b").status, _row(db, "b").reason) == ("done", None)
-    # an outcome can arrive before the publisher committed its ledger row
-    ledger.record_outcomes(db, SID, [{"sample_id": "early", "status": "cached"}])
+    # an outcome can arrive before the publisher committed its ledger row (the sample is in flight)
+    ledger.record_outcomes(db, SID, [{"sample_id": "early", "status": "cached"}], in_flight={"early"})
     ledger.add_samples(db, SID, [("early", "published", None)])
     db.commit()
     assert _row(db, "early").status == "cached"
     assert ledger.counts(db, SID) == {"published": 0, "done": 2, "cached": 2, "failed": 0}
+
+
+def test_outcomes_of_samples_not_of_the_session_are_rejected_and_not_recorded(db: Session) -> None:
+    """Issue 11, item 6: an outcome names a sample of its session (in its ledger, or in flight); another
+    session's sample or an unknown id is refused and never written, and the rest of the batch is recorded."""
+    ledger.add_samples(db, SID, [("a", "published", None), ("b", "published", None)])
+    ledger.add_samples(db, "other", [("x", "published", None)])
+    db.commit()
+    applied, rejected = ledger.record_outcomes(db, SID, [
+        {"sample_id": "a", "status": "computed"}, {"sample_id": "x", "status": "computed"},
+        {"sample_id": "/etc/passwd#0", "status": "failed", "reason": "forged"},
+        {"sample_id": "b", "status": "failed", "reason": "r"}, {"sample_id": "soon", "status": "computed"},
+    ], in_flight={"soon"})
+    db.commit()
+    assert (applied, rejected) == (3, ["x", "/etc/passwd#0"])
+    rows = {(r.session_id, r.sample_id): r.status for r in db.scalars(select(SampleRow))}
+    assert rows == {(SID, "a"): "done", (SID, "b"): "failed", (SID, "soon"): "done", ("other", "x"): "published"}
+    assert ledger.counts(db, SID) == ledger.counters(db.get(SessionRow, SID, populate_existing=True)) == {
+        "published": 0, "done": 2, "cached": 0, "failed": 1}
 
 
 def test_counts_pending_and_failures(db: Session) -> None:
