@@ -62,15 +62,16 @@ def session_table(progress: Mapping[str, Any], seconds: float | None = None, *, 
 
 
 def sessions_table(sessions: Iterable[Mapping[str, Any]]) -> Table:
-    """Sessions as rows: id, experiment, status, the summary columns, and the publish rate."""
+    """Sessions as rows: id, experiment, owner, status, the summary columns, and the publish rate."""
     table = Table(title="sessions")
-    for column in ("id", "experiment", "status"):
+    for column in ("id", "experiment", "owner", "status"):
         table.add_column(column)
     for label, _ in SUMMARY:
         table.add_column(label, justify="right")
     table.add_column("rate (tasks/s)", justify="right")
     for p in sessions:
-        table.add_row(p["id"], p["experiment"], p["status"], *(value(p) for _, value in SUMMARY), f"{p['rate']:.2f}")
+        table.add_row(p["id"], p["experiment"], p.get("owner", ""), p["status"], *(value(p) for _, value in SUMMARY),
+                      f"{p['rate']:.2f}")
     return table
 
 

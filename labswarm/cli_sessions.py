@@ -56,7 +56,8 @@ def _show(progress: dict[str, Any], as_json: bool) -> None:
 
 @sessions_app.command("list")
 def list_sessions(manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None, as_json: Json = False) -> None:
-    """Every session, newest first: status, progress and publish rate."""
+    """The sessions the token may see (a user: their own; an admin: all), newest first: owner, status, progress
+    and publish rate."""
     sessions = _call(manager, token_file, lambda c: c.sessions())
     if as_json:
         print_json(sessions)

@@ -63,10 +63,11 @@ def test_list_shows_the_session_with_the_summary_columns(runner: CliRunner, mana
     url, session_id = manager
     result = runner.invoke(app, ["sessions", "list", "--manager", url, "--token-file", str(token_file)])
     assert result.exit_code == 0, result.output
-    for column in ("id", "experiment", "status", "total", "done", "cached", "failed", "republished", "done/s"):
+    for column in ("id", "experiment", "owner", "status", "total", "done", "cached", "failed", "republished",
+                   "done/s"):
         assert column in result.output
     line = next(line for line in result.output.splitlines() if session_id in line)
-    assert "tones" in line and "running" in line and " 8 " in line
+    assert "tones" in line and " admin " in line and "running" in line and " 8 " in line  # LABSWARM_API_TOKEN
 
 
 def test_list_json_parses_and_takes_the_manager_from_the_environment(runner: CliRunner, manager,
