@@ -14,6 +14,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
+from sqlalchemy.exc import IntegrityError
 
 import labswarm
 from labswarm.db import TABLE_MODULES, Base, import_tables, make_engine
@@ -130,5 +131,37 @@ def test_a_database_older_than_the_baseline_is_refused_with_what_it_lacks(tmp_pa
         with pytest.raises(MigrationError, match=r"lacks table samples, table sessions, experiments\.created_at"):
             upgrade(engine)
         assert current(engine) is None  # nothing stamped
+    finally:
+        engine.dispose()
+
+
+def test_0005_gives_the_rows_of_a_0004_database_the_owner_admin(database_url: str) -> None:
+    """Owners (issue 11): experiments and sessions that exist before revision 0005 belong to ``admin`` (the
+    reserved user of LABSWARM_API_TOKEN: visible to admins only); the column is indexed, not null, and a row
+    written without an owner gets ``admin`` too."""
+    engine = make_engine(database_url, migrate=False)
+    try:
+        upgrade(engine, "0004")
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO experiments VALUES ('e', '{}', 'f', '2025-01-01', '2025-01-01')"))
+            for sid, status in (("s1", "completed"), ("s2", "running")):
+                conn.execute(text(
+                    "INSERT INTO sessions (id, experiment, status, rate, weight, total, cursor, published, "
+                    "republished, fingerprint, launcher, created_at, done) "
+                    "VALUES (:id, 'e', :status, 1, 1, 3, 3, 3, 0, 'f', 'none', '2025-01-02', 2)"),
+                    {"id": sid, "status": status})
+        upgrade(engine, "0005")
+        assert current(engine) == "0005"
+        with engine.begin() as conn:
+            assert conn.execute(text("SELECT name, owner FROM experiments")).all() == [("e", "admin")]
+            assert sorted(conn.execute(text("SELECT id, owner, status, done FROM sessions")).all()) == [
+                ("s1", "admin", "completed", 2), ("s2", "admin", "running", 2)]
+            conn.execute(text("INSERT INTO experiments (name, config, fingerprint, created_at, updated_at) "
+                              "VALUES ('later', '{}', 'f', '2025-01-03', '2025-01-03')"))
+            assert conn.execute(text("SELECT owner FROM experiments WHERE name = 'later'")).scalar() == "admin"
+        for table in ("experiments", "sessions"):
+            assert f"ix_{table}_owner" in {i["name"] for i in inspect(engine).get_indexes(table)}
+        with pytest.raises(IntegrityError), engine.begin() as conn:
+            conn.execute(text("UPDATE sessions SET owner = NULL WHERE id = 's1'"))
     finally:
         engine.dispose()

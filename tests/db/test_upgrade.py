@@ -41,6 +41,7 @@ def test_a_database_of_35c30d6_upgrades_in_place(tmp_path: Path) -> None:
                     session.published, session.launcher, session.started_at, session.error) == (
                 "legacy", "running", 5.0, 2.0, 3, 3, 3, "none", T0, None)
             assert session.fingerprint == experiment.fingerprint
+            assert experiment.owner == session.owner == "admin"  # revision 0005: rows older than owners
             rows = {r.sample_id: (r.status, r.reason, r.attempts, r.seconds, r.finished_at)
                     for r in db.scalars(select(SampleRow))}
             assert rows == {"a": ("done", None, 1, 0.25, 1.5e9),
