@@ -303,6 +303,9 @@ def health(
     period: Annotated[float, typer.Option(min=0.1, help="Seconds between decisions.")] = 1.0,
     log_dir: Annotated[Path, typer.Option(help="Where each session's decisions are logged.")] = HEALTH_LOGS,
     metrics_port: Annotated[int | None, typer.Option(help="Serve the decisions as Prometheus metrics here.")] = None,
+    metrics_host: Annotated[str, typer.Option(help="Address of --metrics-port: this machine only by default; "
+                                              "another needs LABSWARM_METRICS_TOKEN (or its _FILE), which every "
+                                              "scrape must then send as a Bearer token.")] = "127.0.0.1",
     max_total_waiting: Annotated[int | None, typer.Option(
         min=0, help="Budget of messages waiting in all sessions' queues together; 0: no budget (default: "
         "LABSWARM_MAX_TOTAL_WAITING, 2000).")] = None,
@@ -325,9 +328,12 @@ def health(
                       controller={"name": controller}, period=period, log_dir=log_dir,
                       max_total_waiting=settings.max_total_waiting)
     if metrics_port:
-        from prometheus_client import start_http_server
+        from labswarm.health.metrics_server import serve_metrics
 
-        start_http_server(metrics_port, registry=loop.registry)
+        try:  # loopback unless a scrape token guards it (labswarm/health/metrics_server.py)
+            serve_metrics(loop.registry, metrics_port, metrics_host, settings.metrics_token)
+        except ConfigError as exc:
+            raise _fail(exc, 2) from None
     console.print(f"health controller ({controller}) on {manager}; decisions in {log_dir}")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(loop.run())
