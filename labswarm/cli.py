@@ -131,9 +131,8 @@ def run(
     if launcher not in ("local", "swarm", "none"):
         raise _fail(ConfigError([("--launcher", f"unknown launcher {launcher!r}; known: local, none, swarm")]), 2)
     _compute(config, workers=workers, concurrency=concurrency, broker=broker, manager=manager, rate=rate,
-             health=health, rabbitmq_api=rabbitmq_api, launcher=launcher)
-    if train and config.training is not None:
-        _train(config, resume=False)
+             health=health, rabbitmq_api=rabbitmq_api, launcher=launcher,
+             train=train and config.training is not None)  # as a job of the same manager (labswarm/run.py)
 
 
 @app.command()
@@ -165,9 +164,11 @@ def _load(path: Path):
 
 def _compute(config, *, workers: int = 2, concurrency: int = 1, broker: str | None = None,
              manager: str | None = None, rate: float | None = None, health: bool = True,
-             rabbitmq_api: str | None = None, launcher: str = "local") -> None:
-    """The features of every sample into the store, as a session (exits non-zero unless it completes)."""
-    from labswarm.run import run_experiment
+             rabbitmq_api: str | None = None, launcher: str = "local", train: bool = False) -> None:
+    """The features of every sample into the store, as a session (exits non-zero unless it completes); with
+    ``train``, then the model as a training job of the same manager, followed live (exits 1 unless it completes)."""
+    from labswarm.jobs.follow import follow
+    from labswarm.run import run_experiment, training_table
     from labswarm.settings import load_settings
 
     _warn_password("--broker", broker, "LABSWARM_BROKER_URL")
@@ -180,31 +181,37 @@ def _compute(config, *, workers: int = 2, concurrency: int = 1, broker: str | No
             progress.update(task, total=p["total"], completed=p["finished"], rate=p["samples_per_s"],
                             failed=p["failed"])
 
+        def session_end(result) -> None:
+            progress.stop()
+            print_session(result.progress, result.failures, result.seconds)
+            if result.figure is not None:
+                console.print(f"health figure (queue depth; publish vs consume rate): {result.figure}")
+
         try:
             result = run_experiment(config, workers=workers, concurrency=concurrency, broker_url=broker,
                                     manager_url=manager, rate=rate, settings=settings, on_progress=update,
-                                    health=health, rabbitmq_api=rabbitmq_api, launcher=launcher)
+                                    health=health, rabbitmq_api=rabbitmq_api, launcher=launcher, train=train,
+                                    follow=lambda events: follow(events, console), on_session_end=session_end)
         except LabswarmError as exc:
             raise _fail(exc) from None
-    p = result.progress
-    print_session(p, result.failures, result.seconds)
-    if result.figure is not None:
-        console.print(f"health figure (queue depth; publish vs consume rate): {result.figure}")
-    if p["status"] != "completed":
+    if result.progress["status"] != "completed":
         raise typer.Exit(1)
+    if result.training is not None:
+        job = result.training.job
+        console.print(training_table(config.name, result.training.final, result.training.model, job=job["id"]))
+        if job["status"] != "completed":
+            raise _fail(LabswarmError(f"training job {job['id']} {job['status']}: {job.get('reason') or ''}"))
 
 
 def _train(config, *, resume: bool) -> None:
     """Train the experiment's model, printing one line per epoch and the held-out result."""
+    from labswarm.jobs.follow import epoch_line
+    from labswarm.run import training_table
     from labswarm.settings import load_settings
     from labswarm.train.trainer import Trainer
 
     def show(r: dict) -> None:
-        console.print(
-            f"epoch {r['epoch']}/{r['epochs']}  loss {r['train_loss']:.3f}  train acc {r['train_accuracy']:.3f}  "
-            f"val acc {r.get('val_accuracy', float('nan')):.3f}  val F1 {r.get('val_macro_f1', float('nan')):.3f}  "
-            f"{r['samples_per_s']:.0f} samples/s  waiting for data {100 * r['data_wait_share']:.1f} %  "
-            f"({r['epoch_s']:.0f} s)", highlight=False)
+        console.print(epoch_line(r), highlight=False)
 
     try:
         trainer = Trainer(config, load_settings().home, on_epoch=show)
@@ -213,17 +220,7 @@ def _train(config, *, resume: bool) -> None:
         result = trainer.fit(resume=resume)
     except (LabswarmError, ImportError) as exc:
         raise _fail(exc if isinstance(exc, LabswarmError) else LabswarmError(str(exc))) from None
-    final = result.final
-    table = Table(title=f"{config.name}: held-out accuracy (validation sources unseen in training)",
-                  show_header=False)
-    table.add_row("accuracy", f"{final.get('val_accuracy', float('nan')):.3f}")
-    for name, f1 in final.get("val_f1", {}).items():
-        table.add_row(f"F1 {name}", "n/a (no validation sample)" if f1 is None else f"{f1:.3f}")
-    table.add_row("validation samples", str(final.get("val_samples", 0)))
-    table.add_row("epochs", f"{final['epoch']} (resumed after {result.resumed_from})" if result.resumed_from
-                  else str(final["epoch"]))
-    table.add_row("model", str(result.model_path))
-    console.print(table)
+    console.print(training_table(config.name, result.final, result.model_path, resumed_from=result.resumed_from))
 
 
 @app.command()

@@ -3,15 +3,22 @@
 With no manager URL it starts a manager inside this process (state in SQLite, broker: the embedded SQLite
 broker unless ``--broker`` names RabbitMQ) and N local workers; it posts the experiment, starts a session,
 follows it to the end, and returns the final progress with the failures.
+
+With ``train``, it then trains the experiment's model as a training job of that same manager (the one it started,
+or the one ``manager_url`` names): it submits a manifest naming the registered experiment, with its results store
+beside the experiment's feature store (``<store root>/../results``, see :func:`job_manifest`), follows the job's
+event stream to its end (the renderer of ``labswarm jobs submit --follow``) and returns the job, its metrics and
+where its results store keeps the model. So the README's first command goes through the jobs service, on the
+code path of a cluster; ``labswarm train`` stays the plain in-process run.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labswarm.client import ManagerClient
 from labswarm.config import ExperimentConfig
@@ -19,18 +26,52 @@ from labswarm.deploy.base import Host
 from labswarm.deploy.local import LocalLauncher
 from labswarm.settings import Settings
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
 #: Session statuses after which nothing more happens.
 FINAL = ("completed", "cancelled", "failed")
 
 
 @dataclass
+class JobTraining:
+    """The training job of a run, at its end.
+
+    Attributes:
+        job: the job as ``GET /v1/jobs/{id}`` shows it (``status``, ``attempts``, ...).
+        metrics: its metrics records, each epoch once (the last one is the held-out result).
+        model: where its results store keeps the trained model (a path, or ``s3://...``).
+    """
+
+    job: dict[str, Any]
+    metrics: list[dict[str, Any]]
+    model: str
+
+    @property
+    def final(self) -> dict[str, Any]:
+        """The last epoch's metrics record (``{}`` when none)."""
+        return self.metrics[-1] if self.metrics else {}
+
+
+@dataclass
 class RunResult:
-    """The final progress of a session (see ``GET /sessions/{id}``), its failures, and the health figure."""
+    """The final progress of a session (see ``GET /sessions/{id}``), its failures, the health figure, and the
+    training job when the run trained."""
 
     progress: dict[str, Any]
     failures: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     figure: Path | None = None
+    training: JobTraining | None = None
+
+
+def job_manifest(config: ExperimentConfig) -> dict[str, Any]:
+    """The training job ``labswarm run`` submits: the registered experiment ``config.name`` with its own training
+    settings, one learner, results in ``<store root>/../results`` (beside the feature store the workers share,
+    as in ``examples/jobs/music_speech_noise.job.yml``)."""
+    results = config.store.root.resolve().parent / "results"
+    return {"name": config.name, "description": f"labswarm run {config.name}", "experiment": config.name,
+            "results_store": {"name": "local", "path": str(results)}}
 
 
 class HealthThread:
@@ -104,8 +145,12 @@ def run_experiment(
     health: bool = True,
     rabbitmq_api: str | None = None,
     launcher: str = "local",
+    train: bool = False,
+    follow: Callable[[Iterable[dict[str, Any]]], Any] | None = None,
+    on_session_end: Callable[[RunResult], None] | None = None,
 ) -> RunResult:
-    """Run ``config`` as a session and wait for its end.
+    """Run ``config`` as a session and wait for its end; with ``train``, then train its model as a job of the
+    same manager (see the module docstring).
 
     Args:
         config: the experiment (paths absolute, as :func:`~labswarm.config.load_experiment` gives them).
@@ -125,9 +170,15 @@ def run_experiment(
             runs them as the session's launcher (``PUT /sessions/{id}/workers`` scales them), and with
             ``manager_url`` this process does; ``swarm`` asks the manager to run them as a docker swarm service
             (see docs/deployment.md); ``none`` starts none.
+        train: after a completed session, train the experiment's model as a job (:func:`job_manifest`).
+        follow: called with the job's event stream (an iterator of ``{id, event, data}`` that ends after its
+            terminal status) and must read it to its end; default: read silently.
+        on_session_end: called with the session's result (``training`` not yet set) once it ends, before the
+            training job: ``labswarm run`` prints the session's summary there.
 
     Raises:
-        ManagerError: the manager refused the experiment or cannot be reached.
+        ManagerError: the manager refused the experiment or the job, or cannot be reached.
+        ConfigError: the job's manifest is invalid (it names its field).
     """
     started = time.perf_counter()
     settings = settings or Settings()
@@ -141,6 +192,8 @@ def run_experiment(
             settings = settings.model_copy(update={"broker_url": broker_url})
         # the user runs their own file: the folders it names are data roots of this manager, from any directory
         roots = [*(settings.data_roots or [Path.cwd()]), *experiment_folders(config)]
+        if train:  # and the folder of its training job's results
+            roots.append(Path(job_manifest(config)["results_store"]["path"]))
         settings = settings.model_copy(update={"data_roots": roots})
         if not settings.api_token:
             # closed even on loopback: a token of this run only, for its client, controller and local workers
@@ -183,7 +236,16 @@ def run_experiment(
             controller.stop()
             controller = None
             figure = _figure(settings.home / "health", session["id"])
-        return RunResult(progress, failures, time.perf_counter() - started, figure)
+        result = RunResult(progress, failures, time.perf_counter() - started, figure)
+        if on_session_end is not None:
+            on_session_end(result)
+        if local is not None:  # the workers this process ran are done
+            local.stop()
+            local = None
+        if train and progress["status"] == "completed":
+            result.training = train_job(manager_url, settings.api_token, config, follow)
+            result.seconds = time.perf_counter() - started
+        return result
     finally:
         if controller is not None:
             controller.stop()
@@ -192,6 +254,66 @@ def run_experiment(
         client.close()
         if server is not None:
             server.stop()
+
+
+def train_job(manager_url: str, token: str | None, config: ExperimentConfig,
+              follow: Callable[[Iterable[dict[str, Any]]], Any] | None = None) -> JobTraining:
+    """Submit the training job of ``config`` (registered on the manager) and follow it to its end.
+
+    Args:
+        manager_url: the manager.
+        token: its API token.
+        config: the experiment.
+        follow: reads the job's event stream to its end (see :func:`run_experiment`); default: read silently.
+
+    Returns:
+        The job at its end (completed or failed), its metrics and where its model is (or would be).
+
+    Raises:
+        ManagerError: the manager refused the job or cannot be reached.
+    """
+    from labswarm.jobs.client import JobsClient
+    from labswarm.jobs.layout import MODEL_KEY, job_storage
+
+    manifest = job_manifest(config)
+    with JobsClient(manager_url, token) as jobs:
+        job = jobs.submit(manifest)
+        events = jobs.events(job["id"])
+        if follow is not None:
+            follow(events)
+        for _ in events:  # to the terminal status, whatever ``follow`` left
+            pass
+        shown = jobs.show(job["id"])
+        metrics = jobs.metrics(job["id"])
+    return JobTraining(shown, metrics, job_storage(manifest["results_store"], job["id"]).describe(MODEL_KEY))
+
+
+def training_table(experiment: str, final: dict[str, Any], model: str | Path, *, resumed_from: int = 0,
+                   job: str | None = None) -> Table:
+    """The held-out result of a training (``labswarm train``'s, or ``labswarm run``'s job's) as a table: accuracy,
+    F1 per class, validation samples, epochs, and where the model is.
+
+    Args:
+        experiment: the experiment's name (the title).
+        final: the last epoch's metrics record.
+        model: where the trained model is.
+        resumed_from: the epochs a resumed training started after (0: from scratch).
+        job: the training job's id, when a job trained it.
+    """
+    from rich.table import Table
+
+    table = Table(title=f"{experiment}: held-out accuracy (validation sources unseen in training)",
+                  show_header=False)
+    table.add_row("accuracy", f"{final.get('val_accuracy', float('nan')):.3f}")
+    for name, f1 in (final.get("val_f1") or {}).items():
+        table.add_row(f"F1 {name}", "n/a (no validation sample)" if f1 is None else f"{f1:.3f}")
+    table.add_row("validation samples", str(final.get("val_samples", 0)))
+    table.add_row("epochs", f"{final.get('epoch')} (resumed after {resumed_from})" if resumed_from
+                  else str(final.get("epoch")))
+    if job is not None:
+        table.add_row("job", job)
+    table.add_row("model", str(model))
+    return table
 
 
 def _figure(log_dir: Path, session_id: str) -> Path | None:
