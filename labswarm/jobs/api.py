@@ -23,7 +23,11 @@
 ============================================ ===========================================================
 
 Errors: a bad manifest is 422 with ``{"detail": [{"path": "restart.backoff_s", "reason": ...}]}``; an unknown
-job 404; a refused state change (halting a completed job) 409.
+job 404; a refused state change (halting a completed job) 409; a user's ``framework: command`` 403.
+
+Owners (issue 11): a job is its submitter's. A user lists and reaches only their own jobs (another user's job is
+a 404 on every route: its existence is not disclosed), an admin every job. Reports come with the attempt's own
+token (:mod:`labswarm.jobs.credentials`), which opens that route and no other, or from an admin.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, FastAPI, Header, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.params import Depends
 from fastapi.responses import FileResponse, StreamingResponse
@@ -45,7 +49,11 @@ from starlette.background import BackgroundTask
 
 from labswarm.errors import NotFound
 from labswarm.jobs import events as job_events
+from labswarm.jobs.credentials import report_scope
+from labswarm.jobs.errors import AdminOnly
 from labswarm.jobs.service import JobService
+from labswarm.manager.auth import current_user
+from labswarm.manager.tokens import User
 
 #: Seconds between two reads of a job's events while a stream is idle.
 POLL_S = 0.2
@@ -77,6 +85,14 @@ class ReportBody(BaseModel):
     events: list[ReportEvent] = Field(default_factory=list, max_length=10_000)
 
 
+Caller = Annotated[User, Depends(current_user)]
+
+
+def _owner(user: User) -> str | None:
+    """The owner filter of ``user``'s requests: ``None`` for an admin (every job), else their name."""
+    return None if user.is_admin else user.name
+
+
 def jobs_router(service: JobService, mutating: Sequence[Depends]) -> APIRouter:
     """The routes of the training-jobs service; its lifespan starts and stops the lifecycle thread and sets
     ``app.state.jobs``.
@@ -102,84 +118,96 @@ def jobs_router(service: JobService, mutating: Sequence[Depends]) -> APIRouter:
         return (await request.body()).decode("utf-8", "replace")
 
     @router.post("", status_code=201, dependencies=mutating)
-    async def create(request: Request, response: Response) -> dict[str, Any]:
-        """Submit a job: the body is its manifest, YAML or JSON. 201 with the job and its ``Location``."""
-        job = await run_in_threadpool(service.create, await manifest_text(request))
+    async def create(request: Request, response: Response, user: Caller) -> dict[str, Any]:
+        """Submit a job, owned by the caller: the body is its manifest, YAML or JSON. 201 with the job and its
+        ``Location``; 403 for a user's ``framework: command`` (admins only)."""
+        try:
+            job = await run_in_threadpool(service.create, await manifest_text(request), user.name,
+                                          admin=user.is_admin)
+        except AdminOnly as exc:
+            raise HTTPException(403, str(exc)) from None
         response.headers["Location"] = f"/v1/jobs/{job.id}"
         return await run_in_threadpool(service.describe, job.id)
 
     @router.post("/validate", dependencies=mutating)
-    async def validate(request: Request) -> dict[str, Any]:
-        """Check a manifest, its experiment and the reachability of its stores, without creating a job."""
-        manifest, experiment = await run_in_threadpool(service.validate, await manifest_text(request))
+    async def validate(request: Request, user: Caller) -> dict[str, Any]:
+        """Check a manifest, its experiment and the reachability of its stores, without creating a job (403 as
+        for a submit)."""
+        try:
+            manifest, experiment = await run_in_threadpool(service.validate, await manifest_text(request),
+                                                           user.name, admin=user.is_admin)
+        except AdminOnly as exc:
+            raise HTTPException(403, str(exc)) from None
         return {"valid": True, "manifest": manifest.resolved(experiment)}
 
     @router.get("")
-    def list_jobs(status: Annotated[list[str] | None, Query()] = None, name: str | None = None,
+    def list_jobs(user: Caller, status: Annotated[list[str] | None, Query()] = None, name: str | None = None,
                   offset: Annotated[int, Query(ge=0)] = 0,
                   limit: Annotated[int, Query(ge=1, le=500)] = 50) -> dict[str, Any]:
-        """A page of jobs, newest first."""
-        return service.list(status=status, name=name, offset=offset, limit=limit)
+        """A page of the caller's jobs (an admin's: every job), newest first."""
+        return service.list(status=status, name=name, offset=offset, limit=limit, owner=_owner(user))
 
     @router.get("/{job_id}")
-    def show(job_id: str) -> dict[str, Any]:
+    def show(job_id: str, user: Caller) -> dict[str, Any]:
         """One job: status, reason, error code, timestamps per phase, attempts, queue position, progress."""
-        return service.describe(job_id)
+        return service.describe(job_id, _owner(user))
 
     @router.patch("/{job_id}", dependencies=mutating)
-    def change(job_id: str, body: StatusBody) -> dict[str, Any]:
+    def change(job_id: str, body: StatusBody, user: Caller) -> dict[str, Any]:
         """Halt (cooperatively: the learners checkpoint and exit) or resume (from the last checkpoint)."""
-        return service.halt(job_id) if body.status == "halt" else service.resume(job_id)
+        owner = _owner(user)
+        return service.halt(job_id, owner) if body.status == "halt" else service.resume(job_id, owner)
 
     @router.delete("/{job_id}", status_code=204, dependencies=mutating)
-    def delete(job_id: str) -> Response:
+    def delete(job_id: str, user: Caller) -> Response:
         """Stop the job and delete its processes, working folders and results; the user's data stays."""
-        service.delete(job_id)
+        service.delete(job_id, _owner(user))
         return Response(status_code=204)
 
     @router.get("/{job_id}/attempts")
-    def attempts(job_id: str) -> dict[str, Any]:
+    def attempts(job_id: str, user: Caller) -> dict[str, Any]:
         """The job's attempts."""
-        return {"attempts": service.attempts(job_id)}
+        return {"attempts": service.attempts(job_id, owner=_owner(user))}
 
     @router.get("/{job_id}/logs")
-    def logs(job_id: str, since: datetime | None = None, pos: Annotated[int, Query(ge=0)] = 0,
+    def logs(job_id: str, user: Caller, since: datetime | None = None, pos: Annotated[int, Query(ge=0)] = 0,
              pagesize: Annotated[int, Query(ge=1, le=5000)] = 100) -> dict[str, Any]:
         """A page of log lines after sequence number ``pos``; ``next_pos`` continues."""
-        return service.logs(job_id, since=since, pos=pos, pagesize=pagesize)
+        return service.logs(job_id, since=since, pos=pos, pagesize=pagesize, owner=_owner(user))
 
     @router.get("/{job_id}/metrics")
-    def metrics(job_id: str) -> dict[str, Any]:
+    def metrics(job_id: str, user: Caller) -> dict[str, Any]:
         """The metrics records, each epoch once, in the order they were reported."""
-        return {"metrics": service.metrics(job_id)}
+        return {"metrics": service.metrics(job_id, _owner(user))}
 
     @router.get("/{job_id}/model")
-    def model(job_id: str) -> FileResponse:
+    def model(job_id: str, user: Caller) -> FileResponse:
         """The trained model file (``labswarm`` framework)."""
-        path = service.model_file(job_id)
+        path = service.model_file(job_id, _owner(user))
         return FileResponse(path, media_type="application/octet-stream", filename=path.name,
                             background=BackgroundTask(shutil.rmtree, path.parent, ignore_errors=True))
 
     @router.get("/{job_id}/bundle")
-    def bundle(job_id: str) -> FileResponse:
+    def bundle(job_id: str, user: Caller) -> FileResponse:
         """A zip: model, logs, metrics, the resolved manifest, the experiment's fingerprint, the feature store's
         versions and the library versions (:mod:`labswarm.jobs.bundle`)."""
-        path = service.bundle_file(job_id)
+        path = service.bundle_file(job_id, _owner(user))
         return FileResponse(path, media_type="application/zip", filename=path.name,
                             background=BackgroundTask(shutil.rmtree, path.parent, ignore_errors=True))
 
     @router.get("/{job_id}/events")
-    async def stream(job_id: str, request: Request, after: Annotated[int | None, Query(ge=0)] = None,
+    async def stream(job_id: str, request: Request, user: Caller, after: Annotated[int | None, Query(ge=0)] = None,
                      last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
         """Server-Sent Events of the job from the event after ``Last-Event-ID`` (or ``after``) on."""
         start = after if after is not None else int(last_event_id) if (last_event_id or "").isdigit() else 0
-        await run_in_threadpool(service.events, job_id, start, 1)  # 404 before the stream starts
+        owner = _owner(user)
+        await run_in_threadpool(service.events, job_id, start, 1, owner)  # 404 before the stream starts
 
         async def sse() -> AsyncIterator[str]:
             seq, idle = start, 0.0
             while not await request.is_disconnected():
                 try:
-                    rows, terminal = await run_in_threadpool(service.events, job_id, seq, 500)
+                    rows, terminal = await run_in_threadpool(service.events, job_id, seq, 500, owner)
                 except NotFound:
                     return  # deleted
                 for row in rows:
@@ -201,9 +229,17 @@ def jobs_router(service: JobService, mutating: Sequence[Depends]) -> APIRouter:
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     @router.post("/{job_id}/attempts/{attempt}/reports", dependencies=mutating)
-    def report(job_id: str, attempt: int, body: ReportBody) -> dict[str, Any]:
+    def report(job_id: str, attempt: int, body: ReportBody, user: Caller) -> dict[str, Any]:
         """A learner's report: heartbeat, progress, log lines, metrics; answers what it stored and whether to
-        halt (409: this attempt is over, the learner must stop)."""
+        halt (409: this attempt is over, the learner must stop). Sent with the attempt's own token (or an
+        admin's); a user's token is refused (404 on another user's job, 403 on their own)."""
+        if user.scope is not None:
+            if user.scope != report_scope(job_id, attempt):  # the app's authentication checked it too
+                raise HTTPException(403, "this token is another attempt's")
+        elif not user.is_admin:
+            with service.db() as db:
+                service.get(db, job_id, user.name)  # 404: not theirs
+            raise HTTPException(403, "reports come from the attempt's learners, with the attempt's own token")
         return service.report(job_id, attempt, body.model_dump())
 
     return router

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from labswarm.errors import StorageError
 from labswarm.jobs import events, layout
+from labswarm.jobs.credentials import TOKEN_ENV, new_attempt_token
 from labswarm.jobs.models import AttemptRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.processes import LocalLearners
 from labswarm.jobs.states import HOLDS_SLOTS, JobState
@@ -73,7 +74,8 @@ class Deployer:
         return free[:wanted] if len(free) >= wanted else None
 
     def _deploy(self, db: Session, job: JobRow) -> None:
-        """Start the next attempt's learners from the last committed checkpoint."""
+        """Start the next attempt's learners from the last committed checkpoint, each with the attempt's own API
+        token in its environment (:mod:`labswarm.jobs.credentials`: only its digest is stored)."""
         url = self.service.manager_url
         if url is None:
             return
@@ -86,7 +88,8 @@ class Deployer:
         job.attempt += 1
         job.not_before = None
         number = job.attempt
-        db.add(AttemptRow(job_id=job.id, number=number, started_at=now, checkpoint_in=pointer))
+        token, digest = new_attempt_token()
+        db.add(AttemptRow(job_id=job.id, number=number, started_at=now, checkpoint_in=pointer, token_sha256=digest))
         gpus = self._free_gpus(db, job) or []
         per = int(job.manifest.get("resources", {}).get("gpus", 0))
         base = self.service.home / job.id / f"attempt-{number}"
@@ -101,8 +104,7 @@ class Deployer:
             env = dict(os.environ)
             if self._gpu_total():
                 env["CUDA_VISIBLE_DEVICES"] = mine or ""
-            if self.settings.api_token:
-                env["LABSWARM_API_TOKEN"] = self.settings.api_token
+            env[TOKEN_ENV] = token  # the attempt's: it opens this attempt's report route only
             row = LearnerRow(job_id=job.id, attempt=number, rank=rank, host=self.host, workdir=str(workdir),
                              gpus=mine, started_at=now, received=-1, halt_sent=False)
             try:

@@ -17,6 +17,8 @@ import signal
 from collections.abc import Collection
 from dataclasses import dataclass
 
+from labswarm.errors import LabswarmError
+
 #: Exit code of a learner (:mod:`labswarm.jobs.learner`): halted on request, after committing a checkpoint
 #: (sysexits' EX_TEMPFAIL: "try again later").
 EXIT_HALTED = 75
@@ -27,6 +29,11 @@ EXIT_USER = 2
 EXIT_STORAGE = 74
 #: Exit code of a learner: any other error of the learner (sysexits' EX_SOFTWARE): the platform's fault.
 EXIT_PLATFORM = 70
+
+
+class AdminOnly(LabswarmError):
+    """A manifest asks for what only an admin may submit: the ``command`` framework, which runs an arbitrary
+    program on the manager's machines (HTTP 403 at create and validate). The message names the field."""
 
 
 class Fault(enum.StrEnum):

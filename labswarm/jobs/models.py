@@ -14,6 +14,7 @@ from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String,
 from sqlalchemy.orm import Mapped, mapped_column
 
 from labswarm.db import Base, utcnow
+from labswarm.sessions.models import DEFAULT_OWNER
 
 
 def naive_utcnow() -> datetime:
@@ -31,7 +32,8 @@ class JobRow(Base):
     merged). ``attempt`` is the number of the current (last) attempt, 0 before the first. ``next_seq`` is the
     sequence number the next event of the job gets (its events are numbered 1, 2, ... with no gap).
     ``checkpoint`` is the last committed checkpoint pointer the manager knows of. ``not_before``: a restart
-    waits for its backoff until then. ``halt_at``: when a halt (or a delete) was asked.
+    waits for its backoff until then. ``halt_at``: when a halt (or a delete) was asked. ``owner``: the user who
+    submitted it (revision 0006; older rows: :data:`~labswarm.sessions.models.DEFAULT_OWNER`, the admin's).
     """
 
     __tablename__ = "jobs"
@@ -54,6 +56,7 @@ class JobRow(Base):
     halt_at: Mapped[datetime | None] = mapped_column(nullable=True)
     submitted_at: Mapped[datetime] = mapped_column(default=naive_utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=naive_utcnow)
+    owner: Mapped[str] = mapped_column(String(64), index=True, default=DEFAULT_OWNER, server_default=DEFAULT_OWNER)
 
     __table_args__ = (Index("ix_jobs_queue", "status", "priority", "submitted_at"),)
 
@@ -63,7 +66,9 @@ class AttemptRow(Base):
 
     ``checkpoint_in``: the pointer it started from (``None``: from scratch); ``checkpoint_out``: the last one it
     committed. ``exit_code``, ``error_code`` and ``reason`` describe how it ended (``reason`` also for a clean
-    end: ``completed``, ``halted``).
+    end: ``completed``, ``halted``). ``token_sha256``: the hex SHA-256 of the attempt's own API token, which opens
+    its report route only (:mod:`labswarm.jobs.credentials`); set when it is deployed, cleared when it ends
+    (revoked); the token itself is never stored (revision 0006).
     """
 
     __tablename__ = "job_attempts"
@@ -76,6 +81,7 @@ class AttemptRow(Base):
     reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     checkpoint_in: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     checkpoint_out: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    token_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class LearnerRow(Base):

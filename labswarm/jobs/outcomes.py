@@ -59,8 +59,9 @@ class AttemptOutcomes:
                 self._deploy(db, job)
 
     def _ended(self, db: Session, job: JobRow, attempt: AttemptRow, learners: list[LearnerRow]) -> None:
-        """Decide what follows the end of ``attempt`` (every learner of it has ended)."""
+        """Decide what follows the end of ``attempt`` (every learner of it has ended); its token is revoked."""
         attempt.ended_at = naive_utcnow()
+        attempt.token_sha256 = None
         try:
             pointer = layout.latest_checkpoint(self.service.storage(job))
         except StorageError as exc:

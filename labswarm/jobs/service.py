@@ -21,13 +21,17 @@ from labswarm.config import ExperimentConfig
 from labswarm.datasets.folder import read_clips
 from labswarm.errors import ConfigError, Conflict, DatasetError, NotFound, StorageError
 from labswarm.jobs import events
+from labswarm.jobs.credentials import attempt_user
+from labswarm.jobs.errors import AdminOnly
 from labswarm.jobs.lifecycle import JobLifecycle
-from labswarm.jobs.manifest import JobManifest, LabswarmFramework, parse_manifest
+from labswarm.jobs.manifest import CommandFramework, JobManifest, LabswarmFramework, parse_manifest
 from labswarm.jobs.models import AttemptRow, JobEventRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.queries import JobQueries
 from labswarm.jobs.states import HOLDS_SLOTS, JobState
 from labswarm.jobs.storage.base import Storage
+from labswarm.manager.tokens import User
 from labswarm.paths import check_manifest_paths
+from labswarm.sessions.models import DEFAULT_OWNER
 from labswarm.sessions.service import SessionService
 
 
@@ -62,24 +66,41 @@ class JobService(JobQueries):
         """Stop the lifecycle thread; learners keep running (a restarted manager re-attaches to them)."""
         self.lifecycle.stop(timeout)
 
+    def attempt_user(self, digest: bytes) -> User | None:
+        """The scoped-token hook of the manager's authenticator: the learner whose running attempt's token has
+        SHA-256 ``digest``, its scope that attempt's report route (:mod:`labswarm.jobs.credentials`)."""
+        with self.db() as db:
+            return attempt_user(db, digest)
+
     # submit
-    def validate(self, data: Mapping[str, Any] | str) -> tuple[JobManifest, ExperimentConfig]:
+    def validate(self, data: Mapping[str, Any] | str, owner: str = DEFAULT_OWNER, *, admin: bool = True
+                 ) -> tuple[JobManifest, ExperimentConfig]:
         """Check a manifest, the experiment it trains and its stores, without creating anything.
+
+        Args:
+            data: the manifest, YAML text or a mapping.
+            owner: the user submitting it; a registered experiment it names must be theirs unless ``admin``.
+            admin: whether that user is an admin (only an admin may use the ``command`` framework).
 
         Returns:
             The manifest and the experiment (registered or inline).
 
         Raises:
-            ConfigError: every problem with the path of its field: the manifest, an unregistered experiment,
-                training settings, an unreadable dataset, an unreachable store.
+            ConfigError: every problem with the path of its field: the manifest, an unregistered experiment (or
+                another user's), training settings, an unreadable dataset, an unreachable store.
+            AdminOnly: the ``command`` framework in the manifest of a user who is not an admin.
         """
         manifest = parse_manifest(data, source="manifest")
+        if isinstance(manifest.framework, CommandFramework) and not admin:
+            raise AdminOnly(f"framework.name: 'command' runs an arbitrary program on the manager's machines: only an "
+                            f"admin may submit it ({owner} is a user); use the 'labswarm' framework")
         check_manifest_paths(manifest, self.sessions.registry.roots)  # before any file is opened or created
         if isinstance(manifest.experiment, ExperimentConfig):
             experiment = manifest.experiment
         else:
             try:
-                experiment = self.sessions.registry.config(manifest.experiment)
+                row = self.sessions.registry.get(manifest.experiment, None if admin else owner)
+                experiment = self.sessions.registry.config(manifest.experiment, row)
             except NotFound:
                 raise ConfigError([("experiment", f"no registered experiment {manifest.experiment!r}: register "
                                                   "it, or give it inline")]) from None
@@ -101,20 +122,28 @@ class JobService(JobQueries):
             raise ConfigError(problems)
         return manifest, experiment
 
-    def create(self, data: Mapping[str, Any] | str) -> JobRow:
-        """Validate and queue a job (an inline experiment is registered first).
+    def create(self, data: Mapping[str, Any] | str, owner: str = DEFAULT_OWNER, *, admin: bool = True) -> JobRow:
+        """Validate and queue a job of ``owner`` (an inline experiment is registered first, as theirs).
+
+        Args:
+            data: the manifest, YAML text or a mapping.
+            owner: the user submitting it, recorded as the job's owner; default
+                :data:`~labswarm.sessions.models.DEFAULT_OWNER` (the admin's).
+            admin: whether that user is an admin.
 
         Raises:
             ConfigError: see :meth:`validate`.
+            AdminOnly: see :meth:`validate`.
+            Conflict: an inline experiment's name is another user's.
         """
-        manifest, experiment = self.validate(data)
+        manifest, experiment = self.validate(data, owner, admin=admin)
         if isinstance(manifest.experiment, ExperimentConfig):
-            self.sessions.registry.register(experiment.model_dump(mode="json"))
+            self.sessions.registry.register(experiment.model_dump(mode="json"), owner, admin=admin)
         now = naive_utcnow()
         job = JobRow(id=uuid.uuid4().hex[:12], name=manifest.name, status=JobState.QUEUED.value,
                      priority=manifest.priority, experiment=experiment.name, manifest=manifest.resolved(experiment),
                      learners=manifest.learners, timestamps={"queued": events.iso(now)}, submitted_at=now,
-                     updated_at=now, next_seq=1, attempt=0, restarts_user=0, restarts_platform=0)
+                     updated_at=now, next_seq=1, attempt=0, restarts_user=0, restarts_platform=0, owner=owner)
         with self.lock, self.db() as db:
             db.add(job)
             db.flush()  # the job's row before its first event (no relationship tells the order)
@@ -124,16 +153,16 @@ class JobService(JobQueries):
         return job
 
     # control
-    def halt(self, job_id: str) -> dict[str, Any]:
+    def halt(self, job_id: str, owner: str | None = None) -> dict[str, Any]:
         """Halt a job: a queued one at once, a deployed one cooperatively (its learners checkpoint and exit;
         killed after ``job_halt_grace``). Halting a halting or halted job changes nothing.
 
         Raises:
-            NotFound: no such job.
+            NotFound: no such job, or (``owner`` given) another user's.
             InvalidTransition: the job is storing, completed or failed.
         """
         with self.lock, self.db() as db:
-            job = self.get(db, job_id)
+            job = self.get(db, job_id, owner)
             if job.status in (JobState.HALTING.value, JobState.HALTED.value):
                 return self._summary(db, job)
             if job.status == JobState.QUEUED.value:
@@ -146,15 +175,15 @@ class JobService(JobQueries):
         self.lifecycle.wake()
         return out
 
-    def resume(self, job_id: str) -> dict[str, Any]:
+    def resume(self, job_id: str, owner: str | None = None) -> dict[str, Any]:
         """Queue a halted job again; its next attempt starts from its last checkpoint.
 
         Raises:
-            NotFound: no such job.
+            NotFound: no such job, or (``owner`` given) another user's.
             InvalidTransition: the job is not halted.
         """
         with self.lock, self.db() as db:
-            job = self.get(db, job_id)
+            job = self.get(db, job_id, owner)
             events.transition(db, job, JobState.QUEUED, reason="resumed",
                               detail={"checkpoint": job.checkpoint})
             job.halt_at = None
@@ -164,17 +193,17 @@ class JobService(JobQueries):
         self.lifecycle.wake()
         return out
 
-    def delete(self, job_id: str) -> None:
+    def delete(self, job_id: str, owner: str | None = None) -> None:
         """Stop the job's learners (killed: their results are deleted anyway), then delete what the job owns:
         its folder of the results store, its local working folders, its rows. The user's data is left alone.
 
         Raises:
-            NotFound: no such job.
+            NotFound: no such job, or (``owner`` given) another user's.
             StorageError: the results store refused the deletion (the job is kept, to delete again).
         """
         with self.lock:
             with self.db() as db:
-                job = self.get(db, job_id)
+                job = self.get(db, job_id, owner)
                 live = list(db.scalars(select(LearnerRow).where(LearnerRow.job_id == job_id,
                                                                LearnerRow.ended_at.is_(None))))
                 job.halt_at = naive_utcnow()

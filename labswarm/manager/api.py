@@ -74,7 +74,9 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
         return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(sessions_router(sessions, []))  # authenticated by the app's dependency
-    app.include_router(jobs_router(JobService(sessions), [Depends(auth)]))
+    jobs = JobService(sessions)
+    authenticator.add_scoped(jobs.attempt_user)  # each attempt's own token: its learners' report route only
+    app.include_router(jobs_router(jobs, [Depends(auth)]))
     return app
 
 

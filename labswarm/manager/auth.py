@@ -24,6 +24,11 @@ a role. The seam for owners (a schema change not made here): creating routes pas
 service, which records it; listing routes pass ``owner=None if user.is_admin else user.name`` as a filter; a route
 on one object answers 404 (not 403: existence is not disclosed) when a ``user`` is not its owner;
 ``require_admin`` guards what only an admin may do. Workers authenticate with ``LABSWARM_API_TOKEN`` (admin).
+
+Scoped tokens: a service may add a hook (:meth:`Authenticator.add_scoped`) that is asked, with the SHA-256 of a
+token no configured token matched, whether it issued that token; the :class:`User` it answers carries a
+``scope``, the one request (``"POST /v1/jobs/{id}/attempts/{n}/reports"``) the token opens: any other request
+with it is a 401. The training jobs give each attempt's learners such a token (:mod:`labswarm.jobs.credentials`).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import hmac
 import ipaddress
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TextIO
 
 from fastapi import HTTPException, Request
@@ -81,17 +86,30 @@ def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
     return match[2]
 
 
+#: A scoped-token hook: the SHA-256 (32 bytes) of a presented token -> the scoped :class:`User` it is, or ``None``.
+ScopedTokens = Callable[[bytes], User | None]
+
+
 class Authenticator:
     """The tokens a manager accepts, as SHA-256 digests, and who each one is.
 
     Args:
         entries: named tokens (users).
         scrape: digests of tokens that ``/metrics`` alone accepts.
+        scoped: hooks asked about a token that no entry matches (see :meth:`add_scoped`).
     """
 
-    def __init__(self, entries: Iterable[TokenEntry] = (), scrape: Iterable[bytes] = ()) -> None:
+    def __init__(self, entries: Iterable[TokenEntry] = (), scrape: Iterable[bytes] = (),
+                 scoped: Iterable[ScopedTokens] = ()) -> None:
         self.entries = list(entries)
         self.scrape = list(scrape)
+        self.scoped = list(scoped)
+
+    def add_scoped(self, hook: ScopedTokens) -> None:
+        """Also accept the tokens ``hook`` issued: it gets the SHA-256 of a token that no configured token
+        matched and answers the :class:`User` it is, whose ``scope`` must name the one request the token opens
+        (``BearerAuth`` refuses it on any other). The hook compares digests in constant time itself."""
+        self.scoped.append(hook)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Authenticator:
@@ -118,7 +136,8 @@ class Authenticator:
         return not self.entries
 
     def user(self, token: bytes, metrics: bool = False) -> User | None:
-        """Who ``token`` is (``None``: nobody). Every digest is compared, in constant time, whatever matches."""
+        """Who ``token`` is (``None``: nobody). Every digest is compared, in constant time, whatever matches; the
+        scoped hooks are asked only about a token that none matched."""
         digest = hash_token(token)
         found = None
         for entry in self.entries:
@@ -127,6 +146,9 @@ class Authenticator:
         for scrape in self.scrape:
             if hmac.compare_digest(digest, scrape) and found is None and metrics:
                 found = SCRAPER
+        for hook in self.scoped:
+            if found is None:
+                found = hook(digest)
         return found
 
 
@@ -159,6 +181,9 @@ class BearerAuth(SecurityBase):
             user = self.authenticator.user(bearer_token(request.scope["headers"]), metrics=path in METRICS_PATHS)
             if user is None:
                 raise _unauthorized("wrong API token", invalid=True)
+            if user.scope is not None and user.scope != f"{request.method} {request.scope['path']}":
+                raise _unauthorized("this token is scoped to one request (a learner's report route): not this one",
+                                    invalid=True)
         request.state.user = user
         return user
 

@@ -47,10 +47,13 @@ class User:
         name: the token's name (``admin`` for ``LABSWARM_API_TOKEN``; ``local`` on an open loopback manager).
         role: ``admin`` (sees and controls everything) or ``user`` (their own experiments, sessions and jobs,
             once those record owners).
+        scope: ``None`` for a user's token; for a scoped token (a learner's attempt token,
+            :mod:`labswarm.jobs.credentials`) the one request it opens, ``"METHOD /path"``: any other is a 401.
     """
 
     name: str
     role: Role
+    scope: str | None = None
 
     @property
     def is_admin(self) -> bool:
