@@ -137,6 +137,7 @@ def test_a_file_that_is_not_a_model_is_a_clear_error(trained: Trained, tmp_path:
 
 
 def test_a_job_id_downloads_the_jobs_model_from_the_manager(tmp_path: Path) -> None:
+    """~15 s: a real learner process (torch and librosa imports) trains the job's one epoch."""
     token = "predict-test-token"
     (tmp_path / "token").write_text(token + "\n")
     files = [tmp_path / "data" / "low" / "low_3.wav", tmp_path / "data" / "noise" / "noise_5.wav"]
