@@ -236,3 +236,36 @@ def test_start_window_opens_by_one_per_outcome_up_to_seconds_of_the_consume_rate
     assert window.allowance() is None and window.lifted
     with pytest.raises(ValueError, match="start_window"):
         StartWindow(0)
+
+
+class AnsweringBroker(MemoryBroker):
+    """A broker whose worker answers each sample while it is being published, before the publisher has
+    committed its ledger rows (the fastest worker there can be): the outcomes go through the service."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.service: SessionService | None = None
+        self.answers: list[tuple[int, list[dict]]] = []
+
+    def publish_many(self, session_id: str, experiment: str, samples: Sequence[Sample],
+                     stop: threading.Event) -> int:
+        n = super().publish_many(session_id, experiment, samples, stop)
+        self.answers.append(self.service.record_outcomes(session_id, _outcomes([s.id for s in samples[:n]])))
+        return n
+
+
+def test_outcomes_that_beat_the_ledger_commit_are_recorded_not_rejected(make_service, experiment: dict) -> None:
+    """Issue 11, item 6: outcomes are only for the session's samples, and a sample the publisher has handed to the
+    broker is one, though its ledger row is not yet committed: none of these outcomes is rejected, each counts
+    once, and the session completes without reconciliation."""
+    broker = AnsweringBroker()
+    service = make_service(broker)
+    broker.service = service
+    service.registry.register(experiment)
+    sid = service.start_session("win", rate=100_000.0).id
+    service.set_rate(sid, 100_000.0)
+    _wait(lambda: _row(service, sid).status == "completed", "the session completed")
+    assert [rejected for _applied, rejected in broker.answers if rejected] == []
+    assert sum(applied for applied, _rejected in broker.answers) == 90
+    assert ledger.counters(_row(service, sid)) == {"published": 0, "done": 90, "cached": 0, "failed": 0}
+    assert service._runners.get(sid) is None or not service._runners[sid].in_flight(broker.ids)
