@@ -25,7 +25,9 @@ from labswarm.manager.limits import BodyLimit
 from labswarm.sessions.api import sessions_router
 from labswarm.sessions.metrics import SessionCollector
 from labswarm.sessions.service import SessionService
+from labswarm.sessions.stream import session_stream_router
 from labswarm.settings import Settings
+from labswarm.ui.app import ui_app
 
 
 def create_app(settings: Settings, sessions: SessionService | None = None) -> FastAPI:
@@ -77,6 +79,8 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
     jobs = JobService(sessions)
     authenticator.add_scoped(jobs.attempt_user)  # each attempt's own token: its learners' report route only
     app.include_router(jobs_router(jobs, [Depends(auth)]))
+    app.include_router(session_stream_router(sessions))  # GET /sessions/{id}/events (labswarm.sessions.stream)
+    app.mount("/ui", ui_app(app))  # the dashboard (labswarm.ui), authenticated on the same tokens
     return app
 
 

@@ -47,6 +47,7 @@ from fastapi.security.base import SecurityBase
 from labswarm.errors import ManagerError
 from labswarm.manager.tokens import TokenEntry, User, check_token, hash_token, load_tokens, new_token
 from labswarm.settings import Settings
+from labswarm.ui.cookie import cookie_token
 
 #: Routes that answer without a token (liveness, for load balancers and container health checks).
 PUBLIC_PATHS = frozenset({"/health"})
@@ -178,7 +179,9 @@ class BearerAuth(SecurityBase):
                                     "set LABSWARM_API_TOKEN")
             user = LOCAL
         else:
-            user = self.authenticator.user(bearer_token(request.scope["headers"]), metrics=path in METRICS_PATHS)
+            token = cookie_token(request)  # the dashboard's cookie (labswarm.ui.cookie), when there is no header
+            token = bearer_token(request.scope["headers"]) if token is None else token
+            user = self.authenticator.user(token, metrics=path in METRICS_PATHS)
             if user is None:
                 raise _unauthorized("wrong API token", invalid=True)
             if user.scope is not None and user.scope != f"{request.method} {request.scope['path']}":

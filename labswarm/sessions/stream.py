@@ -1,0 +1,94 @@
+"""A session's live event stream, ``GET /sessions/{id}/events`` (Server-Sent Events; mounted by the manager).
+
+Every ``interval`` seconds (1 s by default) one ``progress`` event: the session's progress as
+``GET /sessions/{id}`` shows it (:meth:`SessionService.progress`), plus ``time`` (Unix time in s, when it was read),
+``depth`` (samples published without an outcome yet: in the queue or in a worker's hands, from the ledger's
+counters) and ``publish_rate`` / ``consume_rate`` (samples/s: the slopes of ``published`` and ``finished`` over
+the last :data:`RATE_WINDOW_S` seconds of this stream, ``null`` until it has two snapshots). Each event's id is
+its number in the stream; a client reconnecting with ``Last-Event-ID`` gets the next numbers (snapshots are not
+history: what it missed is not replayed). When the session has ended, the stream sends its last snapshot and an
+``end`` event, and closes. An idle stream needs no keep-alive: a snapshot is sent every interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import StreamingResponse
+
+from labswarm.errors import NotFound
+from labswarm.health.series import TimeSeries
+from labswarm.sessions.models import ACTIVE
+from labswarm.sessions.service import SessionService
+
+#: Seconds of snapshots the publish and consume rates are measured over.
+RATE_WINDOW_S = 5.0
+#: Seconds between two snapshots by default, and the bounds of ``interval``.
+INTERVAL_S, MIN_INTERVAL_S, MAX_INTERVAL_S = 1.0, 0.2, 60.0
+
+
+def snapshot(progress: dict[str, Any], published: TimeSeries, finished: TimeSeries, now: float) -> dict[str, Any]:
+    """One ``progress`` event's data: ``progress`` with ``time``, ``depth`` and the rates (see the module).
+
+    Args:
+        progress: the session's progress (:meth:`SessionService.progress`).
+        published: this stream's series of the ``published`` counter (the point for ``now`` is appended).
+        finished: the same for ``finished`` (done + cached + failed).
+        now: Unix time in s of the reading.
+    """
+    published.append(now, progress["published"])
+    finished.append(now, progress["finished"])
+    publish, consume = published.rate(RATE_WINDOW_S), finished.rate(RATE_WINDOW_S)
+    return {**progress, "time": now, "depth": progress["pending"],
+            "publish_rate": None if math.isnan(publish) else publish,
+            "consume_rate": None if math.isnan(consume) else consume}
+
+
+def session_stream_router(service: SessionService) -> APIRouter:
+    """The route ``GET /sessions/{session_id}/events`` of ``service``'s sessions (authenticated by the app)."""
+    router = APIRouter(tags=["sessions"])
+
+    @router.get("/sessions/{session_id}/events")
+    async def session_events(
+        session_id: str, request: Request,
+        interval: Annotated[float, Query(ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S, description="s between snapshots")]
+        = INTERVAL_S,
+        last_event_id: Annotated[str | None, Header()] = None,
+    ) -> StreamingResponse:
+        """Server-Sent Events: a ``progress`` snapshot of the session every ``interval`` s (queue depth, publish
+        and consume rates in samples/s, counts), numbered; ``end`` once the session has ended."""
+        first = await run_in_threadpool(service.progress, session_id)  # 404 before the stream starts
+        number = int(last_event_id) if (last_event_id or "").isdigit() else 0
+
+        async def sse() -> AsyncIterator[str]:
+            nonlocal number
+            published, finished = TimeSeries(maxlen=64), TimeSeries(maxlen=64)
+            progress = first
+            while True:
+                number += 1
+                data = snapshot(progress, published, finished, time.time())
+                yield f"id: {number}\nevent: progress\ndata: {json.dumps(jsonable_encoder(data))}\n\n"
+                if progress["status"] not in ACTIVE:
+                    number += 1
+                    yield f"id: {number}\nevent: end\ndata: {json.dumps({'status': progress['status']})}\n\n"
+                    return
+                await asyncio.sleep(interval)
+                if await request.is_disconnected():
+                    return
+                try:
+                    progress = await run_in_threadpool(service.progress, session_id)
+                except NotFound:
+                    return
+
+        return StreamingResponse(sse(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    return router

@@ -1,0 +1,163 @@
+// Training-job page: follows GET /v1/jobs/{id}/events (status, log, metric, attempt, checkpoint) from the start.
+"use strict";
+(() => {
+  const root = document.getElementById("job");
+  const id = root.dataset.jobId;
+  const submitted = Date.parse(root.dataset.submitted) / 1000;
+  const curves = document.getElementById("curves");
+  const log = document.getElementById("log");
+  const TERMINAL = new Set(["completed", "failed"]);
+  const MAX_LINES = 500;
+  const byEpoch = new Map(); // epoch -> {epoch, t, train_loss, val_loss, train_accuracy, val_accuracy}
+  let status = document.getElementById("status").textContent.trim();
+  const axis = { stroke: "#667085", grid: { stroke: "#eef0f4" } };
+  const series = [
+    { label: "train loss", stroke: "#dc2626", width: 2, scale: "loss" },
+    { label: "val loss", stroke: "#f97316", width: 2, dash: [6, 4], scale: "loss" },
+    { label: "train accuracy", stroke: "#2563eb", width: 2, scale: "acc" },
+    { label: "val accuracy", stroke: "#16a34a", width: 2, dash: [6, 4], scale: "acc" },
+  ];
+  const options = (title, xLabel) => ({
+    title,
+    scales: { x: { time: false }, acc: { range: [0, 1] } },
+    series: [{ label: xLabel }, ...series],
+    axes: [{ ...axis, label: xLabel }, { ...axis, scale: "loss", label: "loss" },
+      { ...axis, scale: "acc", side: 1, label: "accuracy", grid: { show: false } }],
+  });
+  const empty = () => [[], [], [], [], []];
+  const epochPlot = LS.chart(document.getElementById("epoch-chart"), options("against epoch", "epoch"), empty());
+  const timePlot = LS.chart(document.getElementById("time-chart"),
+    options("against wall time since submission", "seconds"), empty());
+
+  function columns(records, x) {
+    const out = empty();
+    for (const r of records) {
+      out[0].push(x(r));
+      out[1].push(r.train_loss ?? null);
+      out[2].push(r.val_loss ?? null);
+      out[3].push(r.train_accuracy ?? null);
+      out[4].push(r.val_accuracy ?? null);
+    }
+    return out;
+  }
+
+  function addMetric(m) {
+    if (m.epoch === undefined) return;
+    const t = m.stamp ? Date.parse(m.stamp) / 1000 - submitted : null;
+    byEpoch.set(m.epoch, { ...m, t });
+    const records = [...byEpoch.values()].sort((a, b) => a.epoch - b.epoch);
+    epochPlot.setData(columns(records, (r) => r.epoch));
+    timePlot.setData(columns(records.filter((r) => r.t !== null).sort((a, b) => a.t - b.t), (r) => r.t));
+    curves.dataset.points = String(records.length);
+    LS.setText("v-epoch", m.epoch);
+    LS.setText("v-loss", LS.num(m.train_loss, 3));
+    LS.setText("v-acc", LS.num(m.val_accuracy, 3));
+  }
+
+  function addLog(line) {
+    const follow = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    log.append(document.createTextNode(line + "\n"));
+    while (log.childNodes.length > MAX_LINES) log.removeChild(log.firstChild);
+    log.dataset.lines = String(Number(log.dataset.lines) + 1);
+    if (follow) log.scrollTop = log.scrollHeight;
+  }
+
+  function showStatus(s, reason) {
+    status = s;
+    const badge = document.getElementById("status");
+    badge.textContent = s;
+    badge.className = "status " + s;
+    const why = document.getElementById("reason");
+    why.textContent = reason || "";
+    why.hidden = !reason;
+    const can = {
+      halt: ["queued", "pending", "running"].includes(s), resume: s === "halted", delete: true,
+    };
+    for (const button of document.querySelectorAll("#controls button[data-action]")) {
+      button.disabled = !can[button.dataset.action];
+    }
+    for (const link of document.querySelectorAll("#controls a.button")) {
+      link.classList.toggle("disabled", s !== "completed");
+      link.setAttribute("aria-disabled", String(s !== "completed"));
+    }
+  }
+
+  let refreshTimer = null;
+  let refreshing = Promise.resolve();
+  let gone = false; // deleted from this page: nothing more to ask about it
+  function refreshSoon() { // attempts and queue position, at most every 300 ms while events pour in
+    if (refreshTimer || gone) return;
+    refreshTimer = setTimeout(() => {
+      refreshTimer = null;
+      refreshing = refresh();
+    }, 300);
+  }
+  async function refresh() { // the job as shown: attempt, queue position, attempts table
+    try {
+      const job = await LS.call("GET", `/v1/jobs/${id}`);
+      LS.setText("v-attempt", job.attempt);
+      LS.setText("v-queue", job.queue_position || "–");
+      const body = document.querySelector("#attempts tbody");
+      body.replaceChildren();
+      for (const a of job.attempts) {
+        const tr = body.insertRow();
+        LS.cell(tr, a.number, "n");
+        LS.cell(tr, (a.started_at || "").slice(0, 19).replace("T", " "), "small");
+        LS.cell(tr, (a.ended_at || "").slice(0, 19).replace("T", " "), "small");
+        LS.cell(tr, a.exit_code ?? "", "n");
+        LS.cell(tr, a.reason || "", "small");
+        LS.cell(tr, `${a.checkpoint_in || "–"} → ${a.checkpoint_out || "–"}`, "small mono");
+        LS.cell(tr, a.learners.map((l) => `${l.host}:${l.pid}`).join(", "), "small");
+      }
+      if (!job.attempts.length) LS.cell(body.insertRow(), "no attempt yet", "small").colSpan = 7;
+    } catch (error) {
+      LS.say(error.message);
+    }
+  }
+
+  showStatus(status, document.getElementById("reason").textContent.trim());
+  const stream = new EventSource(`${LS.api}/v1/jobs/${id}/events`, { withCredentials: true });
+  stream.addEventListener("status", (event) => {
+    const d = JSON.parse(event.data);
+    showStatus(d.status, [d.reason, d.error_code && `${d.error_code}: ${d.error}`].filter(Boolean).join(" "));
+    refreshSoon();
+    if (TERMINAL.has(d.status)) stream.close(); // the server ends the stream here: no reconnection
+  });
+  stream.addEventListener("log", (event) => addLog(JSON.parse(event.data).line || ""));
+  stream.addEventListener("metric", (event) => addMetric(JSON.parse(event.data)));
+  stream.addEventListener("attempt", refreshSoon);
+  stream.addEventListener("checkpoint", refreshSoon);
+  stream.onerror = () => {
+    if (stream.readyState === EventSource.CLOSED && !TERMINAL.has(status)) {
+      LS.say("the live stream closed: reload the page");
+    }
+  };
+
+  for (const button of document.querySelectorAll("#controls button[data-action]")) {
+    button.addEventListener("click", async () => {
+      const action = button.dataset.action;
+      try {
+        if (action === "delete") {
+          if (!window.confirm(`Delete job ${id}, its processes and its results?`)) return;
+          gone = true;
+          stream.close();
+          clearTimeout(refreshTimer);
+          await refreshing; // a refresh still under way must not ask after the job once it is deleted
+          await LS.call("DELETE", `/v1/jobs/${id}`);
+          window.location.assign(LS.ui + "/");
+          return;
+        }
+        const job = await LS.call("PATCH", `/v1/jobs/${id}`, { status: action });
+        showStatus(job.status, job.reason);
+        LS.say(`${action} asked`, true);
+      } catch (error) {
+        LS.say(error.message);
+      }
+    });
+  }
+  for (const link of document.querySelectorAll("#controls a.button")) {
+    link.addEventListener("click", (event) => {
+      if (link.classList.contains("disabled")) event.preventDefault();
+    });
+  }
+})();

@@ -1,0 +1,88 @@
+"""What the dashboard's pages show, read from the manager's services (nothing here changes anything).
+
+Each function returns plain data for a template; the live parts of the pages then follow the APIs' event streams
+(``/sessions/{id}/events``, ``/v1/jobs/{id}/events``) from the browser.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import func, select
+
+from labswarm.sessions.models import ACTIVE, SessionRow
+from labswarm.sessions.service import SessionService
+
+#: Sessions and jobs listed on the overview (the newest).
+RECENT = 20
+#: Metric keys shown as a job's "last metrics", in this order, when present.
+METRIC_KEYS = ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy")
+
+
+def _counts(sessions: SessionService, column) -> dict[str, int]:
+    """Rows per status of ``column``'s table (one ``GROUP BY``)."""
+    with sessions.db() as db:
+        return {status: int(n) for status, n in db.execute(select(column, func.count()).group_by(column))}
+
+
+def overview(sessions: SessionService, jobs: Any | None) -> dict[str, Any]:
+    """The overview page's data.
+
+    Args:
+        sessions: the session service.
+        jobs: the training-jobs service (:class:`~labswarm.jobs.service.JobService`), ``None`` when the manager
+            hosts none.
+
+    Returns:
+        ``experiments`` (rows, each with its ``active`` session id or ``None``), ``sessions`` (the
+        :data:`RECENT` newest, as :meth:`SessionService.progress` shows them), ``jobs`` (the newest, each with its
+        ``last_metrics``: the :data:`METRIC_KEYS` of its last metrics record), and ``totals``: sessions and jobs
+        per status, and over the active sessions the samples done, failed, waiting (queue depth: published, no
+        outcome yet) and done per second.
+    """
+    recent = [sessions.progress(row.id) for row in sessions.sessions(limit=RECENT)]
+    active = {p["experiment"]: p["id"] for p in recent if p["status"] in ACTIVE}
+    for row in sessions.sessions(status=list(ACTIVE), limit=1_000):
+        active.setdefault(row.experiment, row.id)
+    experiments = [{"name": row.name, "fingerprint": row.fingerprint, "updated_at": row.updated_at,
+                    "active": active.get(row.name)} for row in sessions.registry.list()]
+    running = [sessions.progress(sid) for sid in active.values()]
+    totals: dict[str, Any] = {
+        "experiments": len(experiments), "sessions": _counts(sessions, SessionRow.status),
+        "active_sessions": len(running), "done": sum(p["done"] + p["cached"] for p in running),
+        "failed": sum(p["failed"] for p in running), "depth": sum(p["pending"] for p in running),
+        "done_per_s": sum(p["samples_per_s"] for p in running), "jobs": {}, "learners": 0,
+    }
+    listed: list[dict[str, Any]] = []
+    if jobs is not None:
+        from labswarm.jobs.models import JobRow
+        from labswarm.jobs.states import HOLDS_SLOTS
+
+        listed = jobs.list(limit=RECENT)["jobs"]
+        for job in listed:
+            records = jobs.metrics(job["id"])
+            last = records[-1] if records else {}
+            job["last_metrics"] = {key: last[key] for key in METRIC_KEYS if key in last}
+        totals["jobs"] = _counts(sessions, JobRow.status)
+        with sessions.db() as db:
+            totals["learners"] = int(db.scalar(select(func.coalesce(func.sum(JobRow.learners), 0))
+                                               .where(JobRow.status.in_([s.value for s in HOLDS_SLOTS]))) or 0)
+    return {"experiments": experiments, "sessions": recent, "jobs": listed, "totals": totals}
+
+
+def session_page(sessions: SessionService, session_id: str) -> dict[str, Any]:
+    """The session page's data: its progress and its first page of failures (the page follows the stream).
+
+    Raises:
+        NotFound: no such session.
+    """
+    return {"session": sessions.progress(session_id), "failures": sessions.failures(session_id, limit=100)}
+
+
+def job_page(jobs: Any, job_id: str) -> dict[str, Any]:
+    """The job page's data: the job as ``GET /v1/jobs/{id}`` shows it (the page follows its event stream).
+
+    Raises:
+        NotFound: no such job.
+    """
+    return {"job": jobs.describe(job_id)}
