@@ -296,6 +296,9 @@ def health(
                                                      "API, e.g. http://guest:guest@localhost:15672 (its password: "
                                                      "better in LABSWARM_RABBITMQ_API than here, where ps shows "
                                                      "it); none: ledger only.")] = None,
+    rabbitmq_api_file: Annotated[Path | None, typer.Option(envvar="LABSWARM_RABBITMQ_API_FILE", help="A file "
+                                                           "holding the --rabbitmq-api URL (a docker secret).")
+                                 ] = None,
     controller: Annotated[str, typer.Option(help="Controller name (pi, aimd).")] = "pi",
     period: Annotated[float, typer.Option(min=0.1, help="Seconds between decisions.")] = 1.0,
     log_dir: Annotated[Path, typer.Option(help="Where each session's decisions are logged.")] = HEALTH_LOGS,
@@ -320,6 +323,12 @@ def health(
     from labswarm.settings import load_settings
 
     settings = load_settings(max_total_waiting=max_total_waiting)
+    if rabbitmq_api is None and rabbitmq_api_file is not None:
+        try:
+            rabbitmq_api = rabbitmq_api_file.read_text().strip()
+        except OSError as exc:
+            raise _fail(ConfigError([("--rabbitmq-api-file", f"cannot read {rabbitmq_api_file}: "
+                                                             f"{exc.strerror or exc}")]), 2) from None
     loop = HealthLoop(ManagerMonitor(manager, settings.api_token),
                       RabbitMQMonitor(rabbitmq_api) if rabbitmq_api else None,
                       controller={"name": controller}, period=period, log_dir=log_dir,

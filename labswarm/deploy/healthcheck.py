@@ -4,7 +4,7 @@ One image runs every role, so the check finds the ``labswarm <role> ...`` proces
 its PID: behind ``docker-init`` or not) and checks what that role must be doing:
 
 - ``manager``: ``GET /health`` on its ``--port`` answers 200;
-- ``health``: ``GET /metrics`` on its ``--metrics-port`` answers 200 (without that option: the loop is alive);
+- ``health``: ``GET /health`` on its ``--metrics-port`` answers 200 (without that option: the loop is alive);
 - ``worker``: the Celery pool has started (the worker fetched its configuration, warmed up and forked) and the
   worker holds an established TCP connection (the broker).
 
@@ -92,7 +92,7 @@ def check(role: str, pid: int, args: Sequence[str]) -> str | None:
         return probe(f"http://127.0.0.1:{option(args, '--port', '8000')}/health")
     if role == "health":
         port = option(args, "--metrics-port")
-        return probe(f"http://127.0.0.1:{port}/metrics") if port else None
+        return probe(f"http://127.0.0.1:{port}/health") if port else None  # /metrics may need the scrape token
     return check_worker(pid)
 
 

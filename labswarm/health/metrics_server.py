@@ -4,7 +4,7 @@ It binds the loopback by default (``--metrics-host 127.0.0.1``, as Ray's dashboa
 (``LABSWARM_METRICS_TOKEN``, or the file ``LABSWARM_METRICS_TOKEN_FILE`` names: the one the manager's
 ``/metrics`` accepts) every request must carry ``Authorization: Bearer <token>`` (parsed strictly, compared in
 constant time as SHA-256 digests), and only then may it bind another address: an open endpoint is never served
-beyond this machine.
+beyond this machine. ``/health`` answers ``ok`` without a token (liveness: the container's health check).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 def scrape_guard(app: WSGIApp, token: str | None) -> WSGIApp:
-    """``app`` answering only requests that carry ``Authorization: Bearer <token>``; ``token`` ``None``: ``app``.
+    """``app`` answering only requests that carry ``Authorization: Bearer <token>`` (``/health`` aside);
+    ``token`` ``None``: ``app``.
 
     A missing, malformed or wrong header is a 401 with ``WWW-Authenticate: Bearer``, never a 500.
     """
@@ -40,6 +41,8 @@ def scrape_guard(app: WSGIApp, token: str | None) -> WSGIApp:
     expected = hash_token(token)
 
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == "/health":
+            return app(environ, start_response)
         header = environ.get("HTTP_AUTHORIZATION")
         headers = [] if header is None else [(b"authorization", header.encode("latin-1"))]
         try:
@@ -55,6 +58,18 @@ def scrape_guard(app: WSGIApp, token: str | None) -> WSGIApp:
         return [body]
 
     return guarded
+
+
+def _with_health(app: WSGIApp) -> WSGIApp:
+    """``app`` with ``GET /health`` answering ``ok`` (liveness)."""
+
+    def routed(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == "/health":
+            start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", "3")])
+            return [b"ok\n"]
+        return app(environ, start_response)
+
+    return routed
 
 
 class _Server(ThreadingMixIn, WSGIServer):
@@ -96,7 +111,8 @@ def serve_metrics(registry: Any, port: int, host: str = DEFAULT_HOST,
                                             "(not loopback) without a scrape token: set LABSWARM_METRICS_TOKEN "
                                             "(or LABSWARM_METRICS_TOKEN_FILE), or keep --metrics-host 127.0.0.1")])
     server_class = _Server6 if ":" in host else _Server
-    server = make_server(host, port, scrape_guard(make_wsgi_app(registry), token), server_class, _Quiet)
+    server = make_server(host, port, scrape_guard(_with_health(make_wsgi_app(registry)), token), server_class,
+                         _Quiet)
     thread = threading.Thread(target=server.serve_forever, name="labswarm-health-metrics", daemon=True)
     thread.start()
     return server, thread

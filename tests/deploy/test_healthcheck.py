@@ -94,3 +94,20 @@ def test_worker_with_a_pool_and_a_broker_connection_is_healthy() -> None:
             worker.kill()
             worker.wait()
             worker.stdout.close()
+
+
+def test_health_probe_against_a_metrics_endpoint_that_wants_a_scrape_token() -> None:
+    """The health controller's check reads its liveness path, which needs no token, while /metrics does."""
+    from prometheus_client import CollectorRegistry
+
+    from labswarm.health.metrics_server import serve_metrics
+
+    server, _thread = serve_metrics(CollectorRegistry(), 0, "127.0.0.1", token="scrape-token-0123")
+    try:
+        port = str(server.server_port)
+        assert healthcheck.check("health", 0, ["health", "--metrics-port", port]) is None
+        assert "401" in (healthcheck.probe(f"http://127.0.0.1:{port}/metrics") or "")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert healthcheck.check("health", 0, ["health", "--metrics-port", port]) is not None  # stopped: unhealthy

@@ -75,3 +75,9 @@ def test_the_cli_refuses_an_open_endpoint_beyond_loopback() -> None:
                             capture_output=True, text=True, timeout=30, env=env)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "LABSWARM_METRICS_TOKEN" in result.stderr and "metrics_host" in result.stderr, result.stderr
+
+
+def test_health_needs_no_token(serve) -> None:
+    server = serve(token=TOKEN)
+    response = httpx.get(f"http://127.0.0.1:{server.server_port}/health", timeout=5)
+    assert response.status_code == 200 and response.text == "ok\n"
