@@ -13,7 +13,8 @@ side in this one process run, alternating:
 
 Printed: the wall time of each, their ratio (goal <= 1.05x), the submit-to-first-step latency (the learner's
 first optimizer step is a log line stamped by the learner), and the latency of events from the learner to this
-client (log lines and metrics: learner's stamp -> received on the stream), p50 / p99 (goal: a metric within 1 s).
+client (log lines, metrics and progress: learner's stamp -> received on the stream), p50 / p99 (goal: a metric
+within 1 s).
 The machine may be shared: read the figures as ratios of runs made side by side.
 """
 
@@ -72,12 +73,12 @@ def train_cli(path: Path, home: Path) -> float:
     return time.perf_counter() - started
 
 
-def run_job(client, exp: dict, results: Path) -> tuple[float, float, list[float], list[float]]:
-    """(wall s, submit-to-first-step s, log latencies s, metric latencies s)."""
+def run_job(client, exp: dict, results: Path) -> tuple[float, float, list[float], list[float], list[float]]:
+    """(wall s, submit-to-first-step s, log latencies s, metric latencies s, progress latencies s)."""
     submitted = time.time()
     started = time.perf_counter()
     job = client.submit({"name": "bench", "experiment": exp, "results_store": {"name": "local", "path": str(results)}})
-    first_step, logs, metrics = float("nan"), [], []
+    first_step, logs, metrics, progress = float("nan"), [], [], []
     for event in client.events(job["id"]):
         received = time.time()
         data = event["data"]
@@ -88,9 +89,11 @@ def run_job(client, exp: dict, results: Path) -> tuple[float, float, list[float]
                 first_step = stamp - submitted
         elif event["event"] == "metric":
             metrics.append(received - stamp)
+        elif event["event"] == "progress":
+            progress.append(received - stamp)
         elif event["event"] == "status" and data["status"] == "failed":
             raise RuntimeError(f"the job failed: {data}")
-    return time.perf_counter() - started, first_step, logs, metrics
+    return time.perf_counter() - started, first_step, logs, metrics, progress
 
 
 def pct(values: list[float], q: float) -> float:
@@ -119,16 +122,17 @@ def main() -> None:
         train_cli(path, tmp / "warm")
         server = EmbeddedServer(create_app(Settings(home=tmp / "manager", data_roots=[str(tmp)]))).start()
         walls: dict[str, list[float]] = {"train": [], "job": []}
-        firsts, logs, metrics = [], [], []
+        firsts, logs, metrics, progress = [], [], [], []
         try:
             with JobsClient(server.url) as client:
                 for rep in range(args.reps):
                     walls["train"].append(train_cli(path, tmp / f"train-{rep}"))
-                    wall, first, log_lat, metric_lat = run_job(client, exp, tmp / f"results-{rep}")
+                    wall, first, log_lat, metric_lat, progress_lat = run_job(client, exp, tmp / f"results-{rep}")
                     walls["job"].append(wall)
                     firsts.append(first)
                     logs += log_lat
                     metrics += metric_lat
+                    progress += progress_lat
                     print(f"rep {rep + 1}: labswarm train {walls['train'][-1]:.1f} s, job {wall:.1f} s "
                           f"(first step {first:.1f} s after submit)", flush=True)
         finally:
@@ -142,6 +146,8 @@ def main() -> None:
           f"p99 {pct(logs, 99) * 1000:6.0f} ms")
     print(f"  event latency, metrics (n={len(metrics)})     p50 {pct(metrics, 50) * 1000:6.0f} ms   "
           f"p99 {pct(metrics, 99) * 1000:6.0f} ms   (goal < 1000 ms)")
+    print(f"  event latency, progress (n={len(progress)})    p50 {pct(progress, 50) * 1000:6.0f} ms   "
+          f"p99 {pct(progress, 99) * 1000:6.0f} ms")
 
 
 if __name__ == "__main__":
