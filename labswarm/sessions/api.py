@@ -28,7 +28,7 @@ SessionStatus = Literal["running", "paused", "completed", "cancelled", "failed"]
 Caller = Annotated[User, Depends(current_user)]
 
 
-def _scope(user: User) -> str | None:
+def scope(user: User) -> str | None:
     """The owner filter of ``user``'s reads and controls: ``None`` for an admin (everything), else their name."""
     return None if user.is_admin else user.name
 
@@ -128,18 +128,18 @@ def sessions_router(service: SessionService, mutating: Sequence[params.Depends])
         ``valid``: false with the ``problem`` when the stored configuration no longer validates or names a path
         outside the data roots."""
         return [_experiment(row, service.registry.problem(row.name, row))
-                for row in service.registry.list(_scope(user))]
+                for row in service.registry.list(scope(user))]
 
     @router.get("/experiments/{name}")
     def get_experiment(name: str, user: Caller) -> dict[str, Any]:
         """One experiment with its stored configuration (and ``valid``, ``problem``)."""
-        row = service.registry.get(name, _scope(user))
+        row = service.registry.get(name, scope(user))
         return _experiment(row, service.registry.problem(row.name, row), with_config=True)
 
     @router.get("/experiments/{name}/config")
     def get_config(name: str, user: Caller) -> dict[str, Any]:
         """The validated configuration; what a worker fetches once when it starts. 409 for an invalid one."""
-        row = service.registry.get(name, _scope(user))
+        row = service.registry.get(name, scope(user))
         if (problem := service.registry.problem(row.name, row)) is not None:
             raise Conflict(problem)
         return row.config
@@ -163,53 +163,53 @@ def sessions_router(service: SessionService, mutating: Sequence[params.Depends])
     ) -> list[dict[str, Any]]:
         """One page of the caller's sessions' progress (an admin's: all), newest first (default 50 per page, at
         most 1,000: 422 beyond)."""
-        return [service.progress(row.id) for row in service.sessions(status, limit, offset, _scope(user))]
+        return [service.progress(row.id) for row in service.sessions(status, limit, offset, scope(user))]
 
     @router.get("/sessions/{session_id}")
     def get_session(session_id: str, user: Caller) -> dict[str, Any]:
         """Progress: total, published, done, cached, failed, pending, current rate (tasks/s), times, owner."""
-        service.session(session_id, _scope(user))
+        service.session(session_id, scope(user))
         return service.progress(session_id)
 
     @router.put("/sessions/{session_id}/rate", dependencies=mutating)
     def put_rate(session_id: str, body: RateBody, user: Caller) -> dict[str, Any]:
         """Set the publish rate in tasks/s; takes effect within ~0.1 s."""
-        service.session(session_id, _scope(user))
+        service.session(session_id, scope(user))
         service.set_rate(session_id, body.rate)
         return service.progress(session_id)
 
     @router.put("/sessions/{session_id}/weight", dependencies=mutating)
     def put_weight(session_id: str, body: WeightBody, user: Caller) -> dict[str, Any]:
         """Set the session's weight (its share of shared workers); the health controller applies it."""
-        service.session(session_id, _scope(user))
+        service.session(session_id, scope(user))
         service.set_weight(session_id, body.weight)
         return service.progress(session_id)
 
     @router.put("/sessions/{session_id}/workers", dependencies=mutating)
     def put_workers(session_id: str, body: WorkersBody, user: Caller) -> dict[str, Any]:
         """Scale the workers of a session started with a launcher (e.g. its swarm service's replicas)."""
-        service.session(session_id, _scope(user))
+        service.session(session_id, scope(user))
         service.launchers.scale(session_id, body.workers)
         return {**service.progress(session_id), "workers": body.workers}
 
     @router.post("/sessions/{session_id}/pause", dependencies=mutating)
     def pause(session_id: str, user: Caller) -> dict[str, Any]:
         """Stop publishing (the workers finish what is queued)."""
-        service.session(session_id, _scope(user))
+        service.session(session_id, scope(user))
         service.pause(session_id)
         return service.progress(session_id)
 
     @router.post("/sessions/{session_id}/resume", dependencies=mutating)
     def resume(session_id: str, user: Caller) -> dict[str, Any]:
         """Publish again."""
-        service.session(session_id, _scope(user))
+        service.session(session_id, scope(user))
         service.resume(session_id)
         return service.progress(session_id)
 
     @router.post("/sessions/{session_id}/cancel", dependencies=mutating)
     def cancel(session_id: str, user: Caller) -> dict[str, Any]:
         """Stop publishing and purge the queue."""
-        service.session(session_id, _scope(user))
+        service.session(session_id, scope(user))
         service.cancel(session_id)
         return service.progress(session_id)
 
@@ -221,21 +221,21 @@ def sessions_router(service: SessionService, mutating: Sequence[params.Depends])
         offset: Annotated[int, Query(ge=0, description="samples skipped")] = 0,
     ) -> list[dict[str, Any]]:
         """Failed samples with their reasons, by sample id, one page (at most 10,000: 422 beyond)."""
-        service.session(session_id, _scope(user))
+        service.session(session_id, scope(user))
         return service.failures(session_id, limit, offset)
 
     @router.post("/sessions/{session_id}/outcomes", dependencies=mutating)
     def outcomes(session_id: str, body: OutcomesBody, user: Caller) -> dict[str, Any]:
         """Workers report sample outcomes here, in batches. Only samples of this session are recorded: each other
         one (another session's, or unknown) comes back in ``rejected`` with the reason; the rest is applied."""
-        service.session(session_id, _scope(user))
+        service.session(session_id, scope(user))
         applied, rejected = service.record_outcomes(session_id, [o.model_dump() for o in body.outcomes])
         return {"applied": applied, "rejected": rejected}
 
     @router.post("/sessions/{session_id}/redeliveries", dependencies=mutating)
     def redeliveries(session_id: str, body: RedeliveryBody, user: Caller) -> dict[str, bool]:
         """A worker got a redelivered message: count the attempt; ``run`` false means skip it."""
-        service.session(session_id, _scope(user))
+        service.session(session_id, scope(user))
         return {"run": service.redelivered(session_id, body.sample_id)}
 
     return router

@@ -26,6 +26,7 @@ from fastapi.responses import StreamingResponse
 
 from labswarm.errors import NotFound
 from labswarm.health.series import TimeSeries
+from labswarm.sessions.api import Caller, scope
 from labswarm.sessions.models import ACTIVE
 from labswarm.sessions.service import SessionService
 
@@ -58,13 +59,15 @@ def session_stream_router(service: SessionService) -> APIRouter:
 
     @router.get("/sessions/{session_id}/events")
     async def session_events(
-        session_id: str, request: Request,
+        session_id: str, request: Request, user: Caller,
         interval: Annotated[float, Query(ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S, description="s between snapshots")]
         = INTERVAL_S,
         last_event_id: Annotated[str | None, Header()] = None,
     ) -> StreamingResponse:
         """Server-Sent Events: a ``progress`` snapshot of the session every ``interval`` s (queue depth, publish
-        and consume rates in samples/s, counts), numbered; ``end`` once the session has ended."""
+        and consume rates in samples/s, counts), numbered; ``end`` once the session has ended. Another user's
+        session is a 404."""
+        await run_in_threadpool(service.session, session_id, scope(user))
         first = await run_in_threadpool(service.progress, session_id)  # 404 before the stream starts
         number = int(last_event_id) if (last_event_id or "").isdigit() else 0
 
