@@ -37,7 +37,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     tmp = tmp_path_factory.mktemp("predict")
     root = write_three_classes(tmp / "data")
     config = parse_experiment(training_experiment(root, tmp / "store", pipeline=[
-        {"name": "source"}, {"name": "shuffle"}, {"name": "features"}, {"name": "batch", "size": 8}]))
+        {"name": "source"}, {"name": "shuffle"}, {"name": "features"},
+        {"name": "batch", "size": 8, "frames": 24, "eval_frames": 32}]))  # 44 frames a clip: evaluation crops
     return Trained(root, config, Trainer(config, tmp / "home").fit().model_path)
 
 
