@@ -56,9 +56,16 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     root = tmp_path_factory.mktemp("ui")
-    with manager(root, api_token=TOKEN) as m:
+    with manager(root, api_token=TOKEN, job_slots=2) as m:  # two jobs at once: the halt test's starts early
         m.http.headers["Authorization"] = f"Bearer {TOKEN}"
         yield Served(m, m.server.url, root)
+
+
+@pytest.fixture(scope="module")
+def long_job(served: Served) -> dict:
+    """A job of many epochs, submitted once for the module; the job-page test asks for it so that its learners
+    start while that test's job trains (their start-up, ~10-20 s here, is most of a job test's time)."""
+    return served.m.submit(tiny_manifest(served.root, epochs=1000, name="long"))
 
 
 @pytest.fixture(scope="module")
@@ -208,7 +215,7 @@ def test_the_session_page_follows_a_running_session_and_its_controls_act(page, s
     expect(page.locator("#controls button[data-action=pause]")).to_be_disabled()
 
 
-def test_the_job_page_draws_a_point_per_epoch_and_follows_the_log(page, served: Served, tmp_path: Path) -> None:
+def test_the_job_page_draws_a_point_per_epoch_and_follows_the_log(page, served: Served, long_job: dict) -> None:
     from playwright.sync_api import expect
 
     epochs = 3
@@ -235,10 +242,10 @@ def test_the_job_page_draws_a_point_per_epoch_and_follows_the_log(page, served: 
     assert zipfile.is_zipfile(bundle.value.path())
 
 
-def test_halt_pressed_in_the_page_halts_the_job_and_delete_removes_it(page, served: Served) -> None:
+def test_halt_pressed_in_the_page_halts_the_job_and_delete_removes_it(page, served: Served, long_job: dict) -> None:
     from playwright.sync_api import expect
 
-    job = served.m.submit(tiny_manifest(served.root, epochs=50, name="long"))
+    job = long_job
     page.goto(f"/ui/jobs/{job['id']}")
     expect(page.locator("#status")).to_have_text("running", timeout=WAIT_MS)
     page.click("#controls button[data-action=halt]")  # mid-epoch: the learner checkpoints where it is

@@ -21,7 +21,9 @@
     title,
     scales: { x: { time: false }, acc: { range: [0, 1] } },
     series: [{ label: xLabel }, ...series],
-    axes: [{ ...axis, label: xLabel }, { ...axis, scale: "loss", label: "loss" },
+    legend: { live: false },
+    axes: [{ ...axis, label: xLabel, ...(xLabel === "epoch" ? { incrs: [1, 2, 5, 10, 20, 50, 100] } : {}) },
+      { ...axis, scale: "loss", label: "loss" },
       { ...axis, scale: "acc", side: 1, label: "accuracy", grid: { show: false } }],
   });
   const empty = () => [[], [], [], [], []];
@@ -92,6 +94,9 @@
       refreshing = refresh();
     }, 300);
   }
+  function checkpoint(c) { // a checkpoint pointer {key, kind, attempt, epoch, step, time} for people
+    return c ? `epoch ${c.epoch}${c.step ? " step " + c.step : ""} (${c.kind})` : "–";
+  }
   async function refresh() { // the job as shown: attempt, queue position, attempts table
     try {
       const job = await LS.call("GET", `/v1/jobs/${id}`);
@@ -106,7 +111,7 @@
         LS.cell(tr, (a.ended_at || "").slice(0, 19).replace("T", " "), "small");
         LS.cell(tr, a.exit_code ?? "", "n");
         LS.cell(tr, a.reason || "", "small");
-        LS.cell(tr, `${a.checkpoint_in || "–"} → ${a.checkpoint_out || "–"}`, "small mono");
+        LS.cell(tr, `${checkpoint(a.checkpoint_in)} → ${checkpoint(a.checkpoint_out)}`, "small");
         LS.cell(tr, a.learners.map((l) => `${l.host}:${l.pid}`).join(", "), "small");
       }
       if (!job.attempts.length) LS.cell(body.insertRow(), "no attempt yet", "small").colSpan = 7;

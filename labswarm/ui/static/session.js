@@ -11,11 +11,13 @@
   const axisStyle = { stroke: "#667085", grid: { stroke: "#eef0f4" } };
   const depthPlot = LS.chart(document.getElementById("depth-chart"), {
     title: "queue depth (samples published without an outcome yet)",
+    legend: { live: false },
     series: [{}, { label: "depth", stroke: "#7c3aed", width: 2, fill: "rgba(124,58,237,0.08)" }],
     axes: [axisStyle, { ...axisStyle, label: "samples" }],
   }, [data[0], data[1]]);
   const ratePlot = LS.chart(document.getElementById("rate-chart"), {
     title: "publish vs consume rate",
+    legend: { live: false },
     series: [{},
       { label: "publish /s", stroke: "#2563eb", width: 2 },
       { label: "consume /s", stroke: "#16a34a", width: 2 },
