@@ -84,3 +84,27 @@ def wait_for(condition: Any, timeout: float, what: str) -> Any:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.02)
+
+
+def start_shard(shard: int, learners: int, run_dir: Path, port: int = 0, every: int = 5) -> subprocess.Popen:
+    """Start one parameter-server shard (``python -m labswarm.learners.ps``) checkpointing into ``run_dir``;
+    its port is written to ``run_dir/shard-<k>.port`` once it listens (read it with :func:`shard_port`)."""
+    ready = run_dir / f"shard-{shard}.port"
+    ready.unlink(missing_ok=True)
+    with open(run_dir / f"shard-{shard}.log", "ab") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "labswarm.learners.ps", "--shard", str(shard), "--learners", str(learners),
+             "--checkpoint-dir", str(run_dir / "ps"), "--checkpoint-every", str(every), "--round-timeout", "20",
+             "--port", str(port), "--ready-file", str(ready)],
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def shard_port(shard: int, run_dir: Path, proc: subprocess.Popen, timeout: float = 60) -> int:
+    """The port a shard started by :func:`start_shard` listens on (waits for it)."""
+    ready = run_dir / f"shard-{shard}.port"
+
+    def port() -> int | None:
+        if proc.poll() is not None:
+            raise AssertionError(f"shard {shard} exited {proc.returncode}\n{logs(run_dir)}")
+        return int(ready.read_text()) if ready.exists() else None
+    return wait_for(port, timeout, f"shard {shard} to listen")

@@ -4,13 +4,15 @@
 LABSWARM_PS_ADDRS) in the environment. SPEC: ``framework`` (a spec), ``steps``, ``batch`` (per learner),
 ``optimizer`` (``sgd`` or ``adamw``), ``lr``, ``snapshots`` (steps after which to keep the parameters),
 ``out`` (folder: ``rank-<r>.pt`` gets the final parameters, the framework's stats and, with ``eval``, the
-accuracy on a held-out batch).
+accuracy on a held-out batch), ``pause`` (``{step, dir}``: after that step, touch ``dir/paused-<rank>``
+and wait for ``dir/go``).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -39,6 +41,12 @@ def main() -> None:
         optimizer.zero_grad(set_to_none=True)
         torch.nn.functional.cross_entropy(module(x), y).backward()
         optimizer.step()
+        if spec.get("pause") and step + 1 == spec["pause"]["step"]:  # the test acts while every learner waits
+            pause = Path(spec["pause"]["dir"])
+            (pause / f"paused-{ctx.rank}").touch()
+            deadline = time.monotonic() + 60
+            while not (pause / "go").exists() and time.monotonic() < deadline:
+                time.sleep(0.02)
         if step + 1 in spec.get("snapshots", ()):
             snapshots[step + 1] = {k: v.detach().clone() for k, v in model.state_dict().items()}
     result = {"snapshots": snapshots, "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
