@@ -1,0 +1,79 @@
+"""``GET /sessions/{id}/events`` over real HTTP: a real manager (uvicorn in a thread) and a session publishing on
+the embedded broker; the test reports outcomes as a worker does, over HTTP."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+from helpers import experiment_dict, write_dataset
+
+from labswarm.manager.api import create_app
+from labswarm.manager.server import EmbeddedServer
+from labswarm.sessions import ledger
+from labswarm.settings import Settings
+
+
+def events(http: httpx.Client, path: str, count: int, headers: dict | None = None) -> Iterator[dict]:
+    """The first ``count`` events of the stream at ``path`` (``{id, event, data}``), or all if it ends before."""
+    with http.stream("GET", path, headers=headers or {}) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        event: dict = {}
+        for line in response.iter_lines():
+            if line.startswith("id: "):
+                event["id"] = int(line[4:])
+            elif line.startswith("event: "):
+                event["event"] = line[7:]
+            elif line.startswith("data: "):
+                event["data"] = json.loads(line[6:])
+            elif not line and event:
+                yield event
+                event = {}
+                count -= 1
+                if count == 0:
+                    return
+
+
+def test_the_stream_numbers_snapshots_measures_rates_and_ends_with_the_session(tmp_path: Path) -> None:
+    app = create_app(Settings(home=tmp_path / "home", data_roots=[str(tmp_path)]))
+    server = EmbeddedServer(app).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            assert http.get("/sessions/nope/events").status_code == 404
+            data = write_dataset(tmp_path / "data", n_per_label=5)  # 10 clips x 2 transformations
+            assert http.post("/experiments", json=experiment_dict(data, tmp_path / "store", name="stream")).is_success
+            sid = http.post("/experiments/stream/sessions", json={"rate": 50}).json()["id"]
+            seen = list(events(http, f"/sessions/{sid}/events?interval=0.2", 3))
+            assert [e["id"] for e in seen] == [1, 2, 3] and {e["event"] for e in seen} == {"progress"}
+            first = seen[0]["data"]
+            assert first["publish_rate"] is None and first["consume_rate"] is None  # one snapshot: no slope yet
+            assert first["id"] == sid and first["total"] == 20 and first["depth"] == first["pending"]
+            assert seen[2]["data"]["time"] > seen[0]["data"]["time"]
+            assert seen[2]["data"]["publish_rate"] is not None
+
+            # a worker's outcomes of what is published, over HTTP, until the session completes: the stream measures
+            # the consume rate, its numbering goes on after the client's last id, and it ends with the session
+            def report() -> None:
+                with app.state.sessions.db() as db:
+                    published = [sample for sample, _ in ledger.pending(db, sid)]
+                outcomes = [{"sample_id": s, "status": "computed", "seconds": 0.01} for s in published]
+                assert http.post(f"/sessions/{sid}/outcomes", json={"outcomes": outcomes}).is_success
+
+            seen = []
+            for event in events(http, f"/sessions/{sid}/events?interval=0.2", 1000, {"Last-Event-ID": "41"}):
+                seen.append(event)
+                if event["event"] == "progress" and event["data"]["pending"]:
+                    report()
+            assert [e["id"] for e in seen] == list(range(42, 42 + len(seen)))
+            assert [e["event"] for e in seen[-2:]] == ["progress", "end"]  # and the stream closed
+            last = seen[-2]["data"]
+            assert last["status"] == "completed" and last["done"] == 20 and last["depth"] == 0
+            assert max(e["data"].get("consume_rate") or 0 for e in seen) > 0
+            assert seen[-1]["data"] == {"status": "completed"}
+            ended = list(events(http, f"/sessions/{sid}/events", 10))  # an ended session: one snapshot, the end
+            assert [e["event"] for e in ended] == ["progress", "end"]
+    finally:
+        server.stop()
