@@ -6,7 +6,8 @@ An attempt has ended once every learner of it has ended. Exit 0 → STORING → 
 results store); a halt → HALTED with its checkpoint; a fault (:func:`~labswarm.jobs.errors.classify_exit`) within
 its restart budget (user or platform) → PENDING, deployed again after the backoff as a new attempt from the last
 committed checkpoint; beyond it → FAILED with the error code and the log tail. A job that ends COMPLETED or
-FAILED releases its slots, and its local working folders are removed.
+FAILED releases its slots, and its local working folders are removed. An ended attempt's own token
+(:mod:`labswarm.jobs.credentials`) is revoked.
 """
 
 from __future__ import annotations
