@@ -1,0 +1,95 @@
+"""In-process checks of the learners' parts: the environment seam, the wire format, a shard's update rules."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from labswarm.errors import ConfigError
+from labswarm.learners import Framework, LearnerContext
+from labswarm.learners.ps.protocol import ProtocolError, recv, send
+from labswarm.learners.ps.server import Shard
+
+
+def test_context_round_trips_through_the_environment() -> None:
+    ctx = LearnerContext(rank=1, world_size=3, master_addr="10.0.0.1", master_port=29500, attempt=2,
+                         ps_addresses=(("ps-0", 7000), ("ps-1", 7001)), timeout_s=12.5)
+    assert LearnerContext.from_env(ctx.to_env()) == ctx
+    assert LearnerContext.from_env({}) == LearnerContext()  # one learner: no rendezvous, no server
+
+
+@pytest.mark.parametrize(("env", "field"), [({"RANK": "3", "WORLD_SIZE": "3"}, "RANK"),
+                                            ({"WORLD_SIZE": "two"}, "WORLD_SIZE"),
+                                            ({"LABSWARM_PS_ADDRS": "host-without-port"}, "LABSWARM_PS_ADDRS"),
+                                            ({"LABSWARM_COLLECTIVE_TIMEOUT_S": "0"}, "LABSWARM_COLLECTIVE_TIMEOUT_S")])
+def test_bad_environment_names_the_variable(env: dict[str, str], field: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        LearnerContext.from_env(env)
+    assert info.value.errors[0][0] == field
+
+
+def test_framework_parameters_are_validated_by_name() -> None:
+    with pytest.raises(ConfigError, match="known: allreduce, downpour, easgd, model_averaging, sandblaster"):
+        Framework.from_spec({"name": "hogwild"})
+    with pytest.raises(ConfigError, match="period"):
+        Framework.from_spec({"name": "model_averaging", "period": 1})
+    assert Framework.from_spec({"name": "easgd", "tau": 8}).config.tau == 8
+
+
+def test_wire_format_round_trip_and_truncation() -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        tensors = [torch.arange(6, dtype=torch.float32).reshape(2, 3), torch.tensor([1.5], dtype=torch.float64)]
+        assert send(a, {"op": "push", "since": 4}, tensors) == 6 * 4 + 8
+        header, arrays = recv(b)
+        assert header == {"op": "push", "since": 4}
+        assert [x.shape for x in arrays] == [(2, 3), (1,)] and arrays[0][1, 2] == 5 and arrays[1].dtype == np.float64
+        a.sendall(b"\x00" * 7)
+        a.shutdown(socket.SHUT_WR)
+        with pytest.raises(ProtocolError, match="closed"):
+            recv(b)
+
+
+def shard(tmp_path: Path, learners: int = 1, **kwargs: object) -> Shard:
+    s = Shard(0, learners, tmp_path, **kwargs)
+    s.handle({"op": "init", "names": ["w"], "optimizer": {"kind": "SGD", "defaults": {"lr": 0.5}}},
+             [np.ones(3, dtype=np.float32)])
+    return s
+
+
+def test_shard_rules_and_resume_from_checkpoint(tmp_path: Path) -> None:
+    s = shard(tmp_path, checkpoint_every=2)
+    reply, _ = s.handle({"op": "push", "since": 0}, [np.full(3, 2.0, dtype=np.float32)])  # w = 1 - 0.5 * 2
+    assert reply == {"version": 1, "staleness": 0}
+    reply, _ = s.handle({"op": "push", "since": 0}, [np.zeros(3, dtype=np.float32)])
+    assert reply["staleness"] == 1  # one update since this learner's pull
+    _, diffs = s.handle({"op": "elastic", "alpha": 0.25}, [np.full(3, 4.0, dtype=np.float32)])
+    np.testing.assert_allclose(diffs[0], 0.25 * (4.0 - 0.0))  # center moves by alpha (x - center)
+    np.testing.assert_allclose(s.params[0].numpy(), 1.0)
+    s.handle({"op": "init", "names": ["w"], "optimizer": None}, [np.full(3, 9.0, dtype=np.float32)])
+    np.testing.assert_allclose(s.params[0].numpy(), 1.0)  # a later init keeps the shard's parameters
+    s.handle({"op": "push", "since": 3}, [np.ones(3, dtype=np.float32)])  # version 4: checkpointed
+    resumed = Shard(0, 1, tmp_path)
+    assert resumed.version == 4
+    np.testing.assert_allclose(resumed.params[0].numpy(), 0.5)
+    assert resumed.optimizer is not None and resumed.optimizer.defaults["lr"] == 0.5
+
+
+def test_a_synchronous_round_waits_for_every_learner_and_times_out(tmp_path: Path) -> None:
+    s = shard(tmp_path, learners=2, round_timeout_s=30)
+    replies: list = []
+    t = threading.Thread(target=lambda: replies.append(s.handle({"op": "push_sync"}, [np.full(3, 2.0, "f4")])))
+    t.start()
+    reply, params = s.handle({"op": "push_sync"}, [np.zeros(3, dtype=np.float32)])
+    t.join(10)
+    assert reply["version"] == 1 and replies[0][0]["version"] == 1
+    np.testing.assert_allclose(params[0].numpy(), 1.0 - 0.5 * 1.0)  # the mean gradient, 1.0, applied once
+    s.round_timeout_s = 0.1
+    with pytest.raises(ValueError, match="1 learner"):
+        s.handle({"op": "push_sync"}, [np.zeros(3, dtype=np.float32)])
+    assert s.version == 1
