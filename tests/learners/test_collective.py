@@ -61,3 +61,18 @@ def test_model_averaging_equal_after_an_average_apart_between(master_env: dict[s
     # 7 steps of allreduce would send 7 times the model's bytes (ring, N=2): averaging sent 3 of those
     n_params = sum(p.numel() for p in after_average[0].values())
     assert results[0]["stats"]["bytes_sent"] == 3 * n_params * 4
+
+
+def test_a_hung_peer_fails_the_collective_within_the_timeout(master_env: dict[str, str], tmp_path: Path) -> None:
+    # rank 1 stops before step 3; rank 0 all-reduces its average after step 3 and must fail there within the
+    # 3 s collective timeout, not torch's 30 min default
+    spec = {"framework": {"name": "model_averaging", "period": 2}, "batch": 4, "steps": 5, "hang": [1, 3],
+            "out": str(tmp_path)}
+    procs = start_learners(2, spec, {**master_env, "LABSWARM_COLLECTIVE_TIMEOUT_S": "3"}, tmp_path)
+    try:
+        code = procs[0].wait(timeout=60)
+    finally:
+        kill_all(procs.values())
+    log = (tmp_path / "learner-0.log").read_text()
+    assert code != 0 and "timed out waiting 3000ms" in log.lower(), log[-2000:]
+    assert not (tmp_path / "rank-0.pt").exists()

@@ -5,7 +5,7 @@ LABSWARM_PS_ADDRS) in the environment. SPEC: ``framework`` (a spec), ``steps``, 
 ``optimizer`` (``sgd`` or ``adamw``), ``lr``, ``snapshots`` (steps after which to keep the parameters),
 ``out`` (folder: ``rank-<r>.pt`` gets the final parameters, the framework's stats and, with ``eval``, the
 accuracy on a held-out batch), ``pause`` (``{step, dir}``: after that step, touch ``dir/paused-<rank>``
-and wait for ``dir/go``).
+and wait for ``dir/go``), ``hang`` (``[rank, step]``: that rank sleeps before that step).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ def main() -> None:
     b, n = spec["batch"], ctx.world_size
     snapshots = {}
     for step in range(spec["steps"]):
+        if spec.get("hang") == [ctx.rank, step + 1]:  # this rank never joins step `step + 1`'s collective
+            time.sleep(600)
         x, y = tiny_batch(torch, step, b * n, seed=spec.get("data_seed", 0))
         x, y = x[ctx.rank * b:(ctx.rank + 1) * b], y[ctx.rank * b:(ctx.rank + 1) * b]
         optimizer.zero_grad(set_to_none=True)
