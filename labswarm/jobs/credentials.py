@@ -17,6 +17,7 @@ has no token at all) cannot read or change another job.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Mapping
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -26,6 +27,24 @@ from labswarm.manager.tokens import User, hash_token, new_token
 
 #: The environment variable a learner reads its API token from (:mod:`labswarm.jobs.learner`).
 TOKEN_ENV = "LABSWARM_API_TOKEN"
+
+
+#: The prefix of the manager's own settings (:mod:`labswarm.settings`): broker and database URLs, tokens, the
+#: files that hold them. None of them reaches a learner: it runs the user's code.
+SETTINGS_PREFIX = "LABSWARM_"
+
+
+def learner_environment(manager_env: Mapping[str, str], token: str) -> dict[str, str]:
+    """The environment a learner starts with: the manager's, less every ``LABSWARM_*`` variable (the broker URL
+    with its password, the database URL, the API, scrape and RabbitMQ tokens, and the ``*_FILE`` variables that
+    name their files), plus the attempt's own token as :data:`TOKEN_ENV`.
+
+    What stays is the machine's (``PATH``, ``HOME``, locale, ``CUDA_*``, thread counts) and the object stores'
+    credentials (``AWS_*``: a job's ``s3`` stores read them from the environment, :mod:`labswarm.jobs.storage.s3`).
+    """
+    env = {name: value for name, value in manager_env.items() if not name.startswith(SETTINGS_PREFIX)}
+    env[TOKEN_ENV] = token
+    return env
 
 
 def report_scope(job_id: str, attempt: int) -> str:

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from labswarm.errors import StorageError
 from labswarm.jobs import events, layout
-from labswarm.jobs.credentials import TOKEN_ENV, new_attempt_token
+from labswarm.jobs.credentials import learner_environment, new_attempt_token
 from labswarm.jobs.models import AttemptRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.processes import LocalLearners
 from labswarm.jobs.states import HOLDS_SLOTS, JobState
@@ -101,10 +101,9 @@ class Deployer:
                     "manifest": job.manifest, "manager_url": url, "results_store": job.manifest["results_store"],
                     "checkpoint": pointer, "workdir": str(workdir.resolve())}
             spec_path = base / f"learner-{rank}.json"
-            env = dict(os.environ)
+            env = learner_environment(os.environ, token)  # none of the manager's secrets; the attempt's token
             if self._gpu_total():
                 env["CUDA_VISIBLE_DEVICES"] = mine or ""
-            env[TOKEN_ENV] = token  # the attempt's: it opens this attempt's report route only
             row = LearnerRow(job_id=job.id, attempt=number, rank=rank, host=self.host, workdir=str(workdir),
                              gpus=mine, started_at=now, received=-1, halt_sent=False)
             try:

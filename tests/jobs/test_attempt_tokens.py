@@ -23,8 +23,14 @@ from labswarm.manager.tokens import add_token
 
 @pytest.fixture(autouse=True)
 def _no_admin_token(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The manager and its learners see no LABSWARM_API_TOKEN: only the tokens file."""
+    """The manager and its learners see no LABSWARM_API_TOKEN: only the tokens file; the manager's environment
+    holds a scrape token and another secret of its own, which its learners must not inherit."""
     monkeypatch.delenv("LABSWARM_API_TOKEN", raising=False)
+    monkeypatch.setenv("LABSWARM_METRICS_TOKEN", SCRAPE_SECRET)
+    monkeypatch.setenv("LABSWARM_SOME_FUTURE_SECRET", "managers-own")
+
+
+SCRAPE_SECRET = "scrape-token-of-the-manager"
 
 
 def _client(url: str, token: str) -> httpx.Client:
@@ -70,6 +76,9 @@ def test_an_attempt_token_opens_its_own_report_route_only_until_its_attempt_ends
         token = learner.environ()["LABSWARM_API_TOKEN"]
         assert token != other.environ()["LABSWARM_API_TOKEN"] and token != root_token
         assert token not in " ".join(learner.cmdline())  # `ps` does not show it
+        inherited = learner.environ()
+        assert "LABSWARM_METRICS_TOKEN" not in inherited and "LABSWARM_SOME_FUTURE_SECRET" not in inherited
+        assert SCRAPE_SECRET not in " ".join(inherited.values()) and "PATH" in inherited
         spec = tmp_path / "home" / "jobs" / first["id"] / "attempt-1" / "learner-0.json"
         assert token not in spec.read_text()
         with m.jobs.db() as db:
