@@ -5,12 +5,17 @@ Torch is imported where used: importing this package needs none.
 
 from labswarm.learners.context import LearnerContext
 from labswarm.learners.frameworks.base import FRAMEWORKS, CommStats, Framework, FrameworkConfig, register_framework
+from labswarm.learners.launch import JobCoordinator, ProcessPlan, plan_attempt, restart_scope
 
 __all__ = [
     "FRAMEWORKS",
     "CommStats",
     "Framework",
     "FrameworkConfig",
+    "JobCoordinator",
     "LearnerContext",
+    "ProcessPlan",
+    "plan_attempt",
     "register_framework",
+    "restart_scope",
 ]

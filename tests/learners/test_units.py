@@ -12,6 +12,8 @@ import torch
 
 from labswarm.errors import ConfigError
 from labswarm.learners import Framework, LearnerContext
+from labswarm.learners.cursor import GlobalCursor
+from labswarm.learners.launch import JobCoordinator, plan_attempt, restart_scope
 from labswarm.learners.ps.protocol import ProtocolError, recv, send
 from labswarm.learners.ps.server import Shard
 
@@ -93,3 +95,28 @@ def test_a_synchronous_round_waits_for_every_learner_and_times_out(tmp_path: Pat
     with pytest.raises(ValueError, match="1 learner"):
         s.handle({"op": "push_sync"}, [np.zeros(3, dtype=np.float32)])
     assert s.version == 1
+
+
+def test_an_attempt_plan_starts_the_shards_first_then_the_learners(tmp_path: Path) -> None:
+    plan = plan_attempt({"name": "downpour", "n_fetch": 2}, 2, 3, ("10.0.0.1", 29500),
+                        [("10.0.0.2", 7000), ("10.0.0.3", 7001)], tmp_path, timeout_s=9)
+    assert [(p.kind, p.index) for p in plan] == [("ps", 0), ("ps", 1), ("learner", 0), ("learner", 1)]
+    assert plan[1].argv[plan[1].argv.index("--port") + 1] == "7001"
+    ctx = LearnerContext.from_env(plan[3].env)
+    assert (ctx.rank, ctx.world_size, ctx.attempt, ctx.master_port, ctx.timeout_s) == (1, 2, 3, 29500, 9)
+    assert ctx.ps_addresses == (("10.0.0.2", 7000), ("10.0.0.3", 7001))
+    assert [p.kind for p in plan_attempt({"name": "allreduce"}, 2, 1, ("h", 1))] == ["learner", "learner"]
+    assert (restart_scope({"name": "allreduce"}), restart_scope({"name": "easgd"})) == ("attempt", "learner")
+    with pytest.raises(ConfigError) as info:
+        plan_attempt({"name": "sandblaster"}, 2, 1, ("h", 1))
+    assert info.value.errors[0][0] == "ps_shards"
+
+
+def test_the_coordinator_checkpoints_and_restores_the_cursor() -> None:
+    first = JobCoordinator()
+    cursor = GlobalCursor(first.store, 10, 3, owner="0")
+    assert cursor.done(cursor.claim(0))
+    state = first.cursor_state(10, 3, 0)
+    second = JobCoordinator()
+    second.restore_cursor(state)
+    assert GlobalCursor(second.store, 10, 3, owner="x").chunk_states(0) == ["D|0", "", "", ""]
