@@ -88,6 +88,9 @@ def ui_app(manager: FastAPI) -> FastAPI:
     async def _not_found(request: Request, exc: NotFound) -> Response:
         return render(request, "error.html", 404, message=str(exc))
 
+    def owner(request: Request) -> str | None:
+        return views.owner_filter(getattr(request.state, "user", None))
+
     def jobs_service() -> Any:
         return getattr(manager.state, "jobs", None)
 
@@ -95,17 +98,17 @@ def ui_app(manager: FastAPI) -> FastAPI:
 
     @pages.get("/", response_class=HTMLResponse)
     async def overview(request: Request) -> HTMLResponse:
-        data = await run_in_threadpool(views.overview, sessions, jobs_service())
+        data = await run_in_threadpool(views.overview, sessions, jobs_service(), owner(request))
         return render(request, "overview.html", **data)
 
     @pages.get("/partials/overview", response_class=HTMLResponse)
     async def overview_tables(request: Request) -> HTMLResponse:
-        data = await run_in_threadpool(views.overview, sessions, jobs_service())
+        data = await run_in_threadpool(views.overview, sessions, jobs_service(), owner(request))
         return render(request, "_overview_tables.html", **data)
 
     @pages.get("/sessions/{session_id}", response_class=HTMLResponse)
     async def session(request: Request, session_id: str) -> HTMLResponse:
-        data = await run_in_threadpool(views.session_page, sessions, session_id)
+        data = await run_in_threadpool(views.session_page, sessions, session_id, owner(request))
         return render(request, "session.html", **data)
 
     @pages.get("/jobs/{job_id}", response_class=HTMLResponse)
@@ -113,7 +116,7 @@ def ui_app(manager: FastAPI) -> FastAPI:
         jobs = jobs_service()
         if jobs is None:
             raise NotFound("this manager hosts no training jobs")
-        data = await run_in_threadpool(views.job_page, jobs, job_id)
+        data = await run_in_threadpool(views.job_page, jobs, job_id, owner(request))
         return render(request, "job.html", **data)
 
     app.include_router(pages)

@@ -19,19 +19,29 @@ RECENT = 20
 METRIC_KEYS = ("epoch", "train_loss", "train_accuracy", "val_loss", "val_accuracy")
 
 
-def _counts(sessions: SessionService, column) -> dict[str, int]:
-    """Rows per status of ``column``'s table (one ``GROUP BY``)."""
+def _counts(sessions: SessionService, column, owner_column, owner: str | None) -> dict[str, int]:
+    """Rows per status of ``column``'s table (one ``GROUP BY``), only ``owner``'s rows when given."""
+    stmt = select(column, func.count()).group_by(column)
+    if owner is not None:
+        stmt = stmt.where(owner_column == owner)
     with sessions.db() as db:
-        return {status: int(n) for status, n in db.execute(select(column, func.count()).group_by(column))}
+        return {status: int(n) for status, n in db.execute(stmt)}
 
 
-def overview(sessions: SessionService, jobs: Any | None) -> dict[str, Any]:
+def owner_filter(user: Any) -> str | None:
+    """The owner filter of a caller (:class:`~labswarm.manager.tokens.User`): ``None`` (everything) for an admin,
+    else the user's name, so a user's pages show their own experiments, sessions and jobs only (as the API does)."""
+    return None if user is not None and user.is_admin else getattr(user, "name", "")
+
+
+def overview(sessions: SessionService, jobs: Any | None, owner: str | None = None) -> dict[str, Any]:
     """The overview page's data.
 
     Args:
         sessions: the session service.
         jobs: the training-jobs service (:class:`~labswarm.jobs.service.JobService`), ``None`` when the manager
             hosts none.
+        owner: only this user's experiments, sessions and jobs (and totals); ``None``: everyone's (an admin).
 
     Returns:
         ``experiments`` (rows, each with its ``active`` session id or ``None``), ``sessions`` (the
@@ -40,15 +50,15 @@ def overview(sessions: SessionService, jobs: Any | None) -> dict[str, Any]:
         per status, and over the active sessions the samples done, failed, waiting (queue depth: published, no
         outcome yet) and done per second.
     """
-    recent = [sessions.progress(row.id) for row in sessions.sessions(limit=RECENT)]
+    recent = [sessions.progress(row.id) for row in sessions.sessions(limit=RECENT, owner=owner)]
     active = {p["experiment"]: p["id"] for p in recent if p["status"] in ACTIVE}
-    for row in sessions.sessions(status=list(ACTIVE), limit=1_000):
+    for row in sessions.sessions(status=list(ACTIVE), limit=1_000, owner=owner):
         active.setdefault(row.experiment, row.id)
     experiments = [{"name": row.name, "fingerprint": row.fingerprint, "updated_at": row.updated_at,
-                    "active": active.get(row.name)} for row in sessions.registry.list()]
+                    "active": active.get(row.name)} for row in sessions.registry.list(owner)]
     running = [sessions.progress(sid) for sid in active.values()]
     totals: dict[str, Any] = {
-        "experiments": len(experiments), "sessions": _counts(sessions, SessionRow.status),
+        "experiments": len(experiments), "sessions": _counts(sessions, SessionRow.status, SessionRow.owner, owner),
         "active_sessions": len(running), "done": sum(p["done"] + p["cached"] for p in running),
         "failed": sum(p["failed"] for p in running), "depth": sum(p["pending"] for p in running),
         "done_per_s": sum(p["samples_per_s"] for p in running), "jobs": {}, "learners": 0,
@@ -58,31 +68,35 @@ def overview(sessions: SessionService, jobs: Any | None) -> dict[str, Any]:
         from labswarm.jobs.models import JobRow
         from labswarm.jobs.states import HOLDS_SLOTS
 
-        listed = jobs.list(limit=RECENT)["jobs"]
+        listed = jobs.list(limit=RECENT, owner=owner)["jobs"]
         for job in listed:
             records = jobs.metrics(job["id"])
             last = records[-1] if records else {}
             job["last_metrics"] = {key: last[key] for key in METRIC_KEYS if key in last}
-        totals["jobs"] = _counts(sessions, JobRow.status)
+        totals["jobs"] = _counts(sessions, JobRow.status, JobRow.owner, owner)
+        learners = (select(func.coalesce(func.sum(JobRow.learners), 0))
+                    .where(JobRow.status.in_([s.value for s in HOLDS_SLOTS])))
+        if owner is not None:
+            learners = learners.where(JobRow.owner == owner)
         with sessions.db() as db:
-            totals["learners"] = int(db.scalar(select(func.coalesce(func.sum(JobRow.learners), 0))
-                                               .where(JobRow.status.in_([s.value for s in HOLDS_SLOTS]))) or 0)
+            totals["learners"] = int(db.scalar(learners) or 0)
     return {"experiments": experiments, "sessions": recent, "jobs": listed, "totals": totals}
 
 
-def session_page(sessions: SessionService, session_id: str) -> dict[str, Any]:
+def session_page(sessions: SessionService, session_id: str, owner: str | None = None) -> dict[str, Any]:
     """The session page's data: its progress and its first page of failures (the page follows the stream).
 
     Raises:
-        NotFound: no such session.
+        NotFound: no such session, or (``owner`` given) another user's.
     """
+    sessions.session(session_id, owner)
     return {"session": sessions.progress(session_id), "failures": sessions.failures(session_id, limit=100)}
 
 
-def job_page(jobs: Any, job_id: str) -> dict[str, Any]:
+def job_page(jobs: Any, job_id: str, owner: str | None = None) -> dict[str, Any]:
     """The job page's data: the job as ``GET /v1/jobs/{id}`` shows it (the page follows its event stream).
 
     Raises:
-        NotFound: no such job.
+        NotFound: no such job, or (``owner`` given) another user's.
     """
-    return {"job": jobs.describe(job_id)}
+    return {"job": jobs.describe(job_id, owner)}
