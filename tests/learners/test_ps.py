@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -92,3 +94,35 @@ def test_a_killed_shard_restarts_from_its_checkpoint_and_the_job_completes(tmp_p
     assert state["version"] >= 40 + 150  # the restarted shard went on (SIGKILL'd: the last periodic checkpoint)
     for r in range(2):
         assert torch.load(tmp_path / f"rank-{r}.pt")["accuracy"] > 0.85
+
+
+def test_downpour_learner_killed_mid_pass_restarts_alone_and_every_sample_is_trained_once(
+        store: Any, master_env: dict[str, str], tmp_path: Path) -> None:
+    n_samples, passes = 800, 3
+    spec = {"framework": {"name": "downpour"}, "out": str(tmp_path), "lr": 0.2, "eval": True, "data_seed": 1,
+            "cursor": {"n_samples": n_samples, "chunk_size": 16, "lease_s": 1.0, "passes": passes}}
+    procs: list[subprocess.Popen] = []
+    try:
+        shard = start_shard(0, 2, tmp_path)
+        procs.append(shard)
+        env = {**master_env, "LABSWARM_PS_ADDRS": f"127.0.0.1:{shard_port(0, tmp_path, shard)}"}
+        # rank 1 trains 2 chunks, claims a third and hangs on it; rank 0 starts once it does
+        first = start_learners(2, {**spec, "hold": {"1": 2}, "wait_go": [0]}, env, tmp_path)
+        procs += first.values()
+        wait_for(lambda: store.check(["holding"]), 90, "rank 1 to hold a chunk")
+        first[1].send_signal(signal.SIGKILL)
+        assert first[1].wait(timeout=10) == -signal.SIGKILL
+        store.set("go", "1")
+        again = start_learners(2, spec, env, tmp_path, ranks=[1])  # restarted alone: it pulls the parameters
+        procs += again.values()
+        wait_all({0: first[0], 1: again[1]}, 90, tmp_path)
+    finally:
+        kill_all(procs)
+    records = [json.loads(line) for r in range(2) for line in (tmp_path / f"rank-{r}.jsonl").read_text().splitlines()]
+    for pass_ in range(passes):
+        counts = Counter(s for r in records if r["pass"] == pass_ for s in r["samples"])
+        assert sorted(counts) == list(range(n_samples)) and set(counts.values()) == {1}, f"pass {pass_}"
+    held_pass, held_index = map(int, store.get("holding").decode().split("/"))
+    assert sum((r["pass"], r["chunk"]) == (held_pass, held_index) for r in records) == 1
+    for r in range(2):
+        assert torch.load(tmp_path / f"rank-{r}.pt")["accuracy"] > 0.85, logs(tmp_path)

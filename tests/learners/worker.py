@@ -5,12 +5,15 @@ LABSWARM_PS_ADDRS) in the environment. SPEC: ``framework`` (a spec), ``steps``, 
 ``optimizer`` (``sgd`` or ``adamw``), ``lr``, ``snapshots`` (steps after which to keep the parameters),
 ``out`` (folder: ``rank-<r>.pt`` gets the final parameters, the framework's stats and, with ``eval``, the
 accuracy on a held-out batch), ``pause`` (``{step, dir}``: after that step, touch ``dir/paused-<rank>``
-and wait for ``dir/go``), ``hang`` (``[rank, step]``: that rank sleeps before that step).
+and wait for ``dir/go``), ``hang`` (``[rank, step]``: that rank sleeps before that step), ``cursor``
+(``{n_samples, chunk_size, lease_s, passes}``: one step per chunk of the global cursor, see
+:func:`train_on_cursor`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +23,7 @@ import torch.distributed as dist
 from tiny import tiny_batch, tiny_model
 
 from labswarm.learners import Framework, LearnerContext
+from labswarm.learners.cursor import GlobalCursor
 
 
 def main() -> None:
@@ -33,6 +37,56 @@ def main() -> None:
     opt_cls = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[spec.get("optimizer", "sgd")]
     optimizer = opt_cls(model.parameters(), lr=spec.get("lr", 0.1))
     module = framework.attach(model, optimizer, ctx)
+    snapshots = (train_on_cursor(spec, ctx, module, optimizer) if "cursor" in spec
+                 else train_steps(spec, ctx, model, module, optimizer))
+    result = {"snapshots": snapshots, "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+              "stats": framework.stats.as_dict(), "state": framework.state_dict()}
+    if spec.get("eval"):
+        framework.finish()
+        x, y = tiny_batch(torch, 10**6, 2000, seed=99)
+        with torch.no_grad():
+            result["accuracy"] = float((model(x).argmax(1) == y).float().mean())
+        result["params"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    torch.save(result, Path(spec["out"]) / f"rank-{ctx.rank}.pt")
+    framework.close()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def train_on_cursor(spec: dict, ctx: LearnerContext, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    """One step per chunk claimed from the global cursor, for ``cursor.passes`` passes over a fixed set of
+    ``cursor.n_samples`` examples; each chunk marked done is recorded in ``rank-<r>.jsonl``. With ``hold``
+    (``{rank: chunks}``) that rank blocks after that many chunks, holding its next one (the test kills it);
+    the ranks in ``wait_go`` start once the store key ``go`` is set."""
+    c = spec["cursor"]
+    x_all, y_all = tiny_batch(torch, 0, c["n_samples"], seed=spec.get("data_seed", 0))
+    store = ctx.store()
+    cursor = GlobalCursor(store, c["n_samples"], c["chunk_size"], owner=f"{ctx.rank}:{os.getpid()}",
+                          lease_s=c["lease_s"])
+    hold, done = spec.get("hold", {}).get(str(ctx.rank)), 0
+    if ctx.rank in spec.get("wait_go", ()):
+        store.wait(["go"])
+    with open(Path(spec["out"]) / f"rank-{ctx.rank}.jsonl", "a") as out:
+        for pass_ in range(c["passes"]):
+            while (chunk := cursor.claim(pass_, timeout_s=60)) is not None:
+                if hold is not None and done == hold:
+                    store.set("holding", f"{chunk.pass_}/{chunk.index}")
+                    time.sleep(600)  # killed here
+                index = torch.from_numpy(chunk.samples)
+                optimizer.zero_grad(set_to_none=True)
+                torch.nn.functional.cross_entropy(module(x_all[index]), y_all[index]).backward()
+                optimizer.step()
+                if cursor.done(chunk):
+                    out.write(json.dumps({"pass": pass_, "chunk": chunk.index, "samples": chunk.samples.tolist()})
+                              + "\n")
+                    out.flush()
+                    done += 1
+    return {}
+
+
+def train_steps(spec: dict, ctx: LearnerContext, model: torch.nn.Module, module: torch.nn.Module,
+                optimizer: torch.optim.Optimizer) -> dict:
+    """``steps`` steps on per-rank slices of the same global batches; the parameters after ``snapshots`` steps."""
     b, n = spec["batch"], ctx.world_size
     snapshots = {}
     for step in range(spec["steps"]):
@@ -51,18 +105,7 @@ def main() -> None:
                 time.sleep(0.02)
         if step + 1 in spec.get("snapshots", ()):
             snapshots[step + 1] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    result = {"snapshots": snapshots, "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
-              "stats": framework.stats.as_dict(), "state": framework.state_dict()}
-    if spec.get("eval"):
-        framework.finish()
-        x, y = tiny_batch(torch, 10**6, 2000, seed=99)
-        with torch.no_grad():
-            result["accuracy"] = float((model(x).argmax(1) == y).float().mean())
-        result["params"] = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    torch.save(result, Path(spec["out"]) / f"rank-{ctx.rank}.pt")
-    framework.close()
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    return snapshots
 
 
 if __name__ == "__main__":
