@@ -189,3 +189,86 @@ def test_a_broker_url_without_password_stays_plain() -> None:
     spec = service_spec("tones", "s", Settings(swarm_broker_url="amqp://rabbitmq:5672//"))
     assert spec.env["LABSWARM_BROKER_URL"] == "amqp://rabbitmq:5672//" and spec.secrets == ()
     assert "--broker" not in spec.command
+
+
+def test_no_endpoint_answers_a_secret(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Every GET route of the schema (with a registered experiment and a session whose broker refuses the
+    password), its errors included, and the session's failure: no broker password, no token; nor in any log
+    record of the manager meanwhile. Real RabbitMQ refuses the login (wrong password)."""
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    dataset = write_dataset(tmp_path / "data", n_per_label=1)
+    settings = Settings(home=tmp_path / "home", broker_url=BROKER, api_token=TOKEN, metrics_token=TOKEN + "-m",
+                        data_roots=[tmp_path])
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with EmbeddedServer(create_app(settings)) as server, \
+            httpx.Client(base_url=server.url, timeout=30.0, headers=auth) as http:
+        assert http.post("/experiments", json=experiment_dict(dataset, tmp_path / "store")).status_code == 201
+        # (today a 500: the broker's AccessRefused is not translated; reported. It closes the connection.)
+        started = httpx.post(f"{server.url}/experiments/tones/sessions", json={}, headers=auth, timeout=30.0)
+        texts = [started.text]
+        session_id = started.json()["id"] if started.status_code == 201 else "none"
+        paths = http.get("/openapi.json").json()["paths"]
+        for path, operations in paths.items():
+            if "get" not in operations or path.endswith("/events"):
+                continue
+            for ids in ({"name": "tones", "session_id": session_id, "job_id": "none"},
+                        {"name": "nope", "session_id": "nope", "job_id": "nope"}):
+                response = http.get(path.format(**ids))
+                assert response.status_code < 500, (path, response.text)
+                texts.append(response.text)
+        texts += [http.get("/docs").text, http.get("/openapi.json").text, http.get("/sessions/x/y").text]
+    texts += [record.getMessage() + str(record.exc_info or "") for record in caplog.records]
+    for text in texts:
+        assert PASSWORD not in text and TOKEN not in text, text[:500]
+
+
+def test_the_health_controller_process_shows_no_secret(tmp_path: Path) -> None:
+    """A real ``labswarm health`` reading the management API URL (with the password) and the tokens from files:
+    its command line, its output and its metrics carry none of them."""
+    from labswarm.manager.server import free_port
+
+    (tmp_path / "api").write_text(f"http://guest:{PASSWORD}@127.0.0.1:15672")
+    (tmp_path / "token").write_text(TOKEN)
+    (tmp_path / "metrics").write_text(TOKEN + "-m")
+    port = free_port()
+    with EmbeddedServer(create_app(Settings(home=tmp_path / "home", api_token=TOKEN))) as server:
+        env = _clean_env(LABSWARM_RABBITMQ_API_FILE=str(tmp_path / "api"),
+                         LABSWARM_API_TOKEN_FILE=str(tmp_path / "token"),
+                         LABSWARM_METRICS_TOKEN_FILE=str(tmp_path / "metrics"))
+        process = subprocess.Popen([sys.executable, "-m", "labswarm.cli", "health", "--manager", server.url,
+                                    "--metrics-port", str(port), "--log-dir", str(tmp_path / "health")],
+                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            import time
+
+            deadline = time.monotonic() + 60
+            metrics = None
+            while time.monotonic() < deadline and process.poll() is None:
+                try:
+                    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2,
+                                        headers={"Authorization": f"Bearer {TOKEN}-m"})
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.2)  # polling for the port to open, bounded by the deadline
+            assert metrics is not None and metrics.status_code == 200, process.poll()
+            cmdline = " ".join(psutil.Process(process.pid).cmdline())
+            assert PASSWORD not in cmdline and TOKEN not in cmdline, cmdline
+            assert PASSWORD not in metrics.text and TOKEN not in metrics.text
+        finally:
+            process.terminate()
+            output, _ = process.communicate(timeout=30)
+    assert PASSWORD not in output and TOKEN not in output, output
+
+
+def test_a_database_url_error_names_no_password(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A manager whose PostgreSQL refuses the password: the error and the logs do not quote it."""
+    import logging
+
+    caplog.set_level(logging.DEBUG)
+    url = f"postgresql+psycopg://labswarm:{PASSWORD}@127.0.0.1:5432/labswarm_test"
+    with pytest.raises(Exception) as caught:  # any error: the point is what it says
+        create_app(Settings(home=tmp_path / "home", database_url=url, api_token=TOKEN))
+    text = str(caught.value) + repr(caught.value) + " ".join(r.getMessage() for r in caplog.records)
+    assert PASSWORD not in text, text[:1000]
