@@ -53,6 +53,7 @@ from labswarm.jobs.credentials import report_scope
 from labswarm.jobs.errors import AdminOnly
 from labswarm.jobs.service import JobService
 from labswarm.manager.auth import current_user
+from labswarm.manager.limits import MAX_OFFSET
 from labswarm.manager.tokens import User
 
 #: Seconds between two reads of a job's events while a stream is idle.
@@ -142,7 +143,7 @@ def jobs_router(service: JobService, mutating: Sequence[Depends]) -> APIRouter:
 
     @router.get("")
     def list_jobs(user: Caller, status: Annotated[list[str] | None, Query()] = None, name: str | None = None,
-                  offset: Annotated[int, Query(ge=0)] = 0,
+                  offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
                   limit: Annotated[int, Query(ge=1, le=500)] = 50) -> dict[str, Any]:
         """A page of the caller's jobs (an admin's: every job), newest first."""
         return service.list(status=status, name=name, offset=offset, limit=limit, owner=_owner(user))
@@ -170,7 +171,8 @@ def jobs_router(service: JobService, mutating: Sequence[Depends]) -> APIRouter:
         return {"attempts": service.attempts(job_id, owner=_owner(user))}
 
     @router.get("/{job_id}/logs")
-    def logs(job_id: str, user: Caller, since: datetime | None = None, pos: Annotated[int, Query(ge=0)] = 0,
+    def logs(job_id: str, user: Caller, since: datetime | None = None,
+             pos: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
              pagesize: Annotated[int, Query(ge=1, le=5000)] = 100) -> dict[str, Any]:
         """A page of log lines after sequence number ``pos``; ``next_pos`` continues."""
         return service.logs(job_id, since=since, pos=pos, pagesize=pagesize, owner=_owner(user))
@@ -196,7 +198,8 @@ def jobs_router(service: JobService, mutating: Sequence[Depends]) -> APIRouter:
                             background=BackgroundTask(shutil.rmtree, path.parent, ignore_errors=True))
 
     @router.get("/{job_id}/events")
-    async def stream(job_id: str, request: Request, user: Caller, after: Annotated[int | None, Query(ge=0)] = None,
+    async def stream(job_id: str, request: Request, user: Caller,
+                     after: Annotated[int | None, Query(ge=0, le=MAX_OFFSET)] = None,
                      last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
         """Server-Sent Events of the job from the event after ``Last-Event-ID`` (or ``after``) on."""
         start = after if after is not None else int(last_event_id) if (last_event_id or "").isdigit() else 0

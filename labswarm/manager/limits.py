@@ -15,6 +15,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 #: Default limit of a request body in bytes (1 MiB): an experiment or a manifest is a few kB, a batch of worker
 #: outcomes ~100 B per outcome (the worker's reporter sends at most 1,000 per request).
 MAX_BODY_BYTES = 1024 * 1024
+#: The largest offset, position or event id a query may name: a signed 64-bit integer, the databases' INTEGER
+#: (SQLite) and BIGINT (PostgreSQL); a larger one is a 422 instead of an OverflowError (500) in the driver.
+MAX_OFFSET = 2**63 - 1
 
 
 def too_large(limit: int) -> str:

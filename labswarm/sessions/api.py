@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from labswarm.errors import ConfigError, Conflict
 from labswarm.manager.auth import current_user
+from labswarm.manager.limits import MAX_OFFSET
 from labswarm.manager.tokens import User
 from labswarm.queue.app import queue_name
 from labswarm.redact import has_password, redact_url
@@ -102,7 +103,8 @@ def sessions_router(service: SessionService, mutating: Sequence[params.Depends])
         ``broker`` shows it with the password masked: workers read it from their own ``LABSWARM_BROKER_URL``."""
         url = service.broker.url
         return {"broker_url": None if has_password(url) else url, "broker": redact_url(url),
-                "report_interval": settings.report_interval, "max_queue_length": settings.max_queue_length}
+                "report_interval": settings.report_interval, "max_queue_length": settings.max_queue_length,
+                "samples_per_message": settings.samples_per_message}
 
     @router.post("/experiments", status_code=201, dependencies=mutating)
     async def post_experiment(request: Request, user: Caller) -> dict[str, Any]:
@@ -159,7 +161,7 @@ def sessions_router(service: SessionService, mutating: Sequence[params.Depends])
         user: Caller,
         status: Annotated[list[SessionStatus] | None, Query(description="only these statuses (repeat)")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_SESSIONS_PAGE, description="sessions per page")] = SESSIONS_PAGE,
-        offset: Annotated[int, Query(ge=0, description="sessions skipped")] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="sessions skipped")] = 0,
     ) -> list[dict[str, Any]]:
         """One page of the caller's sessions' progress (an admin's: all), newest first (default 50 per page, at
         most 1,000: 422 beyond)."""
@@ -218,7 +220,7 @@ def sessions_router(service: SessionService, mutating: Sequence[params.Depends])
         session_id: str,
         user: Caller,
         limit: Annotated[int, Query(ge=1, le=MAX_FAILURES_PAGE, description="samples per page")] = 1000,
-        offset: Annotated[int, Query(ge=0, description="samples skipped")] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="samples skipped")] = 0,
     ) -> list[dict[str, Any]]:
         """Failed samples with their reasons, by sample id, one page (at most 10,000: 422 beyond)."""
         service.session(session_id, scope(user))

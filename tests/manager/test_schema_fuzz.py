@@ -33,12 +33,6 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 MAX_EXAMPLES = 6
 #: Seconds a request may take: the event streams of a live session never end by themselves.
 TIMEOUT = 10.0
-#: Operations that answer 5xx today, in files of another area (reported to the lead): (method, path): why.
-KNOWN_5XX = {
-    ("GET", "/v1/jobs"): "GET /v1/jobs?offset=9223372036854775808 is a 500 (OverflowError: Python int too large "
-                         "to convert to SQLite INTEGER, labswarm/jobs/queries.py list): offset needs an upper bound "
-                         "in labswarm/jobs/api.py (jobs area)",
-}
 
 
 @pytest.fixture(scope="module")
@@ -97,14 +91,12 @@ def _server_errors(operation, mode: GenerationMode, manager: dict[str, Any]) -> 
     return None
 
 
-def _fuzz(manager_schema, manager: dict[str, Any], known: bool) -> list[str]:
-    """The 5xx answers of every operation (``known``: only those of :data:`KNOWN_5XX`; else all the others)."""
+def _fuzz(manager_schema, manager: dict[str, Any]) -> list[str]:
+    """The 5xx answers of every operation."""
     errors = []
     operations = [result.ok() for result in manager_schema.get_all_operations()]
     assert len(operations) >= 30
     for operation in operations:
-        if ((operation.method.upper(), operation.path) in KNOWN_5XX) != known:
-            continue
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             if (error := _server_errors(operation, mode, manager)) is not None:
                 errors.append(error)
@@ -113,15 +105,7 @@ def _fuzz(manager_schema, manager: dict[str, Any], known: bool) -> list[str]:
 
 def test_no_operation_answers_5xx(manager_schema, manager: dict[str, Any]) -> None:
     """(schemathesis 4's pytest plugin does not run under pytest 9: its strategies are driven here directly.)"""
-    errors = _fuzz(manager_schema, manager, known=False)
-    assert not errors, "\n\n".join(errors)
-
-
-@pytest.mark.xfail(strict=True, reason="; ".join(KNOWN_5XX.values()))
-def test_known_5xx_in_other_areas(manager_schema, manager: dict[str, Any]) -> None:
-    """The operations that answered 5xx in an area this test's author does not own, reported to its owner; strict:
-    this fails (XPASS) once they are fixed, so the entry is then removed from :data:`KNOWN_5XX`."""
-    errors = _fuzz(manager_schema, manager, known=True)
+    errors = _fuzz(manager_schema, manager)
     assert not errors, "\n\n".join(errors)
 
 
