@@ -5,10 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from learners.tiny import kill_all, start_learners, tiny_batch, tiny_model, wait_all
 
+#: real learner processes: each imports torch (4-7 s measured on the 2 shared, busy cores)
+pytestmark = pytest.mark.slow
 
 def run(n: int, spec: dict[str, Any], env: dict[str, str], tmp_path: Path) -> list[dict[str, Any]]:
     """Run ``n`` learners of ``spec`` to completion; their results by rank."""

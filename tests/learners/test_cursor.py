@@ -28,6 +28,7 @@ def trained(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for f in sorted(out.glob("rank-*.jsonl")) for line in f.read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_a_killed_learners_chunk_goes_back_and_every_sample_is_trained_once_per_pass(
         store: Any, master_env: dict[str, str], tmp_path: Path) -> None:
     n_samples, chunk, passes = 203, 10, 2

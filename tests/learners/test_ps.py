@@ -17,6 +17,8 @@ from labswarm.learners.ps import assign_shards
 from learners.test_collective import single_process
 from learners.tiny import kill_all, logs, shard_port, start_learners, start_shard, wait_all, wait_for
 
+#: real learner processes: each imports torch (4-7 s measured on the 2 shared, busy cores)
+pytestmark = pytest.mark.slow
 
 def run_job(framework: dict[str, Any], tmp_path: Path, n: int = 2, shards: int = 2, **spec: Any) -> list[dict]:
     """Start the shards, then ``n`` learners (the lifecycle's order); their results by rank."""
