@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic.fields import FieldInfo
@@ -84,6 +84,9 @@ class Settings(BaseSettings):
             hung, kills it and restarts it like a crashed one (reports come every second).
         job_start_timeout: seconds a new learner may take to send its first report (starting Python and torch).
         job_halt_grace: seconds a halted learner gets to checkpoint and exit before it is killed.
+        job_launcher: how learners run (``LABSWARM_JOB_LAUNCHER``): ``local`` processes (the default) or one docker
+            swarm ``service`` per learner, configured by the ``swarm_*`` settings
+            (:mod:`labswarm.jobs.swarm_learners`).
     """
 
     model_config = SettingsConfigDict(env_prefix="LABSWARM_", extra="ignore")
@@ -119,6 +122,7 @@ class Settings(BaseSettings):
     job_heartbeat_timeout: float = Field(60.0, gt=0)
     job_start_timeout: float = Field(300.0, gt=0)
     job_halt_grace: float = Field(30.0, gt=0)
+    job_launcher: Literal["local", "swarm"] = "local"
 
     @field_validator("data_roots", mode="before")
     @classmethod
