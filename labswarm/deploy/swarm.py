@@ -91,6 +91,36 @@ class RestartSpec:
 
 
 @dataclass(frozen=True)
+class ResourceSpec:
+    """Resources of each container of a service (what the swarm reserves on a node, and the limits).
+
+    Attributes:
+        cpus: CPUs reserved and the limit; ``None``: neither.
+        memory_mb: memory reserved and the limit, MiB; ``None``: neither.
+        generic: generic resources reserved, by kind (e.g. ``{"NVIDIA-GPU": 1}``: the node must advertise them
+            in its ``node-generic-resources``); empty: none.
+    """
+
+    cpus: float | None = None
+    memory_mb: int | None = None
+    generic: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    """A docker config (not secret: ``docker config inspect`` shows its data) mounted as the file ``target`` in
+    the containers. Its data is not part of the spec.
+
+    Attributes:
+        name: the swarm config's name.
+        target: the absolute path of the file in the container.
+    """
+
+    name: str
+    target: str
+
+
+@dataclass(frozen=True)
 class ServiceSpec:
     """What the manager asks the swarm for: a replicated service of workers of one experiment session.
 
@@ -107,6 +137,8 @@ class ServiceSpec:
         constraints: placement constraints.
         stop_grace_s: seconds a container gets after SIGTERM (Celery warm shutdown) before SIGKILL.
         secrets: docker secrets mounted in the containers (their values are not here).
+        configs: docker configs mounted in the containers (their data is not here).
+        resources: reservations and limits of each container; ``None``: none.
     """
 
     name: str
@@ -121,6 +153,8 @@ class ServiceSpec:
     constraints: tuple[str, ...] = ()
     stop_grace_s: float = 60.0
     secrets: tuple[SecretSpec, ...] = ()
+    configs: tuple[ConfigSpec, ...] = ()
+    resources: ResourceSpec | None = None
 
     @property
     def session(self) -> str | None:
@@ -137,15 +171,17 @@ class ServiceSpec:
             raise ValueError(f"workers must be >= 0, got {replicas}")
         return replace(self, replicas=replicas)
 
-    def to_docker(self, secret_ids: dict[str, str] | None = None) -> dict[str, Any]:
+    def to_docker(self, secret_ids: dict[str, str] | None = None,
+                  config_ids: dict[str, str] | None = None) -> dict[str, Any]:
         """Keyword arguments of ``docker.DockerClient().services.create`` (docker SDK >= 7).
 
         Args:
             secret_ids: the engine's id of each secret of :attr:`secrets`, by name (:meth:`SwarmLauncher.start`
                 creates them).
+            config_ids: the engine's id of each config of :attr:`configs`, by name.
 
         Raises:
-            DeployError: the docker SDK is not installed, or a secret has no id.
+            DeployError: the docker SDK is not installed, or a secret or config has no id.
         """
         docker = _docker()
         types = docker.types
@@ -165,6 +201,18 @@ class ServiceSpec:
                 raise DeployError(f"service {self.name}: docker secrets {', '.join(missing)} do not exist")
             extra["secrets"] = [types.SecretReference(ids[s.name], s.name, filename=s.target)
                                 for s in self.secrets]
+        if self.configs:
+            ids = config_ids or {}
+            missing = [c.name for c in self.configs if c.name not in ids]
+            if missing:
+                raise DeployError(f"service {self.name}: docker configs {', '.join(missing)} do not exist")
+            extra["configs"] = [types.ConfigReference(ids[c.name], c.name, filename=c.target) for c in self.configs]
+        if self.resources is not None:
+            r = self.resources
+            nano_cpus = round(r.cpus * 1e9) if r.cpus else None
+            memory = r.memory_mb * 2**20 if r.memory_mb else None
+            extra["resources"] = types.Resources(cpu_limit=nano_cpus, mem_limit=memory, cpu_reservation=nano_cpus,
+                                                 mem_reservation=memory, generic_resources=dict(r.generic) or None)
         return {
             **extra,
             "image": self.image,
@@ -421,3 +469,8 @@ def _translate(action: str) -> Iterator[None]:
         raise DeployError(f"cannot {action}: {exc}") from exc
     except requests.exceptions.RequestException as exc:
         raise DeployError(f"cannot reach the Docker engine to {action}: {exc}") from exc
+
+
+#: The launcher's helpers, shared with the training jobs' swarm learners (:mod:`labswarm.jobs.swarm_learners`):
+#: the SDK module (or DeployError with the install hint), the error translation, a service's labels.
+docker_sdk, translate_errors, service_labels = _docker, _translate, _labels

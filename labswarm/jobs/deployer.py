@@ -5,9 +5,7 @@ the last committed checkpoint (the third step of the lifecycle's pass, see :mod:
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import shutil
 import subprocess
 from typing import TYPE_CHECKING
@@ -15,11 +13,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from labswarm.errors import StorageError
+from labswarm.errors import DeployError, StorageError
 from labswarm.jobs import events, layout
-from labswarm.jobs.credentials import learner_environment, new_attempt_token
+from labswarm.jobs.credentials import new_attempt_token
 from labswarm.jobs.models import AttemptRow, JobRow, LearnerRow, naive_utcnow
-from labswarm.jobs.processes import LocalLearners
+from labswarm.jobs.processes import LearnerLaunch, LearnerLauncher
 from labswarm.jobs.states import HOLDS_SLOTS, JobState
 from labswarm.settings import Settings
 
@@ -37,7 +35,7 @@ class Deployer:
 
     service: JobService
     settings: Settings
-    learners: LocalLearners
+    learners: LearnerLauncher
     host: str
     _gpus: list[str] | None
 
@@ -64,9 +62,10 @@ class Deployer:
         return self._gpus
 
     def _free_gpus(self, db: Session, job: JobRow) -> list[str] | None:
-        """The GPUs the job's learners would get (``[]`` without GPUs), ``None`` when not enough are free."""
+        """The GPUs the job's learners would get (``[]`` without GPUs), ``None`` when not enough are free. A swarm
+        places GPUs itself (generic resources): they are counted here only against ``job_gpus`` when it is set."""
         wanted = int(job.manifest.get("resources", {}).get("gpus", 0)) * job.learners
-        if not wanted:
+        if not wanted or (not self.learners.local_gpus and self.settings.job_gpus is None):
             return []
         busy = {g for row in db.scalars(select(LearnerRow.gpus).where(LearnerRow.ended_at.is_(None))) if row
                 for g in row.split(",")}
@@ -74,8 +73,9 @@ class Deployer:
         return free[:wanted] if len(free) >= wanted else None
 
     def _deploy(self, db: Session, job: JobRow) -> None:
-        """Start the next attempt's learners from the last committed checkpoint, each with the attempt's own API
-        token in its environment (:mod:`labswarm.jobs.credentials`: only its digest is stored)."""
+        """Start the next attempt's learners from the last committed checkpoint through the launcher
+        (:mod:`labswarm.jobs.processes`), each with the attempt's own API token (:mod:`labswarm.jobs.credentials`:
+        only its digest is stored). A learner that cannot be started is ended at once as a deploy failure."""
         url = self.service.manager_url
         if url is None:
             return
@@ -93,34 +93,36 @@ class Deployer:
         gpus = self._free_gpus(db, job) or []
         per = int(job.manifest.get("resources", {}).get("gpus", 0))
         base = self.service.home / job.id / f"attempt-{number}"
-        started = []
+        started: list[int] = []
+        services: list[str] = []
         for rank in range(job.learners):
             workdir = base / f"rank-{rank}"
             mine = ",".join(gpus[rank * per:(rank + 1) * per]) if per else None
             spec = {"job_id": job.id, "attempt": number, "rank": rank, "world_size": job.learners,
                     "manifest": job.manifest, "manager_url": url, "results_store": job.manifest["results_store"],
                     "checkpoint": pointer, "workdir": str(workdir.resolve())}
-            spec_path = base / f"learner-{rank}.json"
-            env = learner_environment(os.environ, token)  # none of the manager's secrets; the attempt's token
-            if self._gpu_total():
-                env["CUDA_VISIBLE_DEVICES"] = mine or ""
+            launch = LearnerLaunch(job.id, number, rank, spec, base / f"learner-{rank}.json",
+                                   base / f"learner-{rank}.out", token,
+                                   gpus=(mine or "") if self.learners.local_gpus and self._gpu_total() else None,
+                                   resources=dict(job.manifest.get("resources") or {}))
             row = LearnerRow(job_id=job.id, attempt=number, rank=rank, host=self.host, workdir=str(workdir),
                              gpus=mine, started_at=now, received=-1, halt_sent=False)
             try:
-                spec_path.parent.mkdir(parents=True, exist_ok=True)
-                spec_path.write_text(json.dumps(spec))
-                row.pid, row.pid_created = self.learners.start(spec_path, base / f"learner-{rank}.out", env)
-                started.append(row.pid)
-            except OSError as exc:
+                handle = self.learners.start(launch)
+                row.pid, row.pid_created, row.service_id = handle.pid, handle.pid_created, handle.service_id
+                started.extend([handle.pid] if handle.pid is not None else [])
+                services.extend([handle.service_id] if handle.service_id else [])
+            except (OSError, DeployError) as exc:  # the platform's fault (S105), within its restart budget
                 log.error("job %s: cannot start learner %d: %s", job.id, rank, exc)
                 row.ended_at, row.killed = now, "deploy"
                 events.append(db, job, "log", {"line": f"cannot start learner {rank}: {exc}", "rank": rank,
                                                "source": "launcher"}, attempt=number)
             db.add(row)
-        events.append(db, job, "attempt", {"attempt": number, "event": "started", "checkpoint": pointer,
-                                           "pids": started, "host": self.host}, attempt=number)
-        db.commit()  # the pids, at once: a manager that dies now finds them
-        log.info("job %s: attempt %d deployed (pids %s) from %s", job.id, number, started,
+        where = {"services": services} if services else {"pids": started, "host": self.host}
+        events.append(db, job, "attempt", {"attempt": number, "event": "started", "checkpoint": pointer, **where},
+                      attempt=number)
+        db.commit()  # the pids (service ids), at once: a manager that dies now finds them
+        log.info("job %s: attempt %d deployed (%s) from %s", job.id, number, services or started,
                  pointer["key"] if pointer else "scratch")
 
 

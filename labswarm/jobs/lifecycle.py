@@ -12,9 +12,12 @@ One thread does a pass every :data:`TICK` seconds (sooner when woken), under the
 3. **schedule** queued jobs and **deploy** their attempts (:mod:`~labswarm.jobs.deployer`): QUEUED → PENDING,
    by priority then submission, while their learners fit in ``job_slots`` (and their GPUs in the free ones).
 
-Nothing lives only in memory: a restarted manager finds the learners in the database (pid and process start
-time) and re-attaches to those alive; a dead one's exit code is in its working folder (``exit.json``). A new
-attempt is deployed only once every learner of the previous one is known dead, so a learner never runs twice.
+Learners run through a launcher (``LABSWARM_JOB_LAUNCHER``, :mod:`labswarm.jobs.processes`): local processes
+or docker swarm services (:mod:`labswarm.jobs.swarm_learners`). Nothing lives only in memory: a restarted manager
+finds the learners in the database (pid and process start time, or service id) and re-attaches to those alive; a
+dead local one's exit code is in its working folder (``exit.json``), a swarm one's in its task. The first pass
+removes the swarm services of the manager's jobs that no running learner names. A new attempt is deployed only
+once every learner of the previous one is known dead, so a learner never runs twice.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import socket
 import threading
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
@@ -34,7 +36,7 @@ from labswarm.jobs import events
 from labswarm.jobs.deployer import Deployer
 from labswarm.jobs.models import JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.outcomes import AttemptOutcomes
-from labswarm.jobs.processes import LocalLearners
+from labswarm.jobs.processes import learner_launcher
 from labswarm.jobs.states import HOLDS_SLOTS, JobState
 
 if TYPE_CHECKING:
@@ -63,17 +65,19 @@ class JobLifecycle(Deployer, AttemptOutcomes):
     def __init__(self, service: JobService) -> None:
         self.service = service
         self.settings = service.settings
-        self.learners = LocalLearners()
+        self.learners = learner_launcher(service.settings)  # LABSWARM_JOB_LAUNCHER: local processes or swarm
         self.host = socket.gethostname()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = naive_utcnow()
         self._gpus: list[str] | None = None
+        self._swept = False
 
     def start(self) -> None:
         """Start the thread (re-attaching to the learners a previous manager left)."""
         self._started = naive_utcnow()
+        self._swept = False
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="labswarm-jobs", daemon=True)
         self._thread.start()
@@ -102,6 +106,11 @@ class JobLifecycle(Deployer, AttemptOutcomes):
     def tick(self) -> bool:
         """One pass: watch, advance, schedule. Returns whether any job is queued or holds slots."""
         with self.service.lock, self.service.db() as db:
+            if not self._swept:  # a previous manager's learners: adopt those recorded, remove the others
+                live = {sid for sid in db.scalars(select(LearnerRow.service_id).where(LearnerRow.ended_at.is_(None)))
+                        if sid}
+                self.learners.sweep(live, lambda job_id: db.get(JobRow, job_id) is not None)
+                self._swept = True
             self._watch(db)
             db.commit()
             self._advance(db)
@@ -117,61 +126,62 @@ class JobLifecycle(Deployer, AttemptOutcomes):
         rows = db.execute(select(LearnerRow, JobRow).join(JobRow, JobRow.id == LearnerRow.job_id)
                           .where(LearnerRow.ended_at.is_(None))).all()
         for learner, job in rows:
-            alive, code = (self.learners.poll(learner.pid, learner.pid_created, Path(learner.workdir))
-                           if learner.pid is not None else (False, None))
-            if alive:
+            status = self.learners.poll(learner)
+            if status.alive:
                 self._police(learner, job, now)
                 continue
-            if learner.pid is not None:
-                self.learners.kill(learner.pid, learner.pid_created)  # what it left in its group
-            learner.ended_at, learner.exit_code = now, code
-            log.info("job %s attempt %d learner %d ended: exit code %s", job.id, learner.attempt, learner.rank, code)
-            self._raw_output(db, job, learner)
+            learner.ended_at, learner.exit_code = now, status.exit_code
+            if status.deploy_failed and learner.killed is None:
+                learner.killed = "deploy"  # the platform could not start it (S105)
+            log.info("job %s attempt %d learner %d ended: exit code %s%s", job.id, learner.attempt, learner.rank,
+                     status.exit_code, f" ({status.reason})" if status.reason else "")
+            self._raw_output(db, job, learner, status.reason)
+            self.learners.kill(learner)  # what it left: its process group, or its service, secret and config
 
     def _police(self, learner: LearnerRow, job: JobRow, now: datetime) -> None:
         """The watchdog and the halt of one live learner."""
         if learner.killed is not None:
-            self.learners.kill(learner.pid, learner.pid_created)  # again: it has not died yet
+            self.learners.kill(learner)  # again: it has not died yet
             return
         limit = self.settings.job_heartbeat_timeout if learner.last_seen else self.settings.job_start_timeout
         since = max(learner.last_seen or learner.started_at, self._started)  # a restarted manager gives time
         if (now - since).total_seconds() > limit:
-            log.warning("job %s attempt %d learner %d (pid %d) sent nothing for %.0f s: hung, killed", job.id,
-                        learner.attempt, learner.rank, learner.pid, (now - since).total_seconds())
+            log.warning("job %s attempt %d learner %d (%s) sent nothing for %.0f s: hung, killed", job.id,
+                        learner.attempt, learner.rank, learner.pid or learner.service_id,
+                        (now - since).total_seconds())
             learner.killed = "hung"
-            self.learners.kill(learner.pid, learner.pid_created)
+            self.learners.kill(learner)
         elif job.halt_at is not None:
             # SIGTERM once it has reported (its handler is installed by then); before, the answer to its first
             # report asks it to halt
             if not learner.halt_sent and learner.last_seen is not None:
                 learner.halt_sent = True
-                self.learners.terminate(learner.pid, learner.pid_created)
+                self.learners.terminate(learner)
             if (now - job.halt_at).total_seconds() > self.settings.job_halt_grace:
                 log.warning("job %s learner %d did not halt within %.0f s: killed", job.id, learner.rank,
                             self.settings.job_halt_grace)
                 learner.killed = "halt"
-                self.learners.kill(learner.pid, learner.pid_created)
+                self.learners.kill(learner)
 
-    def _raw_output(self, db: Session, job: JobRow, learner: LearnerRow) -> None:
-        """What the learner printed outside its own capture (a crash before it started capturing) into the log."""
-        out = Path(learner.workdir).parent / f"learner-{learner.rank}.out"
-        try:
-            lines = out.read_text(encoding="utf-8", errors="replace").splitlines()[-RAW_TAIL:]
-        except OSError:
-            return
+    def _raw_output(self, db: Session, job: JobRow, learner: LearnerRow, reason: str | None) -> None:
+        """What the learner printed outside its own capture (a crash before it started capturing) into the log,
+        and the launcher's word on how it ended (a swarm task's state and error)."""
+        lines = self.learners.output_tail(learner, RAW_TAIL)
+        if reason:
+            lines.append(f"learner {learner.rank}: {reason}")
         for line in lines:
             events.append(db, job, "log", {"line": line, "rank": learner.rank, "source": "launcher"},
                           attempt=learner.attempt)
 
     def kill_and_wait(self, learners: list[LearnerRow], timeout: float = 15.0) -> None:
-        """Kill these learners (process groups) and wait until they are gone (a delete)."""
+        """Kill these learners (process groups, or services) and wait until they are gone (a delete)."""
         deadline = time.monotonic() + timeout
         for learner in learners:
-            if learner.pid is None:
+            if learner.pid is None and learner.service_id is None:
                 continue
-            self.learners.kill(learner.pid, learner.pid_created)
-            while self.learners.poll(learner.pid, learner.pid_created, Path(learner.workdir))[0]:
+            self.learners.kill(learner)
+            while self.learners.poll(learner).alive:
                 if time.monotonic() > deadline:
-                    log.error("learner pid %d did not die within %.0f s", learner.pid, timeout)
+                    log.error("learner %s did not die within %.0f s", learner.pid or learner.service_id, timeout)
                     break
                 time.sleep(0.05)

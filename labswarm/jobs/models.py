@@ -90,7 +90,9 @@ class LearnerRow(Base):
     ``pid`` with ``pid_created`` (the process's start time, Unix seconds, as psutil reports it) identify the
     process even after its pid is reused. ``received``: the number of its last stored event (``-1``: none).
     ``last_seen``: its last report (the watchdog's heartbeat). ``killed``: why the platform killed it
-    (``hung``, ``halt``, ``delete``), ``None`` otherwise. ``gpus``: its ``CUDA_VISIBLE_DEVICES``.
+    (``hung``, ``halt``, ``delete``, ``deploy``), ``None`` otherwise. ``gpus``: its ``CUDA_VISIBLE_DEVICES``.
+    ``service_id``: the docker swarm service running it (``job_launcher: swarm``, revision 0007; ``pid`` is then
+    ``None``).
     """
 
     __tablename__ = "job_learners"
@@ -100,6 +102,7 @@ class LearnerRow(Base):
     host: Mapped[str] = mapped_column(String(255))
     pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     pid_created: Mapped[float | None] = mapped_column(Float, nullable=True)
+    service_id: Mapped[str | None] = mapped_column(String(64), nullable=True)
     workdir: Mapped[str] = mapped_column(Text)
     gpus: Mapped[str | None] = mapped_column(String(255), nullable=True)
     received: Mapped[int] = mapped_column(Integer, default=-1)

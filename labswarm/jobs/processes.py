@@ -1,6 +1,8 @@
-"""Learners as local processes: the embedded default launcher of training jobs.
+"""How learners run: the launcher interface of training jobs, and learners as local processes (the embedded
+default launcher); :mod:`labswarm.jobs.swarm_learners` runs them as docker swarm services
+(``LABSWARM_JOB_LAUNCHER``, :func:`learner_launcher`).
 
-Each learner runs ``python -m labswarm.jobs.learner SPEC.json`` in a session (and process group) of its own, so
+A local learner runs ``python -m labswarm.jobs.learner SPEC.json`` in a session (and process group) of its own, so
 it outlives a manager that stops or restarts, and its data-loading children can be killed with it. A learner is
 identified by its pid together with its process start time (psutil's ``create_time``), so a pid reused by another
 program is never taken for the learner: a restarted manager re-attaches to a learner that is still alive and never
@@ -19,74 +21,210 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import psutil
+
+from labswarm.errors import ConfigError
+
+if TYPE_CHECKING:
+    from labswarm.jobs.models import LearnerRow
+    from labswarm.settings import Settings
 
 #: The file in its working folder a learner writes its exit code to (``{"code": N}``), read by a manager that is
 #: not its parent (it restarted).
 EXIT_FILE = "exit.json"
 
 
-class LocalLearners:
+@dataclass(frozen=True)
+class LearnerLaunch:
+    """What the lifecycle hands a launcher to start one learner (:meth:`LearnerLauncher.start`).
+
+    Attributes:
+        job_id: the job.
+        attempt: the attempt number, from 1.
+        rank: the learner's rank in the attempt.
+        spec: the learner's spec (:class:`~labswarm.jobs.learner.LearnerSpec` fields, as JSON data); a launcher
+            may change where it runs (``workdir``) and how it reaches the manager (``manager_url``).
+        spec_path: where the manager keeps the spec as a file (a local learner reads it; written by the launcher).
+        out: the file of the learner's raw output (what it prints outside its own capture), on the manager.
+        token: the attempt's own API token (:mod:`labswarm.jobs.credentials`).
+        gpus: the learner's ``CUDA_VISIBLE_DEVICES`` (local GPUs the lifecycle counted), ``None`` without.
+        resources: the manifest's ``resources`` per learner (``cpus``, ``gpus``, ``memory_mb``).
+    """
+
+    job_id: str
+    attempt: int
+    rank: int
+    spec: dict[str, Any]
+    spec_path: Path
+    out: Path
+    token: str
+    gpus: str | None = None
+    resources: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LearnerHandle:
+    """How the database finds a learner again (the columns of ``job_learners`` a launcher fills).
+
+    Attributes:
+        pid: a local learner's process id.
+        pid_created: its process start time (Unix seconds, psutil's ``create_time``).
+        service_id: a swarm learner's service id.
+    """
+
+    pid: int | None = None
+    pid_created: float | None = None
+    service_id: str | None = None
+
+
+@dataclass(frozen=True)
+class LearnerStatus:
+    """What :meth:`LearnerLauncher.poll` found.
+
+    Attributes:
+        alive: the learner runs (or is being started).
+        exit_code: when it ended, its exit status (negative: the signal that killed it); ``None``: unknown.
+        deploy_failed: it never started (the platform could not place or start it: a fault ``S105``).
+        reason: one line on how it ended, for the job's log (``None``: nothing to add).
+    """
+
+    alive: bool
+    exit_code: int | None = None
+    deploy_failed: bool = False
+    reason: str | None = None
+
+
+class LearnerLauncher(ABC):
+    """Starts, watches and stops the learners of training jobs. Every method but :meth:`start` takes the
+    learner's row, whose handle columns (``pid``/``pid_created`` or ``service_id``) :meth:`start` returned; a
+    launcher keeps nothing that a restarted manager would need.
+
+    :meth:`poll`, :meth:`terminate`, :meth:`kill` and :meth:`output_tail` do not raise: a launcher that cannot
+    tell logs why and answers ``alive`` (the watchdog's heartbeats still apply) or nothing.
+    """
+
+    #: Whether the lifecycle hands out this machine's GPUs (``CUDA_VISIBLE_DEVICES``); a swarm places GPUs itself.
+    local_gpus: ClassVar[bool] = True
+
+    @abstractmethod
+    def start(self, launch: LearnerLaunch) -> LearnerHandle:
+        """Start one learner.
+
+        Raises:
+            OSError: a local process could not be started.
+            labswarm.errors.DeployError: the Docker engine refused or could not be reached.
+        """
+
+    @abstractmethod
+    def poll(self, learner: LearnerRow) -> LearnerStatus:
+        """Whether the learner is alive and, when it ended, how."""
+
+    @abstractmethod
+    def terminate(self, learner: LearnerRow) -> None:
+        """Ask the learner to halt (it checkpoints and exits); the manager's answer to its next report asks too."""
+
+    @abstractmethod
+    def kill(self, learner: LearnerRow) -> None:
+        """Stop the learner now (watchdog, halt grace over, delete); after it ended, clean up what it left."""
+
+    def output_tail(self, learner: LearnerRow, lines: int) -> list[str]:
+        """The last ``lines`` lines the learner printed outside its own capture (a crash before it started
+        capturing), read before :meth:`kill` cleans up; none by default."""
+        return []
+
+    def sweep(self, live: set[str], owns: Callable[[str], bool]) -> None:  # noqa: B027 (a hook, empty on purpose)
+        """Hook of a manager's first pass: remove what a previous manager started and never recorded.
+
+        Args:
+            live: the handles (service ids) of the learners the database says have not ended.
+            owns: whether a job id is one of this manager's jobs (what is not is never touched).
+        """
+
+
+class LocalLearners(LearnerLauncher):
     """Starts, watches and stops learner processes on this machine."""
 
     def __init__(self) -> None:
         self._children: dict[int, subprocess.Popen] = {}
 
-    def start(self, spec: Path, out: Path, env: Mapping[str, str]) -> tuple[int, float]:
-        """Start a learner on ``spec``, its raw output (what it prints before and after capturing its own) into
-        ``out``.
+    def start(self, launch: LearnerLaunch) -> LearnerHandle:
+        """Write the spec to ``launch.spec_path`` and start ``python -m labswarm.jobs.learner SPEC`` with the
+        manager's environment less its secrets, plus the attempt's token and ``CUDA_VISIBLE_DEVICES``
+        (:func:`~labswarm.jobs.credentials.learner_environment`), its raw output into ``launch.out``.
 
         Returns:
-            ``(pid, create_time)``, create time in Unix seconds.
+            The pid and the process's create time (Unix seconds).
 
         Raises:
-            OSError: the process could not be started.
+            OSError: the spec could not be written or the process could not be started.
         """
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with open(out, "ab") as handle:
-            process = subprocess.Popen([sys.executable, "-m", "labswarm.jobs.learner", str(spec)],
+        from labswarm.jobs.credentials import learner_environment  # the learner imports this module: kept light
+
+        launch.spec_path.parent.mkdir(parents=True, exist_ok=True)
+        launch.spec_path.write_text(json.dumps(launch.spec))
+        env = learner_environment(os.environ, launch.token)  # none of the manager's secrets; the attempt's token
+        if launch.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = launch.gpus
+        launch.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(launch.out, "ab") as handle:
+            process = subprocess.Popen([sys.executable, "-m", "labswarm.jobs.learner", str(launch.spec_path)],
                                        stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=dict(env), start_new_session=True)
+                                       env=env, start_new_session=True)
         self._children[process.pid] = process
         try:
             created = psutil.Process(process.pid).create_time()
         except psutil.Error:  # already gone: its exit is found by poll
             created = 0.0
-        return process.pid, created
+        return LearnerHandle(pid=process.pid, pid_created=created)
 
-    def poll(self, pid: int, created: float | None, workdir: Path) -> tuple[bool, int | None]:
-        """Whether the learner is alive and, when it ended, its exit code (``None``: unknown, e.g. killed while
-        this manager was not its parent). A negative code is the signal that killed it."""
+    def poll(self, learner: LearnerRow) -> LearnerStatus:
+        """Alive, or its exit code (``None``: unknown, e.g. killed while this manager was not its parent)."""
+        pid, created = learner.pid, learner.pid_created
+        if pid is None:
+            return LearnerStatus(False)
         child = self._children.get(pid)
         if child is not None:
             code = child.poll()
             if code is None:
-                return True, None
+                return LearnerStatus(True)
             del self._children[pid]
-            return False, code
+            return LearnerStatus(False, code)
         if self._alive(pid, created):
-            return True, None
+            return LearnerStatus(True)
         try:
-            return False, int(json.loads((workdir / EXIT_FILE).read_text())["code"])
+            return LearnerStatus(False, int(json.loads((Path(learner.workdir) / EXIT_FILE).read_text())["code"]))
         except (OSError, ValueError, KeyError, TypeError):
-            return False, None
+            return LearnerStatus(False)
 
-    def terminate(self, pid: int, created: float | None) -> None:
+    def terminate(self, learner: LearnerRow) -> None:
         """SIGTERM to the learner only (a cooperative halt)."""
-        if self._alive(pid, created):
+        if learner.pid is not None and self._alive(learner.pid, learner.pid_created):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
+                os.kill(learner.pid, signal.SIGTERM)
 
-    def kill(self, pid: int, created: float | None) -> None:
+    def kill(self, learner: LearnerRow) -> None:
         """SIGKILL to the learner's whole process group (its data-loading children too); also cleans up what a
         dead learner left behind in its group."""
+        if learner.pid is None:
+            return
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)  # its session's group: pgid == pid
+            os.killpg(learner.pid, signal.SIGKILL)  # its session's group: pgid == pid
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
+            os.kill(learner.pid, signal.SIGKILL)
+
+    def output_tail(self, learner: LearnerRow, lines: int) -> list[str]:
+        """The last lines of ``learner-<rank>.out`` beside its working folder."""
+        out = Path(learner.workdir).parent / f"learner-{learner.rank}.out"
+        try:
+            return out.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+        except OSError:
+            return []
 
     def _alive(self, pid: int, created: float | None) -> bool:
         try:
@@ -96,3 +234,28 @@ class LocalLearners:
             return process.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
+
+
+def _swarm(settings: Settings) -> LearnerLauncher:
+    from labswarm.jobs.swarm_learners import SwarmLearners  # the docker SDK, imported on first use
+
+    return SwarmLearners(settings)
+
+
+#: The launchers of learners by ``job_launcher`` name (tests replace an entry to inject a fake engine).
+JOB_LAUNCHERS: dict[str, Callable[[Settings], LearnerLauncher]] = {"local": lambda _settings: LocalLearners(),
+                                                                  "swarm": _swarm}
+
+
+def learner_launcher(settings: Settings) -> LearnerLauncher:
+    """The launcher ``settings.job_launcher`` names (:data:`JOB_LAUNCHERS`): ``local`` (:class:`LocalLearners`)
+    or ``swarm`` (:class:`~labswarm.jobs.swarm_learners.SwarmLearners`).
+
+    Raises:
+        ConfigError: an unknown name (with the known ones).
+    """
+    factory = JOB_LAUNCHERS.get(settings.job_launcher)
+    if factory is None:
+        raise ConfigError([("job_launcher", f"unknown launcher {settings.job_launcher!r}; known: "
+                                            f"{', '.join(sorted(JOB_LAUNCHERS))}")])
+    return factory(settings)

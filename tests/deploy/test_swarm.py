@@ -8,7 +8,7 @@ the real ones, so ``to_docker()`` goes through the SDK's own validation and seri
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ import docker.models.services
 import httpx
 import pytest
 import requests
+from deploy_tools import FakeClient, FakeEngine, FakeServices
 from helpers import experiment_dict, write_dataset
 
 from labswarm.deploy import sessions
@@ -35,74 +36,6 @@ from labswarm.manager.server import EmbeddedServer
 from labswarm.settings import Settings
 
 SWARM_NAME = "labswarm-tones"
-
-
-# a tiny fake of docker.DockerClient: only what the launcher calls
-class FakeService:
-    def __init__(self, engine: FakeEngine, kwargs: dict[str, Any]) -> None:
-        self.engine = engine
-        self.kwargs = kwargs
-        self.replicas = kwargs["mode"]["replicated"]["Replicas"]
-        self.attrs = {"Spec": {"Name": kwargs["name"], "Labels": dict(kwargs.get("labels") or {})}}
-        self.running = self.replicas
-
-    def scale(self, replicas: int) -> bool:
-        self.engine.calls.append(("scale", self.kwargs["name"], replicas))
-        self.engine.fail("scale")
-        self.replicas = replicas
-        return True
-
-    def remove(self) -> bool:
-        self.engine.calls.append(("remove", self.kwargs["name"]))
-        self.engine.fail("remove")
-        del self.engine.services[self.kwargs["name"]]
-        return True
-
-    def tasks(self, filters: dict | None = None) -> list[dict]:
-        states = ["running"] * self.running + ["preparing"] * (self.replicas - self.running)
-        return [{"Status": {"State": s}} for s in states]
-
-
-class FakeServices:
-    def __init__(self, engine: FakeEngine) -> None:
-        self.engine = engine
-
-    def get(self, name: str) -> FakeService:
-        self.engine.fail("get")
-        if name not in self.engine.services:
-            raise docker.errors.NotFound(f"service {name} not found", explanation=f"service {name} not found")
-        return self.engine.services[name]
-
-    def create(self, image: str, command: list[str] | None = None, **kwargs: Any) -> FakeService:
-        self.engine.calls.append(("create", kwargs["name"]))
-        self.engine.fail("create")
-        if self.engine.on_create is not None:  # e.g. something that happens during the engine's round trip
-            self.engine.on_create(kwargs)
-        # the real SDK turns these keyword arguments into the engine's ContainerSpec / TaskTemplate: any argument
-        # it does not know raises TypeError here, as it would against an engine
-        docker.models.services._get_create_service_kwargs("create", dict(kwargs, image=image, command=command))
-        service = self.engine.services[kwargs["name"]] = FakeService(self.engine, dict(kwargs, command=command))
-        return service
-
-
-class FakeEngine:
-    """The fake client: ``services`` plus a record of calls and errors to raise on chosen operations."""
-
-    def __init__(self) -> None:
-        self.services: dict[str, FakeService] = {}
-        self.calls: list[tuple] = []
-        self.errors: dict[str, Exception] = {}
-        self.on_create: Callable[[dict[str, Any]], None] | None = None
-        self.services_api = FakeServices(self)
-
-    def fail(self, operation: str) -> None:
-        if operation in self.errors:
-            raise self.errors[operation]
-
-
-class FakeClient:
-    def __init__(self, engine: FakeEngine) -> None:
-        self.services = engine.services_api
 
 
 @pytest.fixture
