@@ -28,6 +28,7 @@ dropped and one log line says how many).
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import threading
 import time
@@ -41,8 +42,23 @@ log = logging.getLogger(__name__)
 MAX_PENDING = 50_000
 #: Events per request.
 BATCH = 500
+#: Bytes of events per request (their JSON): half the manager's default body limit (1 MiB,
+#: :data:`labswarm.manager.limits.MAX_BODY_BYTES`), so a backlog of long log lines is never refused with 413.
+BATCH_BYTES = 512 * 1024
 #: The longest log line sent, in characters (the rest is cut, with a mark).
 MAX_LINE = 8192
+
+
+def _batch(pending: collections.deque[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The oldest events waiting, at most :data:`BATCH` of them and :data:`BATCH_BYTES` of JSON (at least one)."""
+    batch: list[dict[str, Any]] = []
+    size = 0
+    for event in pending:
+        size += len(json.dumps(event, default=str)) + 2
+        if batch and (len(batch) >= BATCH or size > BATCH_BYTES):
+            break
+        batch.append(event)
+    return batch
 
 
 class JobReporter:
@@ -143,11 +159,12 @@ class JobReporter:
                                               "payload": {"line": f"[labswarm: {dropped} events dropped while the "
                                                                   "manager was unreachable]"}})
                         self._next += 1
-                    batch = [self._pending[i] for i in range(min(BATCH, len(self._pending)))]
+                    batch = _batch(self._pending)
+                    rest = len(self._pending) - len(batch)
                     body = {"rank": self.rank, "progress": self._progress, "events": batch}
                 if not self._post(body):
                     return self.gone
-                if len(batch) < BATCH:
+                if not rest:
                     return True
 
     def _post(self, body: dict[str, Any]) -> bool:

@@ -20,9 +20,13 @@ class Receiver:
         events: ``(attempt, rank, event)`` in arrival order, each learner's events once.
         progress: the last progress of each ``(attempt, rank)``.
         requests: the number of reports received.
+        max_body: the largest request body taken, in bytes.
+        max_body_bytes: a body over it is refused with 413 as the manager's limit does (``None``: no limit).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_body_bytes: int | None = None) -> None:
+        self.max_body = 0
+        self.max_body_bytes = max_body_bytes
         self.events: list[tuple[int, int, dict[str, Any]]] = []
         self.progress: dict[tuple[int, int], dict[str, Any]] = {}
         self.requests = 0
@@ -35,10 +39,14 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 parts = self.path.strip("/").split("/")  # v1 jobs <id> attempts <n> reports
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                answer = receiver._take(int(parts[4]), body)
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                if receiver.max_body_bytes is not None and len(raw) > receiver.max_body_bytes:
+                    status, answer = 413, {"detail": "request body too large"}
+                else:
+                    receiver.max_body = max(receiver.max_body, len(raw))
+                    status, answer = 200, receiver._take(int(parts[4]), json.loads(raw))
                 data = json.dumps(answer).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -95,9 +103,9 @@ class Receiver:
 
 
 @contextmanager
-def receiver() -> Iterator[Receiver]:
+def receiver(max_body_bytes: int | None = None) -> Iterator[Receiver]:
     """A running :class:`Receiver`, shut down afterwards."""
-    r = Receiver()
+    r = Receiver(max_body_bytes)
     r._thread.start()
     try:
         yield r
