@@ -28,11 +28,13 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import numpy as np
+import psutil
 import soundfile as sf
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,18 +58,71 @@ def steady_rate(home: Path, session_id: str) -> tuple[float, int]:
     return steady([r[0] for r in rows if r[0] is not None]), len(rows)
 
 
+class CpuMeter(threading.Thread):
+    """CPU seconds per task of each part during the steady middle of a run (20 % to 80 % of the outcomes): this
+    process (the manager and its publisher), its descendants (the workers: main and pool processes), RabbitMQ's
+    ``beam`` processes. Less sensitive to the load of a shared machine than wall time."""
+
+    def __init__(self, home: Path, total: int) -> None:
+        super().__init__(daemon=True)
+        self.home, self.total, self.result = home, total, None
+
+    def _done(self) -> int:
+        try:
+            with sqlite3.connect(self.home / "manager.sqlite", timeout=1) as conn:
+                row = conn.execute("SELECT sum(coalesce(done,0)+coalesce(failed,0)+coalesce(cached,0)) FROM sessions")
+                return int(row.fetchone()[0] or 0)
+        except sqlite3.Error:
+            return 0
+
+    @staticmethod
+    def _cpu() -> dict[tuple[str, int], float]:
+        me = psutil.Process()
+        procs = [("manager", me)] + [("workers", p) for p in me.children(recursive=True)]
+        procs += [("rabbitmq", p) for p in psutil.process_iter(["name"]) if "beam" in (p.info["name"] or "")]
+        out = {}
+        for kind, p in procs:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:
+                continue
+            out[(kind, p.pid)] = t.user + t.system
+        return out
+
+    def run(self) -> None:
+        while self._done() < 0.2 * self.total:
+            time.sleep(0.1)
+        a, da = self._cpu(), self._done()
+        while self._done() < 0.8 * self.total:
+            time.sleep(0.1)
+        b, tasks = self._cpu(), self._done() - da
+        parts: dict[str, float] = {}
+        for key, value in b.items():
+            if key in a:
+                parts[key[0]] = parts.get(key[0], 0.0) + 1000 * (value - a[key]) / max(tasks, 1)
+        self.result = parts
+
+
 def distributed(config, broker: str | None, home: Path, workers: int = 2, rate: float = 5000.0,
-                controlled: bool = True):
-    """Run ``config`` through ``labswarm run``'s machinery; returns (wall s, steady samples/s, progress).
+                controlled: bool = True, samples_per_message: int = 1, meter: bool = False):
+    """Run ``config`` through ``labswarm run``'s machinery; returns (wall s, steady samples/s, progress), and
+    with ``meter`` the CPU ms per task of each part (:class:`CpuMeter`) as a fourth item.
 
     ``controlled=False``: no health controller and no start window, the publisher goes flat out at ``rate``: the
     steady rate is then what the path (publisher, broker, workers, reports) can carry, not what a controller chose.
+    ``samples_per_message``: the setting of the same name (samples per task message).
     """
     from labswarm.run import run_experiment
+    from labswarm.sample import iter_samples
     from labswarm.settings import Settings
 
     extra = {} if controlled or "start_window" not in Settings.model_fields else {"start_window": 10**9}
+    if samples_per_message != 1:
+        extra["samples_per_message"] = samples_per_message
     settings = Settings(home=home, broker_url=broker, default_rate=rate, **extra)
+    cpu = CpuMeter(home, sum(1 for _ in iter_samples(config))) if meter else None
+    if cpu is not None:
+        cpu.start()
     t0 = time.perf_counter()
     result = run_experiment(config, workers=workers, settings=settings, poll=0.2, health=controlled)
     wall = time.perf_counter() - t0
@@ -75,6 +130,9 @@ def distributed(config, broker: str | None, home: Path, workers: int = 2, rate: 
     if p["status"] != "completed" or p["failed"]:
         raise SystemExit(f"distributed run did not complete cleanly: {p} {result.failures[:3]}")
     rate_, _ = steady_rate(home, p["id"])
+    if cpu is not None:
+        cpu.join(5)
+        return wall, rate_, p, cpu.result or {}
     return wall, rate_, p
 
 
@@ -158,6 +216,9 @@ def main() -> None:
     parser.add_argument("--trivial", type=int, default=400, help="tiny clips (x 5) of the overhead run")
     parser.add_argument("--amqp", default="amqp://guest:guest@127.0.0.1:5672//")
     parser.add_argument("--trivial-only", action="store_true", help="only the trivial-task runs")
+    parser.add_argument("--samples-per-message", default="1,8",
+                        help="comma-separated values of samples_per_message for the trivial-task runs")
+    parser.add_argument("--no-embedded", action="store_true", help="skip the trivial run on the embedded broker")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="labswarm-bench-dist-"))
     if not args.trivial_only:
@@ -234,17 +295,25 @@ def trivial_tasks(args: argparse.Namespace, tmp: Path) -> None:
     bare = bare_celery(args.amqp, tmp)
     print(f"\nbare Celery, no-op tasks, RabbitMQ + 2 workers: {bare:.0f} tasks/s = {1000 / bare:.2f} ms per task",
           flush=True)
-    print("\n| trivial tasks, 2 workers | tasks/s steady | ms of system wall time per task | vs bare Celery |")
-    print("|---|---:|---:|---:|")
-    print(f"| bare Celery no-op (baseline) | {bare:.0f} | {1000 / bare:.2f} | 1.00x |")
-    runs = (("RabbitMQ, store on disk", args.amqp, tmp), ("RabbitMQ, store on tmpfs", args.amqp, shm),
-            ("embedded, store on disk", None, tmp))
-    for label, broker, store in runs:
+    print("\n| trivial tasks, 2 workers | samples/message | tasks/s steady | ms of system wall time per task | "
+          "vs bare Celery | CPU ms/task: manager, workers, RabbitMQ = total |")
+    print("|---|---:|---:|---:|---:|---|")
+    print(f"| bare Celery no-op (baseline) | 1 | {bare:.0f} | {1000 / bare:.2f} | 1.00x | |")
+    runs = [(f"RabbitMQ, store on {where}", args.amqp, store, n)
+            for n in (int(v) for v in args.samples_per_message.split(","))
+            for where, store in (("disk", tmp), ("tmpfs", shm))]
+    if not args.no_embedded:
+        runs.append(("embedded, store on disk", None, tmp, 1))
+    for label, broker, store, per_message in runs:
         slug = uuid.uuid4().hex[:6]
         cfg = trivial.model_copy(update={
             "name": f"trivial-{slug}", "store": trivial.store.model_copy(update={"root": store / f"store-{slug}"})})
-        _, rate, _ = distributed(cfg, broker, tmp / f"home-trivial-{slug}", rate=100_000.0, controlled=False)
-        print(f"| {label} | {rate:.0f} | {1000 / rate:.2f} | {rate / bare:.2f}x |", flush=True)
+        _, rate, _, cpu = distributed(cfg, broker, tmp / f"home-trivial-{slug}", rate=100_000.0, controlled=False,
+                                      samples_per_message=per_message, meter=True)
+        parts = ", ".join(f"{cpu.get(k, 0.0):.2f}" for k in ("manager", "workers", "rabbitmq"))
+        print(f"| {label} | {per_message} | {rate:.0f} | {1000 / rate:.2f} | {rate / bare:.2f}x | "
+              f"{parts} = {sum(cpu.values()):.2f} |", flush=True)
+    print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"\ncompute alone (no store): {compute_ms:.2f} ms per task; goal: <= 1.5 ms of system wall time per task")
 
 if __name__ == "__main__":

@@ -70,6 +70,16 @@ def experiment_queue(experiment: str, max_length: int | None = None) -> Queue:
     return Queue(name, EXCHANGE, routing_key=name, durable=True, queue_arguments=arguments)
 
 
+def message_bound(max_queue_length: int | None, samples_per_message: int = 1) -> int | None:
+    """The queue's ``x-max-length`` in messages for a bound of ``max_queue_length`` samples when each message
+    carries up to ``samples_per_message`` (rounded up: the bound in samples holds to within one message).
+    ``None`` or 0: unbounded. The manager and its workers compute it alike (from the manager's ``/settings``), so
+    they declare the queue with the same arguments."""
+    if not max_queue_length:
+        return max_queue_length
+    return -(-int(max_queue_length) // max(1, int(samples_per_message)))
+
+
 def app_queue(app: Celery, experiment: str) -> Queue:
     """:func:`experiment_queue` with the bound configured on ``app`` (see :func:`make_celery`)."""
     return experiment_queue(experiment, app.conf.get("labswarm_max_queue_length"))

@@ -78,13 +78,19 @@ class TaskMessages:
         self.app = app
         self.origin = f"labswarm-manager@{uuid.uuid4().hex[:8]}"
 
-    def build(self, session_id: str, sample: dict[str, Any], fingerprint: str | None) -> TaskMessage:
-        """The task message of one sample: args ``(session_id, sample)``, kwargs ``{fingerprint}`` when known."""
+    def build(self, session_id: str, sample: dict[str, Any] | list[dict[str, Any]],
+              fingerprint: str | None) -> TaskMessage:
+        """The task message of one sample, args ``(session_id, sample)``, or of several, args
+        ``(session_id, [sample, ...])`` (``samples_per_message`` > 1); kwargs ``{fingerprint}`` when known."""
         task_id = str(uuid.uuid4())
         kwargs = {"fingerprint": fingerprint} if fingerprint else {}
+        if isinstance(sample, list):
+            shown = f"[{len(sample)} samples from {sample[0].get('id') if sample else None!r}]"
+        else:
+            shown = repr(sample.get("id"))
         message = self.app.amqp.as_task_v2(
             task_id, TASK_NAME, args=(session_id, sample), kwargs=kwargs, ignore_result=True,
-            argsrepr=f"({session_id!r}, {sample.get('id')!r})", kwargsrepr=repr(kwargs), origin=self.origin,
+            argsrepr=f"({session_id!r}, {shown})", kwargsrepr=repr(kwargs), origin=self.origin,
         )
         content_type, content_encoding, body = dumps(message.body, serializer="json")
         properties = dict(message.properties, delivery_mode=2)

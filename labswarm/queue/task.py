@@ -1,7 +1,13 @@
 """The compute task and the per-process worker state.
 
 A task message is ``(session_id, sample)`` with the keyword ``fingerprint``: one sample as a small JSON mapping
-(no configuration, no audio) and the fingerprint of the experiment configuration its session runs. Each worker
+(no configuration, no audio) and the fingerprint of the experiment configuration its session runs; with the
+manager's ``samples_per_message`` N > 1 it is ``(session_id, [sample, ...])``, up to N samples computed one after
+the other, each outcome reported on its own. A multi-sample message that comes back *redelivered* (its worker
+died on it) is not run: it is split into single-sample messages, published with confirms to the same queue,
+then acknowledged (:func:`split`), so that from the first crash on each sample counts its own deliveries and a
+poison sample fails alone after ``max_attempts`` (innocent samples are not charged for that first crash; the
+poison one runs at most once more than with single-sample messages). Each worker
 process builds its :class:`~labswarm.pipeline.features.FeaturesBlock` once, from the configuration the worker
 fetched from the manager at start-up. The sample it computes is rebuilt from that configuration (a clip of its
 dataset, a transformation by index): a message whose sample is not exactly one of the experiment's fails that
@@ -15,16 +21,19 @@ results.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from celery import Celery, Task
+from celery.exceptions import Reject
 
 from labswarm.client import ManagerClient
 from labswarm.config import ExperimentConfig
-from labswarm.errors import DatasetError, ManagerError
+from labswarm.errors import DatasetError, LabswarmError, ManagerError
 from labswarm.pipeline.features import FeaturesBlock, SampleResult
-from labswarm.queue.app import TASK_NAME, queue_name
+from labswarm.queue.app import TASK_NAME, app_queue, queue_name
 from labswarm.queue.reporter import Reporter
 from labswarm.sample import ExperimentSamples, ForeignSample, Sample
 
@@ -40,6 +49,9 @@ STALE_RECHECK = 5.0
 STORE_RETRIES = 3
 #: Seconds before the first in-task retry; doubled each time.
 RETRY_DELAY = 0.5
+#: Seconds a worker tries to publish the parts of a redelivered multi-sample message (queue full, broker down)
+#: before it gives the message back to the queue (requeued: it is split on its next delivery).
+SPLIT_TIMEOUT = 30.0
 
 
 @dataclass
@@ -63,6 +75,7 @@ class WorkerState:
     fingerprints: dict[str, str] = field(default_factory=dict, repr=False)
     stale: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
     samples: dict[str, ExperimentSamples] = field(default_factory=dict, repr=False)
+    splitter: Any = field(default=None, repr=False)  # (TaskMessages, publisher) of split(), made on first use
 
     def ensure(self) -> None:
         """Build the features blocks, the manager client and the reporter of this process once."""
@@ -140,10 +153,13 @@ class WorkerState:
             return f"DatasetError: the sample cannot be checked against the dataset of experiment {name!r}: {exc}"
 
     def close(self) -> None:
-        """Flush the outcomes not yet reported."""
+        """Flush the outcomes not yet reported; close the splitter's broker connection."""
         if self.reporter is not None:
             self.reporter.close()
             self.reporter = None
+        if self.splitter is not None:
+            self.splitter[1].close()
+            self.splitter = None
 
 
 _state: WorkerState | None = None
@@ -180,16 +196,71 @@ def run_sample(block: FeaturesBlock, sample: Sample) -> SampleResult:
     return block.process(sample)  # the last attempt, whatever its outcome
 
 
-def compute(task: Task, session_id: str, sample: dict, fingerprint: str | None = None) -> str:
-    """The body of the ``labswarm.compute`` task; returns the outcome's status (``abandoned``: not run, the
-    sample is out of attempts; ``unchecked``: not run, the manager could not confirm the configuration;
-    ``rejected``: no sample id to record an outcome for). The sample computed is the experiment's own, rebuilt
-    from its id (:meth:`WorkerState.sample_of`): a message that describes it otherwise fails it, not computed."""
+def compute(task: Task, session_id: str, sample: dict | list, fingerprint: str | None = None) -> str:
+    """The body of the ``labswarm.compute`` task: one sample (a mapping), or several (a list of mappings, computed
+    in turn). Returns the outcome's status (``abandoned``: not run, the sample is out of attempts; ``unchecked``:
+    not run, the manager could not confirm the configuration; ``rejected``: no sample id to record an outcome
+    for); for several samples, their statuses joined by commas, or ``split`` (see :func:`split`). The sample
+    computed is the experiment's own, rebuilt from its id (:meth:`WorkerState.sample_of`): a message that
+    describes it otherwise fails it, not computed.
+
+    Raises:
+        celery.exceptions.Reject: (requeue) a redelivered multi-sample message could not be split.
+    """
     state = worker_state()
+    delivery = task.request.delivery_info or {}
+    if not isinstance(sample, list):
+        return _compute_one(task, state, session_id, sample, fingerprint, bool(delivery.get("redelivered")))
+    if delivery.get("redelivered") and len(sample) > 1:
+        return split(task, state, session_id, sample, fingerprint)
+    redelivered = bool(delivery.get("redelivered"))  # a list of one: as a single-sample message
+    return ",".join(_compute_one(task, state, session_id, one, fingerprint, redelivered) for one in sample)
+
+
+def split(task: Task, state: WorkerState, session_id: str, samples: list, fingerprint: str | None) -> str:
+    """Publish each of ``samples`` (a redelivered multi-sample message) as its own message to the queue the
+    message came from, with publisher confirms; returns ``split`` once all are confirmed (the task then acks the
+    original: a crash between the two runs some samples twice, which is harmless).
+
+    Raises:
+        celery.exceptions.Reject: (requeue) not all confirmed within :data:`SPLIT_TIMEOUT` s, or the broker
+            refused for good: the original goes back to the queue, nothing is lost.
+    """
+    from labswarm.queue.publisher import TaskMessages, make_publisher, publish_confirmed
+
+    delivery = task.request.delivery_info or {}
+    name = state.experiment_for(delivery.get("routing_key"))
+    if state.splitter is None:
+        state.splitter = (TaskMessages(task.app), make_publisher(task.app))
+    builder, publisher = state.splitter
+    parts = [s for s in samples if isinstance(s, dict) and isinstance(s.get("id"), str)]
+    if len(parts) < len(samples):
+        log.warning("message %s: %d of its samples have no id; dropped", task.request.id, len(samples) - len(parts))
+    messages = [builder.build(session_id, part, fingerprint) for part in parts]
+    stop = threading.Event()
+    timer = threading.Timer(SPLIT_TIMEOUT, stop.set)
+    timer.start()
+    try:
+        confirmed = publish_confirmed(publisher, app_queue(task.app, name), messages, stop)
+    except LabswarmError as exc:
+        confirmed = -1
+        log.warning("message %s: cannot split it: %s", task.request.id, exc)
+    finally:
+        timer.cancel()
+    if confirmed < len(messages):
+        raise Reject(f"split of {len(samples)} samples not confirmed", requeue=True)
+    log.warning("message %s of %d samples came back (its worker was lost): split into single-sample messages",
+             task.request.id, len(samples))
+    return "split"
+
+
+def _compute_one(task: Task, state: WorkerState, session_id: str, sample: Any, fingerprint: str | None,
+                 redelivered: bool) -> str:
+    """Compute one sample of a message and queue its outcome; returns its status (see :func:`compute`)."""
     if not isinstance(sample, dict) or not isinstance(sample.get("id"), str):
-        log.warning("message %s dropped: its sample has no id", task.request.id)  # no sample to fail
+        log.warning("message %s: a sample dropped: it has no id", task.request.id)  # no sample to fail
         return "rejected"
-    if (task.request.delivery_info or {}).get("redelivered"):
+    if redelivered:
         # the broker gave this message back after a worker was lost: count it against the sample's attempts,
         # so a sample that kills every worker is recorded as failed instead of looping forever
         try:

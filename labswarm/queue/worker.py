@@ -16,7 +16,7 @@ from celery import signals
 from labswarm.client import ManagerClient
 from labswarm.config import ExperimentConfig
 from labswarm.errors import ManagerError
-from labswarm.queue.app import app_queue, declare_queue, is_embedded, make_celery, queue_name
+from labswarm.queue.app import app_queue, declare_queue, is_embedded, make_celery, message_bound, queue_name
 from labswarm.queue.task import WorkerState, set_worker_state, worker_state
 
 
@@ -76,7 +76,8 @@ def run_worker(
     configs = {name: ExperimentConfig.model_validate(client.experiment_config(name)) for name in names}
     settings = client.settings()
     client.close()
-    app = make_celery(broker_url or _broker_url(settings), settings.get("max_queue_length"))
+    app = make_celery(broker_url or _broker_url(settings),
+                      message_bound(settings.get("max_queue_length"), settings.get("samples_per_message", 1)))
     app.conf.task_queues = [app_queue(app, name) for name in names]
     if is_embedded(app.conf.broker_url):
         for name in names:

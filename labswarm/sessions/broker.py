@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from labswarm.queue.app import app_queue, declare_queue, make_celery, queue_name
+from labswarm.queue.app import app_queue, declare_queue, make_celery, message_bound, queue_name
 from labswarm.queue.publisher import AmqpPublisher, EmbeddedPublisher, TaskMessages, make_publisher, publish_confirmed
 from labswarm.sample import Sample
 from labswarm.settings import Settings
@@ -46,8 +46,9 @@ class BrokerClient:
 
     def __init__(self, settings: Settings, db: Callable[[], AbstractContextManager[Session]] | None = None) -> None:
         self.url = settings.resolved_broker_url()
-        self.celery = make_celery(self.url, settings.max_queue_length)
+        self.celery = make_celery(self.url, message_bound(settings.max_queue_length, settings.samples_per_message))
         self.messages = TaskMessages(self.celery)
+        self.samples_per_message = settings.samples_per_message
         self._db = db
         self._fingerprints: OrderedDict[str, str | None] = OrderedDict()
         self._local = threading.local()
@@ -68,9 +69,11 @@ class BrokerClient:
 
     def publish_many(self, session_id: str, experiment: str, samples: Sequence[Sample],
                      stop: threading.Event, *, fingerprint: str | None = None) -> int:
-        """Publish the tasks of ``samples`` (one message each) and wait until the broker has confirmed them all.
+        """Publish the tasks of ``samples`` and wait until the broker has confirmed them all.
 
-        The batch is published whole, then its confirms are awaited together (pipelined). Messages the broker
+        One message per sample, ``(session_id, sample)``, with ``samples_per_message`` 1 (the default); with
+        N > 1, one message per N consecutive samples, ``(session_id, [sample, ...])`` (the last one may hold
+        fewer). The batch is published whole, then its confirms are awaited together (pipelined). Messages the broker
         refuses (queue at its ``x-max-length``) are published again after a backoff; a lost connection is
         reopened with backoff (0.05 s doubling to 2 s) and the unconfirmed messages published again. Each
         message carries the session's configuration fingerprint (``fingerprint``, else the session row's).
@@ -82,7 +85,8 @@ class BrokerClient:
             stop: set to give up waiting (broker down, queue full).
 
         Returns:
-            how many were confirmed, a prefix of ``samples``: fewer than all only when ``stop`` was set first.
+            how many samples were confirmed, a prefix of ``samples`` (whole messages): fewer than all only when
+            ``stop`` was set first.
 
         Raises:
             PublishError: access refused, queue arguments mismatch, vhost missing or not allowed (permanent).
@@ -90,8 +94,15 @@ class BrokerClient:
         if not samples:
             return 0
         fingerprint = fingerprint or self.fingerprint(session_id)
-        messages = [self.messages.build(session_id, _sample_dict(s), fingerprint) for s in samples]
-        return publish_confirmed(self._publisher(), app_queue(self.celery, experiment), messages, stop)
+        n = self.samples_per_message
+        if n == 1:
+            messages = [self.messages.build(session_id, _sample_dict(s), fingerprint) for s in samples]
+            return publish_confirmed(self._publisher(), app_queue(self.celery, experiment), messages, stop)
+        groups = [samples[i:i + n] for i in range(0, len(samples), n)]
+        messages = [self.messages.build(session_id, [_sample_dict(s) for s in group], fingerprint)
+                    for group in groups]
+        confirmed = publish_confirmed(self._publisher(), app_queue(self.celery, experiment), messages, stop)
+        return sum(len(group) for group in groups[:confirmed])
 
     def fingerprint(self, session_id: str) -> str | None:
         """The configuration fingerprint of a session (``SessionRow.fingerprint``), ``None`` without a database."""
