@@ -10,6 +10,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from labswarm.cli_compare import compare_command
 from labswarm.cli_output import console, err, print_session
 from labswarm.cli_output import fail as _fail
 from labswarm.cli_predict import predict_command
@@ -23,6 +24,7 @@ app.add_typer(sessions_app, name="sessions")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(tokens_app, name="tokens")
 app.command("predict")(predict_command)
+app.command("compare")(compare_command)
 
 
 def _progress() -> Progress:

@@ -159,6 +159,26 @@ class GlobalCursor:
             time.sleep(wait)  # waiting on other learners' leases: nothing to be notified by
             wait = min(2 * wait, MAX_POLL_S)
 
+    def claim_fresh(self, pass_: int) -> Chunk | None:
+        """Claim a chunk of ``pass_`` that nobody has claimed yet, without waiting for other learners' leases
+        (synchronous frameworks: learners claim in lockstep, one chunk each per step, and a learner that waited
+        for a peer's lease inside a step would deadlock with that peer's collective).
+
+        Returns:
+            The claimed :class:`Chunk`, or ``None`` when no fresh chunk is left in the pass.
+
+        Raises:
+            CursorError: the store failed.
+        """
+        self._note_pass(pass_)
+        while True:
+            index = int(self.store.add(self._key(pass_, "next"), 1)) - 1
+            if index >= self.n_chunks:
+                return None
+            lease = self._new_lease()
+            if self._swap(self._key(pass_, index), "", lease)[0]:
+                return self._chunk(pass_, index, lease)
+
     def renew(self, chunk: Chunk) -> Chunk | None:
         """Extend a lease by ``lease_s`` from now (call it well within ``lease_s`` while training a chunk).
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from labswarm.train import checkpoint
 from labswarm.train.checkpoint import CheckpointError
 from labswarm.train.metrics import accuracy, confusion, f1_per_class, macro_f1
 from labswarm.train.models.base import Model, import_torch
+
+if TYPE_CHECKING:
+    from labswarm.train.distributed import DistributedTraining
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +104,9 @@ class Trainer:
         home: labswarm's state folder (``Settings.home``).
         on_epoch: called with each epoch's metrics record (a shorthand for a hook's ``after_epoch``).
         hooks: :class:`TrainerHooks`, called in this order.
+        distributed: train as one learner of several (:mod:`labswarm.train.distributed`); ``None`` (default):
+            a single process, on the path the trainer always had. Rank ``r``'s metrics and checkpoint are then in
+            ``<run dir>/rank-<r>/``.
 
     Raises:
         ConfigError: the experiment has no ``training`` or ``model`` section.
@@ -108,7 +114,7 @@ class Trainer:
 
     def __init__(self, experiment: ExperimentConfig, home: Path,
                  on_epoch: Callable[[dict[str, Any]], None] | None = None,
-                 hooks: Sequence[TrainerHooks] = ()) -> None:
+                 hooks: Sequence[TrainerHooks] = (), distributed: DistributedTraining | None = None) -> None:
         if experiment.training is None or experiment.model is None:
             raise ConfigError([("training", "the experiment has no `training` and `model` sections to train")])
         self.experiment = experiment
@@ -117,6 +123,9 @@ class Trainer:
         self.input = experiment.model.input
         tag = f"{experiment.name}-{experiment.fingerprint()}"
         self.run_dir = Path(home) / "train" / tag
+        self.distributed = distributed
+        if distributed is not None:
+            self.run_dir = self.run_dir / f"rank-{distributed.rank}"
         self.model_path = Path(home) / "models" / f"{tag}.pt"
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.checkpoint_path = self.run_dir / "checkpoint.pt"
@@ -181,6 +190,10 @@ class Trainer:
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda e: 0.5 * (1 + math.cos(math.pi * e / epochs)) if cosine else 1.0)
         start, partial = self._restore(resume, model, optimizer, schedule, train)
+        dist = self.distributed
+        module = model if dist is None else dist.attach(self, torch, model, optimizer, train)
+        if dist is not None and self._restored is not None and "distributed" in self._restored:
+            dist.load_state_dict(self._restored["distributed"])
         records = checkpoint.read_metrics(self.metrics_path)
         for hook in self.hooks:
             hook.before_fit(self, start)
@@ -188,14 +201,16 @@ class Trainer:
             torch.manual_seed(train.context.with_(epoch=epoch).seed("torch"))
             if partial is not None:  # a mid-epoch checkpoint: the random state where the stop left it
                 torch.set_rng_state(partial.pop("rng"))
-            record = self._train_epoch(torch, model, optimizer, train, epoch, device, partial)
+            record = (self._train_epoch(torch, model, optimizer, train, epoch, device, partial) if dist is None
+                      else dist.train_epoch(self, torch, module, optimizer, epoch, device))
             partial = None
             if "stopped" in record:
                 self._save_checkpoint(model, optimizer, schedule, train, epoch, {**record["stopped"],
                                       "rng": torch.get_rng_state()})
                 return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started,
                                    stopped=True)
-            record.update(self._validate(torch, model, validation, device))
+            if dist is None or dist.rank == 0:  # distributed: rank 0 validates (labswarm.train.distributed)
+                record.update(self._validate(torch, model, validation, device))
             record["lr"] = optimizer.param_groups[0]["lr"]
             schedule.step()
             record["time"] = datetime.now(UTC).isoformat(timespec="seconds")
@@ -206,6 +221,10 @@ class Trainer:
                 self.on_epoch(record)
             for hook in self.hooks:
                 hook.after_epoch(self, record)
+        if dist is not None:
+            dist.finish()
+            if dist.rank != 0:
+                return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started)
         checkpoint.save({
             "format": MODEL_FORMAT, "experiment": self.experiment.name,
             "fingerprint": self.experiment.fingerprint(), "model": self.experiment.model.model_dump(mode="json"),
@@ -225,6 +244,7 @@ class Trainer:
             "epoch": epochs_done, "fingerprint": self.experiment.fingerprint(), "model": model.state_dict(),
             "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(), "pipeline": pipeline,
             "partial": partial,
+            **({} if self.distributed is None else {"distributed": self.distributed.state_dict()}),
         }, self.checkpoint_path)
         for hook in self.hooks:
             hook.after_checkpoint(self, self.checkpoint_path, epochs_done,
@@ -234,6 +254,7 @@ class Trainer:
                  train: Pipeline) -> tuple[int, dict[str, Any] | None]:
         """Load the checkpoint when resuming, else start a fresh run dir. Returns the epochs the checkpoint covers
         and, for a mid-epoch checkpoint, the stopped epoch's running sums (else ``None``)."""
+        self._restored: dict[str, Any] | None = None
         if not resume or not self.checkpoint_path.is_file():
             if resume:
                 log.info("no checkpoint in %s: training from the start", self.run_dir)
@@ -243,6 +264,7 @@ class Trainer:
         state = checkpoint.load(self.checkpoint_path)
         if state.get("fingerprint") != self.experiment.fingerprint():
             raise CheckpointError(f"{self.checkpoint_path} belongs to another configuration of the experiment")
+        self._restored = state
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
