@@ -216,6 +216,7 @@ def main() -> None:
     parser.add_argument("--trivial", type=int, default=400, help="tiny clips (x 5) of the overhead run")
     parser.add_argument("--amqp", default="amqp://guest:guest@127.0.0.1:5672//")
     parser.add_argument("--trivial-only", action="store_true", help="only the trivial-task runs")
+    parser.add_argument("--real-only", action="store_true", help="only the real-features runs")
     parser.add_argument("--samples-per-message", default="1,8",
                         help="comma-separated values of samples_per_message for the trivial-task runs")
     parser.add_argument("--no-embedded", action="store_true", help="skip the trivial run on the embedded broker")
@@ -223,7 +224,8 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="labswarm-bench-dist-"))
     if not args.trivial_only:
         real_features(args, tmp)
-    trivial_tasks(args, tmp)
+    if not args.real_only:
+        trivial_tasks(args, tmp)
 
 
 def real_features(args: argparse.Namespace, tmp: Path) -> None:
