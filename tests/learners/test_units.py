@@ -15,7 +15,7 @@ from labswarm.learners import Framework, LearnerContext
 from labswarm.learners.cursor import GlobalCursor
 from labswarm.learners.launch import JobCoordinator, plan_attempt, restart_scope
 from labswarm.learners.ps.protocol import ProtocolError, recv, send
-from labswarm.learners.ps.server import Shard
+from labswarm.learners.ps.server import Shard, ShardServer
 
 
 def test_context_round_trips_through_the_environment() -> None:
@@ -55,6 +55,56 @@ def test_wire_format_round_trip_and_truncation() -> None:
         a.shutdown(socket.SHUT_WR)
         with pytest.raises(ProtocolError, match="closed"):
             recv(b)
+
+
+def _frame(header: dict, tensor_bytes: bytes = b"") -> bytes:
+    import json
+    import struct
+
+    head = json.dumps(header).encode()
+    return struct.pack(">Q", len(head)) + head + tensor_bytes
+
+
+@pytest.mark.parametrize(("specs", "match"), [
+    ([["<f4", [-2]]], "shape"),  # a negative dimension: was a ValueError from bytearray(-8)
+    ([["|O", [1]]], "dtype"),  # object arrays cannot come from bytes: was a ValueError from np.frombuffer
+    ([["<f4", ["x"]]], "shape"),
+])
+def test_a_malformed_tensor_spec_is_a_protocol_error(specs: list, match: str) -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(_frame({"op": "push", "tensors": specs}, b"\x00" * 8))
+        with pytest.raises(ProtocolError, match=match):
+            recv(b)
+
+
+def test_a_declared_size_is_not_allocated_before_its_bytes_arrive() -> None:
+    """A stray peer declaring a 4-TiB tensor and sending 16 bytes: 'closed', not a MemoryError (was: the whole
+    declared size allocated up front)."""
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(_frame({"op": "push", "tensors": [["<f4", [2**40]]]}, b"\x00" * 16))
+        a.shutdown(socket.SHUT_WR)
+        with pytest.raises(ProtocolError, match="closed"):
+            recv(b)
+
+
+def test_a_shard_server_closes_a_connection_that_sends_a_malformed_frame(tmp_path: Path) -> None:
+    server = ShardServer(shard(tmp_path))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as bad:
+            bad.sendall(_frame({"op": "pull", "tensors": [["<f4", [-1]]]}))
+            assert bad.recv(1) == b""  # closed by the shard, no reply
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as good:
+            send(good, {"op": "pull"})
+            header, arrays = recv(good)
+            assert header["version"] == 0 and arrays[0].tolist() == [1.0, 1.0, 1.0]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
 
 
 def shard(tmp_path: Path, learners: int = 1, **kwargs: object) -> Shard:

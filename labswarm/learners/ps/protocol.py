@@ -15,6 +15,7 @@ per learner and shard can drop and reconnect; this module is the only place that
 from __future__ import annotations
 
 import json
+import math
 import socket
 import struct
 from typing import Any
@@ -25,6 +26,8 @@ import numpy as np
 _LEN = struct.Struct(">Q")
 #: Largest header accepted, in bytes (a guard against a stray connection sending garbage).
 MAX_HEADER = 1 << 20
+#: Largest buffer allocated ahead of the bytes that fill it, in bytes (64 MiB; larger tensors grow by it).
+_PIECE = 1 << 26
 
 
 class ProtocolError(ConnectionError):
@@ -57,7 +60,8 @@ def recv(sock: socket.socket) -> tuple[dict[str, Any], list[np.ndarray]]:
     """Receive one message: ``(header, arrays)``; arrays are writable numpy arrays.
 
     Raises:
-        ProtocolError: the peer closed the connection or sent a malformed frame.
+        ProtocolError: the peer closed the connection or sent a malformed frame (a header over
+            :data:`MAX_HEADER`, a tensor of a non-numeric dtype or a negative dimension).
         OSError: the connection failed (including a timeout set on the socket).
     """
     (size,) = _LEN.unpack(_exact(sock, _LEN.size))
@@ -65,18 +69,38 @@ def recv(sock: socket.socket) -> tuple[dict[str, Any], list[np.ndarray]]:
         raise ProtocolError(f"header of {size} bytes (at most {MAX_HEADER})")
     try:
         header = json.loads(_exact(sock, size))
-        specs = [(np.dtype(d), tuple(shape)) for d, shape in header.pop("tensors")]
+        specs = [_spec(d, shape) for d, shape in header.pop("tensors")]
     except (ValueError, KeyError, TypeError) as exc:
         raise ProtocolError(f"malformed header: {exc}") from exc
     arrays = []
     for dtype, shape in specs:
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        arrays.append(np.frombuffer(bytearray(_exact(sock, n)), dtype=dtype).reshape(shape))
+        n = math.prod(shape) * dtype.itemsize
+        arrays.append(np.frombuffer(_exact(sock, n), dtype=dtype).reshape(shape))
     return header, arrays
 
 
-def _exact(sock: socket.socket, n: int) -> bytes:
-    """Exactly ``n`` bytes from ``sock``."""
+def _spec(dtype: Any, shape: Any) -> tuple[np.dtype, tuple[int, ...]]:
+    """A tensor's ``(dtype, shape)`` from the header: a numeric dtype and non-negative integer dimensions.
+
+    Raises:
+        ValueError: another dtype (object arrays cannot come from bytes) or shape.
+    """
+    dt = np.dtype(dtype)
+    if dt.kind not in "biufc":
+        raise ValueError(f"tensor dtype {dt.str!r} is not numeric")
+    if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+        raise ValueError("tensor shape must be a list of non-negative integers")
+    return dt, tuple(shape)
+
+
+def _exact(sock: socket.socket, n: int) -> bytearray:
+    """Exactly ``n`` bytes from ``sock``, allocated as they arrive (at most :data:`_PIECE` ahead of them): a size
+    a peer declares is never allocated before its bytes come."""
+    if n > _PIECE:
+        pieces = bytearray()
+        while len(pieces) < n:
+            pieces += _exact(sock, min(_PIECE, n - len(pieces)))
+        return pieces
     buf = bytearray(n)
     view, got = memoryview(buf), 0
     while got < n:
@@ -84,4 +108,4 @@ def _exact(sock: socket.socket, n: int) -> bytes:
         if k == 0:
             raise ProtocolError("connection closed by the peer")
         got += k
-    return bytes(buf)
+    return buf
