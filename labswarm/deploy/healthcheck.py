@@ -3,8 +3,9 @@
 One image runs every role, so the check finds the ``labswarm <role> ...`` process in the container (whatever
 its PID: behind ``docker-init`` or not) and checks what that role must be doing:
 
-- ``manager``: ``GET /health`` on its ``--port`` answers 200;
-- ``health``: ``GET /health`` on its ``--metrics-port`` answers 200 (without that option: the loop is alive);
+- ``manager``: ``GET /health`` on its ``--host`` (the loopback for a wildcard) and ``--port`` answers 200;
+- ``health``: ``GET /health`` on its ``--metrics-host`` and ``--metrics-port`` answers 200
+  (without that option: the loop is alive);
 - ``worker``: the Celery pool has started (the worker fetched its configuration, warmed up and forked) and the
   worker holds an established TCP connection (the broker).
 
@@ -86,13 +87,27 @@ def check_worker(pid: int) -> str | None:
     return None
 
 
+#: Addresses that bind every interface: the process is probed on the loopback.
+WILDCARDS = frozenset({"", "0.0.0.0", "::", "*"})
+
+
+def probe_host(host: str | None) -> str:
+    """The host part of a URL that reaches a process bound to ``host`` (its ``--host`` / ``--metrics-host``):
+    the loopback for a wildcard or no option (the roles' default, 127.0.0.1), else that address (bracketed
+    when IPv6): a process bound to one address answers there only."""
+    if host is None or host in WILDCARDS:
+        return "[::1]" if host == "::" else "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
 def check(role: str, pid: int, args: Sequence[str]) -> str | None:
     """``None`` if the ``role`` process ``pid`` started with ``args`` is healthy, else why not."""
     if role == "manager":
-        return probe(f"http://127.0.0.1:{option(args, '--port', '8000')}/health")
+        return probe(f"http://{probe_host(option(args, '--host'))}:{option(args, '--port', '8000')}/health")
     if role == "health":
         port = option(args, "--metrics-port")
-        return probe(f"http://127.0.0.1:{port}/health") if port else None  # /metrics may need the scrape token
+        host = probe_host(option(args, "--metrics-host"))
+        return probe(f"http://{host}:{port}/health") if port else None  # /metrics may need the scrape token
     return check_worker(pid)
 
 

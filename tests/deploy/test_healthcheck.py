@@ -111,3 +111,29 @@ def test_health_probe_against_a_metrics_endpoint_that_wants_a_scrape_token() -> 
         server.shutdown()
         server.server_close()
     assert healthcheck.check("health", 0, ["health", "--metrics-port", port]) is not None  # stopped: unhealthy
+
+
+@pytest.mark.parametrize(("role", "host_option", "port_option"), [
+    ("health", "--metrics-host", "--metrics-port"), ("manager", "--host", "--port")])
+def test_probe_goes_to_the_address_the_process_binds(role: str, host_option: str, port_option: str) -> None:
+    """A process bound to one address (not a wildcard) is probed there: 127.0.0.2 is a loopback address that
+    127.0.0.1 does not reach (was: always 127.0.0.1, so a healthy process was reported unhealthy)."""
+    from prometheus_client import CollectorRegistry
+
+    from labswarm.health.metrics_server import serve_metrics
+
+    server, _thread = serve_metrics(CollectorRegistry(), 0, "127.0.0.2")  # answers /health on both roles' path
+    try:
+        port = str(server.server_port)
+        assert healthcheck.check(role, 0, [host_option, "127.0.0.2", port_option, port]) is None
+        assert healthcheck.check(role, 0, [f"{host_option}=0.0.0.0", port_option, port]) is not None  # wildcard
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(("host", "expected"), [
+    (None, "127.0.0.1"), ("0.0.0.0", "127.0.0.1"), ("", "127.0.0.1"), ("::", "[::1]"), ("10.1.2.3", "10.1.2.3"),
+    ("fd00::5", "[fd00::5]"), ("manager.local", "manager.local")])
+def test_probe_host(host: str | None, expected: str) -> None:
+    assert healthcheck.probe_host(host) == expected
