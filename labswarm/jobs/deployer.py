@@ -8,14 +8,18 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
-from typing import TYPE_CHECKING
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from labswarm.errors import DeployError, StorageError
+from labswarm.errors import ConfigError, DeployError, StorageError
 from labswarm.jobs import events, layout
+from labswarm.jobs.cluster import JobCluster
 from labswarm.jobs.credentials import new_attempt_token
+from labswarm.jobs.manifest import parse_manifest
 from labswarm.jobs.models import AttemptRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.processes import LearnerLaunch, LearnerLauncher
 from labswarm.jobs.states import HOLDS_SLOTS, JobState
@@ -38,6 +42,8 @@ class Deployer:
     learners: LearnerLauncher
     host: str
     _gpus: list[str] | None
+    clusters: dict[str, JobCluster]
+    tokens: dict[tuple[str, int], str]
 
     def _schedule(self, db: Session) -> None:
         if self.service.manager_url is None:
@@ -95,35 +101,104 @@ class Deployer:
         base = self.service.home / job.id / f"attempt-{number}"
         started: list[int] = []
         services: list[str] = []
+        envs, failed = self._cluster_attempt(db, job, number, pointer)
+        self.tokens[(job.id, number)] = token
         for rank in range(job.learners):
-            workdir = base / f"rank-{rank}"
             mine = ",".join(gpus[rank * per:(rank + 1) * per]) if per else None
-            spec = {"job_id": job.id, "attempt": number, "rank": rank, "world_size": job.learners,
-                    "manifest": job.manifest, "manager_url": url, "results_store": job.manifest["results_store"],
-                    "checkpoint": pointer, "workdir": str(workdir.resolve())}
-            launch = LearnerLaunch(job.id, number, rank, spec, base / f"learner-{rank}.json",
-                                   base / f"learner-{rank}.out", token,
-                                   gpus=(mine or "") if self.learners.local_gpus and self._gpu_total() else None,
-                                   resources=dict(job.manifest.get("resources") or {}))
-            row = LearnerRow(job_id=job.id, attempt=number, rank=rank, host=self.host, workdir=str(workdir),
-                             gpus=mine, started_at=now, received=-1, halt_sent=False)
-            try:
-                handle = self.learners.start(launch)
-                row.pid, row.pid_created, row.service_id = handle.pid, handle.pid_created, handle.service_id
-                started.extend([handle.pid] if handle.pid is not None else [])
-                services.extend([handle.service_id] if handle.service_id else [])
-            except (OSError, DeployError) as exc:  # the platform's fault (S105), within its restart budget
-                log.error("job %s: cannot start learner %d: %s", job.id, rank, exc)
-                row.ended_at, row.killed = now, "deploy"
-                events.append(db, job, "log", {"line": f"cannot start learner {rank}: {exc}", "rank": rank,
-                                               "source": "launcher"}, attempt=number)
+            row = LearnerRow(job_id=job.id, attempt=number, rank=rank, host=self.host,
+                             workdir=str(base / f"rank-{rank}"), gpus=mine, started_at=now, received=-1,
+                             halt_sent=False)
+            self._launch(db, job, row, pointer, token, envs[rank], failed)
+            started.extend([row.pid] if row.pid is not None else [])
+            services.extend([row.service_id] if row.service_id else [])
             db.add(row)
         where = {"services": services} if services else {"pids": started, "host": self.host}
+        cluster = self.clusters.get(job.id)
+        if cluster is not None:
+            where.update(coordinator_port=cluster.port, ps=[f"{h}:{p}" for h, p in cluster.ps_addresses],
+                         ps_pids=cluster.shard_pids)
         events.append(db, job, "attempt", {"attempt": number, "event": "started", "checkpoint": pointer, **where},
                       attempt=number)
         db.commit()  # the pids (service ids), at once: a manager that dies now finds them
         log.info("job %s: attempt %d deployed (%s) from %s", job.id, number, services or started,
                  pointer["key"] if pointer else "scratch")
+
+    def _launch(self, db: Session, job: JobRow, row: LearnerRow, pointer: dict[str, Any] | None, token: str,
+                env: dict[str, str], failed: DeployError | None = None) -> None:
+        """Start the learner of ``row`` (its attempt, rank, working folder and GPUs) through the launcher and fill
+        in its handle; one that cannot be started is ended at once as a deploy failure (S105)."""
+        url = self.service.manager_url or ""
+        base = self.service.home / job.id / f"attempt-{row.attempt}"
+        spec = {"job_id": job.id, "attempt": row.attempt, "rank": row.rank, "world_size": job.learners,
+                "manifest": job.manifest, "manager_url": url, "results_store": job.manifest["results_store"],
+                "checkpoint": pointer, "workdir": str(Path(row.workdir).resolve())}
+        launch = LearnerLaunch(job.id, row.attempt, row.rank, spec, base / f"learner-{row.rank}.json",
+                               base / f"learner-{row.rank}.out", token,
+                               gpus=(row.gpus or "") if self.learners.local_gpus and self._gpu_total() else None,
+                               resources=dict(job.manifest.get("resources") or {}), env=env)
+        try:
+            if failed is not None:
+                raise failed
+            handle = self.learners.start(launch)
+            row.pid, row.pid_created, row.service_id = handle.pid, handle.pid_created, handle.service_id
+        except (OSError, DeployError) as exc:  # the platform's fault (S105), within its restart budget
+            log.error("job %s: cannot start learner %d: %s", job.id, row.rank, exc)
+            row.ended_at, row.killed = naive_utcnow(), "deploy"
+            events.append(db, job, "log", {"line": f"cannot start learner {row.rank}: {exc}", "rank": row.rank,
+                                           "source": "launcher"}, attempt=row.attempt)
+
+    def _restart_learner(self, db: Session, job: JobRow, row: LearnerRow, pointer: dict[str, Any] | None) -> None:
+        """Start the dead learner of ``row`` again, alone, in the same attempt (an asynchronous framework, see
+        :meth:`~labswarm.jobs.outcomes.AttemptOutcomes._restart_learners`), from ``pointer``, with the attempt's
+        token and its place in the job; its row is reset (a new process, a new report sequence)."""
+        cluster = self.clusters.get(job.id)
+        env: dict[str, str] = {}
+        if cluster is not None and cluster.port is not None:
+            from labswarm.learners.context import LearnerContext
+
+            env = LearnerContext(rank=row.rank, world_size=job.learners, master_addr=cluster.host,
+                                 master_port=cluster.port, attempt=row.attempt,
+                                 ps_addresses=tuple(cluster.ps_addresses)).to_env()
+        row.pid = row.pid_created = row.service_id = None
+        row.ended_at = row.exit_code = row.killed = row.last_seen = row.progress = None
+        row.started_at, row.received, row.halt_sent = naive_utcnow(), -1, False
+        self._launch(db, job, row, pointer, self.tokens[(job.id, row.attempt)], env)
+
+    def _cluster_attempt(self, db: Session, job: JobRow, number: int, pointer: dict[str, Any] | None
+                         ) -> tuple[list[dict[str, str]], DeployError | None]:
+        """A distributed job's coordinator and shards for attempt ``number`` (:mod:`labswarm.jobs.cluster`), the
+        cursor of the checkpoint it starts from restored; returns each rank's environment and the deploy error
+        that fails every learner of the attempt (``None``: deployed). A job of one learner has none."""
+        if job.learners < 2:
+            return [{}], None
+        cluster = self.clusters.get(job.id)
+        if cluster is None:
+            manifest = parse_manifest(job.manifest, source=f"job {job.id}")
+            cluster = JobCluster(job.id, self.service.home / job.id, job.manifest["framework"], job.learners,
+                                 manifest.shards)
+            self.clusters[job.id] = cluster
+        try:
+            plans = cluster.new_attempt(number, self._cursor(job, pointer))
+        except (DeployError, ConfigError, OSError) as exc:
+            cluster.stop_shards()
+            return [{} for _ in range(job.learners)], DeployError(f"parameter servers / coordinator: {exc}")
+        return [plan.env for plan in sorted(plans, key=lambda p: p.index)], None
+
+    def _cursor(self, job: JobRow, pointer: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The global cursor's state in rank 0's checkpoint ``pointer`` names (``None``: none, or unreadable)."""
+        if pointer is None or pointer.get("kind", "file") != "file":
+            return None
+        from labswarm.train import checkpoint
+
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                path = Path(tmp) / "checkpoint.pt"
+                self.service.storage(job).get_file(pointer["key"], path)
+                state = checkpoint.load(path)
+            except Exception as exc:  # no cursor: the passes after the checkpoint start clean anyway
+                log.warning("job %s: no cursor from checkpoint %s: %s", job.id, pointer["key"], exc)
+                return None
+        return (state.get("distributed") or {}).get("cursor")
 
 
 def _detect_gpus() -> list[str]:

@@ -57,6 +57,19 @@ def epoch_size(experiment: ExperimentConfig, rank: int = 0, world: int = 1) -> t
     return sum(sizes), steps, size
 
 
+class HaltAtEpoch(Exception):
+    """Raised by :meth:`JobHooks.after_epoch` in a distributed learner asked to halt: the epoch's checkpoint is
+    committed; the learner exits as halted. (The distributed trainer honours no halt inside an epoch.)
+
+    Args:
+        epochs_done: the epochs the checkpoint covers.
+    """
+
+    def __init__(self, epochs_done: int) -> None:
+        super().__init__(f"halted after epoch {epochs_done}")
+        self.epochs_done = epochs_done
+
+
 class JobHooks(TrainerHooks):
     """The trainer's hooks in a learner: progress, checkpoints into the results store, metrics, halt."""
 
@@ -71,6 +84,7 @@ class JobHooks(TrainerHooks):
         self._first_step = 0  # the step before it (a resumed epoch goes on counting)
         self._loss_sum = 0.0
         self._step = 0  # the last step seen
+        self._copy: str | None = None  # a rank > 0's last checkpoint copy in the results store
 
     def before_fit(self, trainer: Trainer, start_epoch: int) -> None:
         try:
@@ -103,6 +117,14 @@ class JobHooks(TrainerHooks):
     def after_checkpoint(self, trainer: Trainer, path: Path, epochs_done: int, step: int | None) -> None:
         learner = self.learner
         key = layout.checkpoint_key(learner.spec.attempt, epochs_done, step)
+        if learner.spec.rank != 0:  # a distributed job's other ranks: their own copy, no pointer, no metrics
+            mine = layout.rank_checkpoint_key(key, learner.spec.rank)
+            learner.storage.put_file(mine, path)
+            if self._copy is not None and self._copy != mine:
+                learner.storage.delete(self._copy)
+            self._copy = mine
+            learner.upload_log()
+            return
         learner.storage.put_file(key, path)
         if trainer.metrics_path.is_file():
             learner.storage.put_file(layout.METRICS_KEY, trainer.metrics_path)
@@ -115,6 +137,24 @@ class JobHooks(TrainerHooks):
                 final=True, epoch=record["epoch"], epochs=trainer.training.epochs, step=self._step,
                 steps=self._step, samples=record.get("samples"), samples_total=record.get("samples"),
                 samples_per_s=record.get("samples_per_s"), loss=record.get("train_loss"))
-        self.learner.reporter.metric(record, key=f"epoch:{record['epoch']}")
+        if self.learner.spec.rank == 0:  # a distributed job's epoch metrics are rank 0's (it validates)
+            self.learner.reporter.metric(record, key=f"epoch:{record['epoch']}")
+        if trainer.distributed is not None and int(record["epoch"]) < trainer.training.epochs and self._halt(trainer):
+            raise HaltAtEpoch(int(record["epoch"]))
+
+    def _halt(self, trainer: Trainer) -> bool:
+        """Whether a distributed learner halts at this epoch boundary: its own halt for an asynchronous
+        framework; for a synchronous one any learner's (an all-reduce of the flags, so they all stop together and
+        none waits in a collective for a peer that left)."""
+        halt = self.learner.halt.is_set()
+        import torch.distributed as dist
+
+        if trainer.distributed is not None and trainer.distributed.lockstep and dist.is_initialized():
+            import torch
+
+            flag = torch.tensor([1 if halt else 0])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            halt = bool(int(flag))
+        return halt
 
 

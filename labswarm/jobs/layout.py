@@ -5,6 +5,7 @@ that folder and nothing else (never the user's data)::
 
     jobs/<job_id>/
       checkpoints/attempt-<n>/epoch-<NNNN>.pt             after epoch NNNN
+      checkpoints/attempt-<n>/epoch-<NNNN>.rank-<r>.pt    rank r's copy (a distributed job's other ranks)
       checkpoints/attempt-<n>/epoch-<NNNN>-step-<SSSSSS>.pt  a halt after step SSSSSS of epoch NNNN + 1
       checkpoints/attempt-<n>/files/...                   a ``command`` learner's checkpoint folder
       checkpoints/latest.json                             the pointer: the last committed checkpoint
@@ -58,6 +59,18 @@ def checkpoint_key(attempt: int, epochs_done: int, step: int | None = None) -> s
     next one, for a mid-epoch checkpoint)."""
     name = f"epoch-{epochs_done:04d}" + (f"-step-{step:06d}" if step is not None else "")
     return f"{attempt_prefix(attempt)}/{name}.pt"
+
+
+def rank_checkpoint_key(key: str, rank: int) -> str:
+    """The key of rank ``rank``'s copy of the checkpoint ``key`` in a distributed job: ``key`` itself for rank 0
+    (the one the pointer names: it carries the global cursor), ``...epoch-NNNN.rank-<r>.pt`` for the others (their
+    own replica and framework state)."""
+    return key if rank == 0 else f"{key.removesuffix('.pt')}.rank-{rank}.pt"
+
+
+def is_rank_copy(key: str) -> bool:
+    """Whether ``key`` is another rank's copy (:func:`rank_checkpoint_key`), which rank 0's commit leaves alone."""
+    return ".rank-" in key.rsplit("/", 1)[-1]
 
 
 def log_key(attempt: int, rank: int) -> str:

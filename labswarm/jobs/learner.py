@@ -20,8 +20,14 @@ experiment or its data is invalid (the user's fault: list it in ``restart.user_e
 does), :data:`EXIT_STORAGE` the results store failed, :data:`EXIT_PLATFORM` any other error. A ``command``
 learner exits with its program's code (``128 + N`` for a signal N).
 
-Ready for distributed learners: the spec carries ``rank``, ``world_size`` and the rendezvous address; a learner
-of rank > 0 will skip storing the model, and a parameter server is another process kind with its own spec.
+Distributed learners (``learners: N`` with a distributed framework): the lifecycle sets each learner's place in
+the job in its environment (:mod:`labswarm.learners.context`: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``PORT``,
+``LABSWARM_ATTEMPT``, ``LABSWARM_PS_ADDRS``) and the learner runs the trainer with
+:class:`~labswarm.train.distributed.DistributedTraining`. Every rank reports its log, progress and heartbeats and
+checkpoints its own replica (:func:`~labswarm.jobs.layout.rank_checkpoint_key`); rank 0 alone reports the epoch
+metrics, commits the checkpoint pointer (its checkpoint carries the global cursor) and stores the model. A halt
+takes effect at the next epoch boundary, where the learners of a synchronous framework agree on it first
+(:class:`~labswarm.jobs.hooks.HaltAtEpoch`).
 """
 
 from __future__ import annotations
@@ -43,8 +49,8 @@ from labswarm.config import ExperimentConfig
 from labswarm.errors import ConfigError, DatasetError, StorageError, format_loc
 from labswarm.jobs import layout
 from labswarm.jobs.errors import EXIT_HALTED, EXIT_PLATFORM, EXIT_STORAGE, EXIT_USER
-from labswarm.jobs.hooks import JobHooks
-from labswarm.jobs.manifest import CommandFramework, JobManifest, parse_manifest
+from labswarm.jobs.hooks import HaltAtEpoch, JobHooks
+from labswarm.jobs.manifest import CommandFramework, DistributedFramework, JobManifest, parse_manifest
 from labswarm.jobs.processes import EXIT_FILE
 from labswarm.jobs.reporter import JobReporter
 from labswarm.jobs.storage.base import MissingObject, Storage
@@ -54,6 +60,9 @@ log = logging.getLogger("labswarm.learner")
 
 #: The environment variable naming the spec file when no argument does.
 SPEC_ENV = "LABSWARM_LEARNER_SPEC"
+#: Seconds a distributed learner's claim on a chunk of the global cursor lasts (one step per chunk): a dead
+#: learner's chunks go back to the others after this long.
+LEASE_S = 10.0
 
 __all__ = ["EXIT_HALTED", "EXIT_PLATFORM", "EXIT_STORAGE", "EXIT_USER", "Learner", "LearnerSpec", "OutputCapture",
            "load_spec", "main"]
@@ -252,9 +261,19 @@ class Learner:
         if not isinstance(experiment, ExperimentConfig):
             raise ConfigError([("experiment", "the learner needs the experiment inline (a resolved manifest)")])
         config = experiment.model_copy(update={"training": self.manifest.training_config()})
-        trainer = Trainer(config, self.workdir / "home", hooks=[JobHooks(self)])
+        distributed = None
+        if isinstance(self.manifest.framework, DistributedFramework):
+            from labswarm.train.distributed import DistributedTraining
+
+            # its place in the job from the environment the lifecycle set (labswarm.learners.context)
+            distributed = DistributedTraining(self.manifest.framework.model_dump(mode="json"), lease_s=LEASE_S)
+        trainer = Trainer(config, self.workdir / "home", hooks=[JobHooks(self)], distributed=distributed)
         resume = self._restore(trainer)
-        result = trainer.fit(resume=resume)
+        try:
+            result = trainer.fit(resume=resume)
+        except HaltAtEpoch as halt:
+            log.info("halted after epoch %d with a checkpoint", halt.epochs_done)
+            return EXIT_HALTED
         if result.stopped:
             log.info("halted after epoch %d with a checkpoint", len(result.metrics))
             return EXIT_HALTED
@@ -272,7 +291,13 @@ class Learner:
         pointer = self.spec.checkpoint
         if pointer is None:
             return False
-        self.storage.get_file(pointer["key"], trainer.checkpoint_path)
+        trainer.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+        try:  # a distributed job's rank r: its own copy, else rank 0's (the replicas of a sync framework agree)
+            self.storage.get_file(layout.rank_checkpoint_key(pointer["key"], self.spec.rank), trainer.checkpoint_path)
+        except MissingObject:
+            self.storage.get_file(pointer["key"], trainer.checkpoint_path)
+        if self.spec.rank != 0:
+            return True  # rank 0 alone keeps and reports the job's metrics
         with contextlib.suppress(MissingObject):
             self.storage.get_file(layout.METRICS_KEY, trainer.metrics_path)
         for record in checkpoint.read_metrics(trainer.metrics_path):
@@ -288,7 +313,7 @@ class Learner:
         self.reporter.event("checkpoint", pointer)
         prefix = layout.attempt_prefix(self.spec.attempt)
         for old in self.storage.list(prefix):
-            if old != key and not old.startswith(key + "/"):
+            if old != key and not old.startswith(key + "/") and not layout.is_rank_copy(old):
                 self.storage.delete(old)
         return pointer
 

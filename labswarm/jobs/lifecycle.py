@@ -32,8 +32,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from labswarm.errors import DeployError
 from labswarm.jobs import events
+from labswarm.jobs.cluster import JobCluster
 from labswarm.jobs.deployer import Deployer
+from labswarm.jobs.manifest import RestartPolicy
 from labswarm.jobs.models import JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.outcomes import AttemptOutcomes
 from labswarm.jobs.processes import learner_launcher
@@ -73,6 +76,10 @@ class JobLifecycle(Deployer, AttemptOutcomes):
         self._started = naive_utcnow()
         self._gpus: list[str] | None = None
         self._swept = False
+        #: distributed jobs' coordinators and shards (labswarm.jobs.cluster), by job id
+        self.clusters: dict[str, JobCluster] = {}
+        #: the token of each live attempt, by (job id, attempt): a learner restarted alone gets it again
+        self.tokens: dict[tuple[str, int], str] = {}
 
     def start(self) -> None:
         """Start the thread (re-attaching to the learners a previous manager left)."""
@@ -83,11 +90,17 @@ class JobLifecycle(Deployer, AttemptOutcomes):
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the thread; learners keep running."""
+        """Stop the thread; learners keep running, but distributed jobs' shards and coordinators (held in this
+        process's memory, :mod:`labswarm.jobs.cluster`) are closed: their learners fail and a restarted manager
+        restarts them as a new attempt."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
+        with self.service.lock:
+            for cluster in self.clusters.values():
+                cluster.close()
+            self.clusters.clear()
 
     def wake(self) -> None:
         """Do a pass now."""
@@ -112,6 +125,7 @@ class JobLifecycle(Deployer, AttemptOutcomes):
                 self.learners.sweep(live, lambda job_id: db.get(JobRow, job_id) is not None)
                 self._swept = True
             self._watch(db)
+            self._watch_shards(db)
             db.commit()
             self._advance(db)
             db.commit()
@@ -137,6 +151,34 @@ class JobLifecycle(Deployer, AttemptOutcomes):
                      status.exit_code, f" ({status.reason})" if status.reason else "")
             self._raw_output(db, job, learner, status.reason)
             self.learners.kill(learner)  # what it left: its process group, or its service, secret and config
+
+    def _watch_shards(self, db: Session) -> None:
+        """A parameter-server shard that died is started again on its port; it resumes from its checkpoint. Each
+        revival counts as a platform restart; beyond the budget the attempt's learners are killed (it fails)."""
+        for job_id, cluster in list(self.clusters.items()):
+            dead = cluster.dead_shards()
+            job = db.get(JobRow, job_id) if dead else None
+            if job is None:
+                continue
+            policy = RestartPolicy.model_validate(job.manifest["restart"])
+            for index in dead:
+                if job.restarts_platform >= policy.max_restarts_platform:
+                    log.error("job %s: shard %d died beyond the platform restart budget", job_id, index)
+                    cluster.stop_shards()
+                    for learner in db.scalars(select(LearnerRow).where(LearnerRow.job_id == job_id,
+                                                                       LearnerRow.ended_at.is_(None))):
+                        learner.killed = "ps"
+                        self.learners.kill(learner)
+                    break
+                job.restarts_platform += 1
+                try:
+                    code = cluster.revive(index)
+                    line = f"parameter-server shard {index} exited {code}: restarted from its checkpoint"
+                except DeployError as exc:
+                    line = f"parameter-server shard {index} could not be restarted: {exc}"
+                log.warning("job %s: %s", job_id, line)
+                events.append(db, job, "log", {"line": line, "rank": -1 - index, "source": "launcher"},
+                              attempt=job.attempt)
 
     def _police(self, learner: LearnerRow, job: JobRow, now: datetime) -> None:
         """The watchdog and the halt of one live learner."""
@@ -173,8 +215,12 @@ class JobLifecycle(Deployer, AttemptOutcomes):
             events.append(db, job, "log", {"line": line, "rank": learner.rank, "source": "launcher"},
                           attempt=learner.attempt)
 
-    def kill_and_wait(self, learners: list[LearnerRow], timeout: float = 15.0) -> None:
-        """Kill these learners (process groups, or services) and wait until they are gone (a delete)."""
+    def kill_and_wait(self, learners: list[LearnerRow], timeout: float = 15.0, job_id: str | None = None) -> None:
+        """Kill these learners (process groups, or services) and wait until they are gone (a delete); with
+        ``job_id``, that job's shards and coordinator too (first: its learners cannot be restarted alone then)."""
+        cluster = self.clusters.pop(job_id, None) if job_id is not None else None
+        if cluster is not None:
+            cluster.close()
         deadline = time.monotonic() + timeout
         for learner in learners:
             if learner.pid is None and learner.service_id is None:

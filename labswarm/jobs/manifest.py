@@ -152,11 +152,52 @@ class CommandFramework(_Strict):
         return value
 
 
+#: The distributed frameworks (:mod:`labswarm.learners.frameworks`) a job of ``learners: N`` (N >= 2) may name.
+DISTRIBUTED_FRAMEWORKS = ("allreduce", "model_averaging", "sandblaster", "downpour", "easgd")
+
+
+class DistributedFramework(BaseModel):
+    """``framework: {name: allreduce | model_averaging | sandblaster | downpour | easgd, ...its parameters}``: our
+    trainer in distributed mode (:mod:`labswarm.train.distributed`), ``learners`` of it. The parameters are
+    validated by the framework's own config model (:data:`labswarm.learners.FRAMEWORKS`), each error naming its
+    field (``framework.tau``); the validated parameters, defaults filled in, are kept.
+
+    Attributes:
+        name: the framework.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    name: Literal["allreduce", "model_averaging", "sandblaster", "downpour", "easgd"]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parameters(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping) or value.get("name") not in DISTRIBUTED_FRAMEWORKS:
+            return value
+        from labswarm.learners import frameworks as _builtin  # noqa: F401  (registers the built-ins)
+        from labswarm.learners.frameworks.base import FRAMEWORKS
+
+        model = FRAMEWORKS.get(value["name"]).config_model
+        try:
+            return model.model_validate(dict(value)).model_dump(mode="json")
+        except ValidationError as exc:
+            raise _validation_error("framework", [(tuple(e["loc"]), e["msg"]) for e in exc.errors()]) from None
+
+    @property
+    def needs_parameter_server(self) -> bool:
+        """Whether the lifecycle deploys parameter-server shards for it (``sandblaster``, ``downpour``,
+        ``easgd``)."""
+        from labswarm.learners.frameworks.base import FRAMEWORKS
+
+        return bool(FRAMEWORKS.get(self.name).needs_parameter_server)
+
+
 #: ``framework``: one of the frameworks, chosen by ``name``.
-Framework = Annotated[LabswarmFramework | CommandFramework, Field(discriminator="name")]
+Framework = Annotated[LabswarmFramework | CommandFramework | DistributedFramework, Field(discriminator="name")]
 
 #: The discriminator values pydantic inserts in error locations after ``framework`` (removed from paths).
-_FRAMEWORK_TAGS = frozenset({"labswarm", "command"})
+_FRAMEWORK_TAGS = frozenset({"labswarm", "command", *DISTRIBUTED_FRAMEWORKS})
 
 
 class RestartPolicy(_Strict):
@@ -208,9 +249,13 @@ class JobManifest(_Strict):
             ``training`` sections).
         training: overrides of the experiment's training settings (any keys of
             :class:`~labswarm.train.config.TrainingConfig`); only the keys given.
-        learners: training processes; 1 for now (distributed learners come next).
+        learners: training processes: 1 with ``labswarm`` or ``command``; 2 or more with a distributed framework
+            (:class:`DistributedFramework`), each taking a slot and ``resources``.
         resources: per learner (:class:`Resources`).
-        framework: what runs in a learner (:class:`LabswarmFramework` or :class:`CommandFramework`).
+        framework: what runs in a learner (:class:`LabswarmFramework`, :class:`CommandFramework` or
+            :class:`DistributedFramework`).
+        ps_shards: parameter-server processes of a framework that needs a server (``sandblaster``, ``downpour``,
+            ``easgd``; default 1 for them); rejected for the others.
         restart: :class:`RestartPolicy`.
         priority: higher runs first; equal priorities run in submission order. Default 0.
         data_store: where a ``command`` learner reads its data (a storage spec); ``None``: the experiment's
@@ -225,6 +270,7 @@ class JobManifest(_Strict):
     learners: int = Field(1, ge=1)
     resources: Resources = Resources()
     framework: Framework = LabswarmFramework()
+    ps_shards: int | None = Field(None, ge=1, le=64)
     restart: RestartPolicy = RestartPolicy()
     priority: int = Field(0, ge=-1000, le=1000)
     data_store: SerializeAsAny[StorageConfig] | None = None
@@ -260,12 +306,36 @@ class JobManifest(_Strict):
         checked = TrainingConfig.model_validate(dict(value))
         return {key: getattr(checked, key) for key in value}
 
-    @field_validator("learners")
-    @classmethod
-    def _learners(cls, value: int) -> int:
-        if value != 1:
-            raise ValueError("only 1 learner is supported for now (distributed learners come with the next issue)")
-        return value
+    @model_validator(mode="after")
+    def _learners(self) -> JobManifest:
+        errors: list[tuple[tuple[str | int, ...], str]] = []
+        if isinstance(self.framework, DistributedFramework):
+            if self.learners < 2:
+                errors.append((("learners",), f"framework {self.framework.name!r} trains 2 or more learners; "
+                                              "for 1, use framework {name: labswarm}"))
+            if self.ps_shards is not None and not self.framework.needs_parameter_server:
+                errors.append((("ps_shards",), f"framework {self.framework.name!r} has no parameter server; "
+                                               "only sandblaster, downpour and easgd take ps_shards"))
+        else:
+            if self.learners != 1:
+                errors.append((("learners",), f"framework {self.framework.name!r} runs 1 learner; for "
+                                              f"{self.learners}, name a distributed framework: "
+                                              f"{', '.join(DISTRIBUTED_FRAMEWORKS)}"))
+            if self.ps_shards is not None:
+                errors.append((("ps_shards",), "only a parameter-server framework (sandblaster, downpour, easgd) "
+                                               "takes ps_shards"))
+        if errors:
+            raise _validation_error("manifest", errors)
+        return self
+
+    @property
+    def shards(self) -> int:
+        """The parameter-server shards the job runs: ``ps_shards`` (default 1) for a framework that needs a server,
+        else 0."""
+        framework = self.framework
+        if isinstance(framework, DistributedFramework) and framework.needs_parameter_server:
+            return self.ps_shards or 1
+        return 0
 
     @field_validator("data_store", "results_store", mode="before")
     @classmethod

@@ -29,6 +29,7 @@ from labswarm.jobs.models import AttemptRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.states import HOLDS_SLOTS, JobState
 
 if TYPE_CHECKING:
+    from labswarm.jobs.cluster import JobCluster
     from labswarm.jobs.service import JobService
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,8 @@ class AttemptOutcomes:
     :class:`~labswarm.jobs.lifecycle.JobLifecycle`, which provides ``service`` and ``_deploy``)."""
 
     service: JobService
+    clusters: dict[str, JobCluster]
+    tokens: dict[tuple[str, int], str]
 
     def _advance(self, db: Session) -> None:
         now = naive_utcnow()
@@ -48,6 +51,8 @@ class AttemptOutcomes:
         for job in list(db.scalars(select(JobRow).where(JobRow.status.in_(active)))):
             learners = list(db.scalars(select(LearnerRow).where(LearnerRow.job_id == job.id,
                                                                 LearnerRow.attempt == job.attempt)))
+            if job.learners > 1 and job.status != _S.HALTING.value:
+                self._restart_learners(db, job, learners)
             if any(lr.ended_at is None for lr in learners):
                 continue
             attempt = db.get(AttemptRow, (job.id, job.attempt)) if job.attempt else None
@@ -63,6 +68,10 @@ class AttemptOutcomes:
         """Decide what follows the end of ``attempt`` (every learner of it has ended); its token is revoked."""
         attempt.ended_at = naive_utcnow()
         attempt.token_sha256 = None
+        self.tokens.pop((job.id, attempt.number), None)
+        cluster = self.clusters.get(job.id)
+        if cluster is not None:  # the next attempt gets a fresh coordinator and its shards back from their checkpoints
+            cluster.close()
         try:
             pointer = layout.latest_checkpoint(self.service.storage(job))
         except StorageError as exc:
@@ -98,6 +107,45 @@ class AttemptOutcomes:
             attempt.reason, attempt.error_code = verdict.detail, verdict.code.value
             self._attempt_event(db, job, attempt)
             self._restart_or_fail(db, job, attempt, verdict, pointer)
+
+    def _restart_learners(self, db: Session, job: JobRow, learners: list[LearnerRow]) -> None:
+        """An asynchronous framework's dead learners (:func:`~labswarm.learners.launch.restart_scope` says
+        ``learner``) start again alone, in the same attempt, within the restart budgets: each from its own last
+        checkpoint (it pulls the current parameters from the shards, and the global cursor hands it what is left
+        of the pass). Each restart is an ``attempt`` event ``learner_restarted`` (the attempts list shows them).
+        A learner that exited 0, was killed for a delete or could not be deployed is left to the attempt's end."""
+        from labswarm.learners.launch import restart_scope
+
+        if restart_scope(job.manifest["framework"]) != "learner":
+            return
+        for learner in learners:
+            if learner.ended_at is None or learner.exit_code == 0 or learner.killed in ("delete", "deploy", "halt"):
+                continue
+            verdict = self._verdict(job, [learner], learner.exit_code)
+            if verdict is None:
+                continue
+            policy = RestartPolicy.model_validate(job.manifest["restart"])
+            user = verdict.fault is Fault.USER
+            used, budget = ((job.restarts_user, policy.max_restarts_user) if user
+                            else (job.restarts_platform, policy.max_restarts_platform))
+            if used >= budget or (job.id, job.attempt) not in self.tokens:
+                continue  # the attempt ends with it (a restarted manager has not the attempt's token: a new one)
+            if user:
+                job.restarts_user += 1
+            else:
+                job.restarts_platform += 1
+            try:
+                pointer = layout.latest_checkpoint(self.service.storage(job))
+            except StorageError:
+                pointer = job.checkpoint
+            old = {"pid": learner.pid, "exit_code": learner.exit_code, "killed": learner.killed}
+            self._restart_learner(db, job, learner, pointer)  # type: ignore[attr-defined]  (the Deployer's)
+            log.info("job %s: learner %d restarted alone (%s) from %s", job.id, learner.rank, verdict.detail,
+                     pointer["key"] if pointer else "scratch")
+            events.append(db, job, "attempt", {"attempt": job.attempt, "event": "learner_restarted",
+                                               "rank": learner.rank, "error_code": verdict.code.value,
+                                               "reason": verdict.detail, "previous": old, "pid": learner.pid,
+                                               "checkpoint": pointer}, attempt=job.attempt)
 
     def _verdict(self, job: JobRow, learners: list[LearnerRow], code: int | None) -> ExitVerdict | None:
         if any(lr.killed == "deploy" for lr in learners):
@@ -165,6 +213,10 @@ class AttemptOutcomes:
 
     def _collect(self, job: JobRow) -> None:
         """A terminal job's local working folders go (copies of its checkpoints and model: the results store has
-        them); the spec and raw output files of each learner stay, small, for a post-mortem."""
+        them); the spec and raw output files of each learner stay, small, for a post-mortem. A distributed job's
+        shards and coordinator are closed."""
+        cluster = self.clusters.pop(job.id, None)
+        if cluster is not None:
+            cluster.close()
         for workdir in (self.service.home / job.id).glob("attempt-*/rank-*"):
             shutil.rmtree(workdir, ignore_errors=True)

@@ -55,6 +55,9 @@ class LearnerLaunch:
         token: the attempt's own API token (:mod:`labswarm.jobs.credentials`).
         gpus: the learner's ``CUDA_VISIBLE_DEVICES`` (local GPUs the lifecycle counted), ``None`` without.
         resources: the manifest's ``resources`` per learner (``cpus``, ``gpus``, ``memory_mb``).
+        env: variables added to the learner's environment after the manager's secrets are removed: a distributed
+            learner's place in the job (:func:`labswarm.learners.launch.plan_attempt`: ``RANK``, ``WORLD_SIZE``,
+            ``MASTER_ADDR``/``MASTER_PORT``, ``LABSWARM_ATTEMPT``, ``LABSWARM_PS_ADDRS``, ...); none for one.
     """
 
     job_id: str
@@ -66,6 +69,7 @@ class LearnerLaunch:
     token: str
     gpus: str | None = None
     resources: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,7 @@ class LocalLearners(LearnerLauncher):
 
     def start(self, launch: LearnerLaunch) -> LearnerHandle:
         """Write the spec to ``launch.spec_path`` and start ``python -m labswarm.jobs.learner SPEC`` with the
-        manager's environment less its secrets, plus the attempt's token and ``CUDA_VISIBLE_DEVICES``
+        manager's environment less its secrets, plus the attempt's token, ``CUDA_VISIBLE_DEVICES`` and ``launch.env``
         (:func:`~labswarm.jobs.credentials.learner_environment`), its raw output into ``launch.out``.
 
         Returns:
@@ -171,6 +175,7 @@ class LocalLearners(LearnerLauncher):
         env = learner_environment(os.environ, launch.token)  # none of the manager's secrets; the attempt's token
         if launch.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = launch.gpus
+        env.update(launch.env)  # a distributed learner's place in the job (no secret)
         launch.out.parent.mkdir(parents=True, exist_ok=True)
         with open(launch.out, "ab") as handle:
             process = subprocess.Popen([sys.executable, "-m", "labswarm.jobs.learner", str(launch.spec_path)],

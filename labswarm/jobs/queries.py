@@ -103,7 +103,8 @@ class JobQueries:
 
     def attempts(self, job_id: str, db: Session | None = None, owner: str | None = None) -> list[dict[str, Any]]:
         """The job's attempts, first first: number, start, end, exit code, error code, reason, checkpoint in and
-        out, and where each learner ran (host, pid, GPUs).
+        out, where each learner ran (host, pid, GPUs), and ``learner_restarts``: the learners of an asynchronous
+        framework restarted alone within the attempt (rank, why, the dead process's pid and exit code, time).
 
         Raises:
             NotFound: no such job, or (``owner`` given) another user's.
@@ -117,11 +118,19 @@ class JobQueries:
             learners.setdefault(lr.attempt, []).append(
                 {"rank": lr.rank, "host": lr.host, "pid": lr.pid, "gpus": lr.gpus, "exit_code": lr.exit_code,
                  "killed": lr.killed, "workdir": lr.workdir})
+        restarts: dict[int, list[dict[str, Any]]] = {}
+        for event in db.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id, JobEventRow.kind == "attempt")
+                                .order_by(JobEventRow.seq)):
+            if event.payload.get("event") == "learner_restarted":
+                restarts.setdefault(int(event.payload["attempt"]), []).append(
+                    {**{k: v for k, v in event.payload.items() if k not in ("attempt", "event")},
+                     "time": events.iso(event.time)})
         rows = db.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number))
         return [{"number": a.number, "started_at": events.iso(a.started_at), "ended_at": events.iso(a.ended_at),
                  "exit_code": a.exit_code,
                  "error_code": a.error_code, "reason": a.reason, "checkpoint_in": a.checkpoint_in,
-                 "checkpoint_out": a.checkpoint_out, "learners": learners.get(a.number, [])} for a in rows]
+                 "checkpoint_out": a.checkpoint_out, "learners": learners.get(a.number, []),
+                 "learner_restarts": restarts.get(a.number, [])} for a in rows]
 
     def events(self, job_id: str, after: int = 0, limit: int = 500, owner: str | None = None
                ) -> tuple[list[JobEventRow], bool]:

@@ -163,9 +163,31 @@ def test_the_same_errors_come_from_yaml_text() -> None:
     assert [path for path, _ in caught.value.errors] == ["restart.backoff_s"]
 
 
-def test_only_one_learner_for_now_says_so() -> None:
+def test_several_learners_need_a_distributed_framework() -> None:
     error = errors_of(_set(base(), "learners", 4))
-    assert "only 1 learner is supported for now" in str(error)
+    assert [path for path, _ in error.errors] == ["learners"] and "name a distributed framework" in str(error)
+
+
+@pytest.mark.parametrize(("change", "path"), [
+    ({"framework": {"name": "allreduse"}}, "framework.name"),
+    ({"framework": {"name": "easgd", "tau": 0}}, "framework.tau"),
+    ({"framework": {"name": "downpour", "n_pushh": 2}}, "framework.n_pushh"),
+    ({"framework": {"name": "allreduce"}, "ps_shards": 2}, "ps_shards"),
+    ({"framework": {"name": "sandblaster"}, "learners": 1}, "learners"),
+    ({"framework": {"name": "labswarm"}, "ps_shards": 1, "learners": 1}, "ps_shards"),
+])
+def test_distributed_manifest_errors_name_the_field(change: dict[str, Any], path: str) -> None:
+    error = errors_of({**base(), "learners": 2, **change})
+    assert [p for p, _ in error.errors] == [path], error
+
+
+def test_a_distributed_framework_keeps_its_parameters_and_shards() -> None:
+    manifest = parse_manifest({**base(), "learners": 2, "framework": {"name": "easgd", "tau": 8}, "ps_shards": 2})
+    resolved = manifest.resolved()
+    assert resolved["framework"] == {"name": "easgd", "alpha": 0.1, "tau": 8} and manifest.shards == 2
+    assert parse_manifest(resolved).framework == manifest.framework
+    assert parse_manifest({**base(), "learners": 2, "framework": {"name": "downpour"}}).shards == 1
+    assert parse_manifest({**base(), "learners": 2, "framework": {"name": "allreduce"}}).shards == 0
 
 
 def test_yaml_syntax_and_top_level_errors() -> None:

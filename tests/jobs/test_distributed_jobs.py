@@ -1,0 +1,146 @@
+"""Distributed training jobs (``learners: 2`` with a distributed framework): real manager, real learner processes,
+real parameter-server shards, the tiny three-class experiment. Kill -9 a learner mid-job under a synchronous and an
+asynchronous framework; delete leaves no process and no coordinator port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jobs.manager import Manager, learner_processes, manager, read_events, statuses, wait_until
+from jobs.tiny import tiny_manifest
+from labswarm.train.trainer import load_model
+
+pytestmark = pytest.mark.slow
+
+
+def _distributed(tmp_path: Path, framework: dict, *, epochs: int = 3, **overrides) -> dict:
+    manifest = tiny_manifest(tmp_path, epochs=epochs, learners=2, framework=framework, **overrides)
+    manifest["training"]["threads"] = 1  # 2 learners on 2 shared cores
+    return manifest
+
+
+def _metrics(m: Manager, job_id: str) -> list[dict]:
+    response = m.http.get(f"/v1/jobs/{job_id}/metrics")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    return body["metrics"] if isinstance(body, dict) else body
+
+
+def _model(m: Manager, job_id: str, tmp_path: Path) -> Path:
+    response = m.http.get(f"/v1/jobs/{job_id}/model")
+    assert response.status_code == 200, response.text
+    path = tmp_path / f"{job_id}.pt"
+    path.write_bytes(response.content)
+    return path
+
+
+def _ps_processes(job_id: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "labswarm.learners.ps" in cmdline and any(f"/{job_id}/ps" in part for part in cmdline):
+            found.append(process)
+    return found
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _epoch_ended(stream_event: dict) -> bool:
+    return stream_event["event"] == "metric" and stream_event["data"].get("epoch") == 1
+
+
+def test_allreduce_with_two_learners_completes_and_its_model_loads(tmp_path: Path) -> None:
+    with manager(tmp_path, job_slots=2) as m:
+        job = m.submit(_distributed(tmp_path, {"name": "allreduce"}, epochs=2))
+        stream = read_events(m.http, job["id"])
+        shown = m.show(job["id"])
+        metrics = _metrics(m, job["id"])
+        model, meta = load_model(_model(m, job["id"], tmp_path))
+    assert statuses(stream)[-1] == "completed", shown.get("log_tail")
+    [attempt] = shown["attempts"]
+    assert sorted(lr["rank"] for lr in attempt["learners"]) == [0, 1]
+    assert all(lr["exit_code"] == 0 for lr in attempt["learners"])
+    started = next(e for e in stream if e["event"] == "attempt" and e["data"]["event"] == "started")
+    assert started["data"]["coordinator_port"] > 0
+    assert [r["epoch"] for r in metrics] == [1, 2]
+    assert all(r["world_size"] == 2 and "val_accuracy" in r for r in metrics)  # rank 0's records only
+    assert meta["classes"] and model is not None
+    logs = {e["data"].get("rank") for e in stream if e["event"] == "log"}
+    assert {0, 1} <= logs  # every rank's log reaches the stream
+
+
+def test_manifest_errors_name_the_field(tmp_path: Path) -> None:
+    with manager(tmp_path) as m:
+        for change, path in (({"framework": {"name": "allreduse"}}, "framework.name"),
+                             ({"framework": {"name": "easgd", "tau": 0}}, "framework.tau"),
+                             ({"framework": {"name": "allreduce"}, "ps_shards": 1}, "ps_shards"),
+                             ({"framework": {"name": "downpour"}, "learners": 1}, "learners"),
+                             ({"framework": {"name": "labswarm"}}, "learners")):
+            manifest = {**_distributed(tmp_path, {"name": "allreduce"}), **change}
+            response = m.http.post("/v1/jobs", json=manifest)
+            assert response.status_code == 422, (change, response.text)
+            assert path in response.text, (change, response.text)
+
+
+def test_downpour_learner_killed_restarts_alone_and_the_job_completes(tmp_path: Path) -> None:
+    with manager(tmp_path, job_slots=2) as m:
+        job = m.submit(_distributed(tmp_path, {"name": "downpour"}, epochs=3, ps_shards=1))
+        read_events(m.http, job["id"], until=_epoch_ended)
+        assert len(_ps_processes(job["id"])) == 1
+        victim = learner_processes(job["id"])[-1]
+        rows = {lr["pid"]: lr["rank"] for lr in m.show(job["id"])["attempts"][0]["learners"]}
+        rank = rows[victim.pid]
+        os.kill(victim.pid, signal.SIGKILL)
+        stream = read_events(m.http, job["id"])
+        shown = m.show(job["id"])
+        metrics = _metrics(m, job["id"])
+    assert statuses(stream)[-1] == "completed", shown.get("log_tail")
+    [attempt] = shown["attempts"]  # the same attempt: only the dead learner restarted
+    [restart] = attempt["learner_restarts"]
+    assert restart["rank"] == rank and restart["previous"]["pid"] == victim.pid
+    assert restart["previous"]["exit_code"] == -signal.SIGKILL
+    assert shown["restarts"] == {"user": 0, "platform": 1}
+    assert [r["epoch"] for r in metrics] == [1, 2, 3]
+
+
+def test_allreduce_learner_killed_restarts_both_from_the_checkpoint(tmp_path: Path) -> None:
+    with manager(tmp_path, job_slots=2) as m:
+        job = m.submit(_distributed(tmp_path, {"name": "allreduce"}, epochs=3))
+        read_events(m.http, job["id"], until=_epoch_ended)
+        wait_until(lambda: m.show(job["id"])["checkpoint"], 60, "the first checkpoint")
+        victim = learner_processes(job["id"])[-1]
+        os.kill(victim.pid, signal.SIGKILL)
+        stream = read_events(m.http, job["id"])
+        shown = m.show(job["id"])
+        metrics = _metrics(m, job["id"])
+    assert statuses(stream)[-1] == "completed", shown.get("log_tail")
+    first, second = shown["attempts"]
+    assert first["error_code"] is not None and second["exit_code"] == 0
+    assert second["checkpoint_in"] is not None and second["checkpoint_in"]["epoch"] >= 1
+    assert sorted(lr["rank"] for lr in second["learners"]) == [0, 1]
+    assert [r["epoch"] for r in metrics] == [1, 2, 3]  # every epoch once
+
+
+def test_delete_leaves_no_learner_shard_or_coordinator(tmp_path: Path) -> None:
+    with manager(tmp_path, job_slots=2) as m:
+        job = m.submit(_distributed(tmp_path, {"name": "downpour"}, epochs=20))
+        stream = read_events(m.http, job["id"], until=lambda e: e["event"] == "status"
+                             and e["data"]["status"] == "running")
+        started = next(e for e in stream if e["event"] == "attempt" and e["data"]["event"] == "started")
+        port = started["data"]["coordinator_port"]
+        pids = started["data"]["pids"] + started["data"]["ps_pids"]
+        assert _listening(port) and len(pids) == 3
+        assert m.http.delete(f"/v1/jobs/{job['id']}").status_code in (200, 204)
+        gone = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        assert gone == []
+        assert learner_processes(job["id"]) == [] and _ps_processes(job["id"]) == []
+        wait_until(lambda: not _listening(port), 10, "the coordinator's port closed")
