@@ -19,16 +19,23 @@ def compare_command(
     epochs: Annotated[int | None, typer.Option(min=1, help="Override training.epochs.")] = None,
     target: Annotated[float, typer.Option(min=0.0, max=1.0, help="Validation accuracy to time.")] = 0.8,
     ps_shards: Annotated[int, typer.Option(min=1, help="Parameter-server shards.")] = 1,
-    output: Annotated[Path, typer.Option(help="Output folder.")] = Path("compare"),
+    output: Annotated[Path | None, typer.Option(
+        help="Output folder; default <LABSWARM_HOME>/compare/<UTC stamp> when that home exists (the dashboard's "
+             "/ui/compare lists it), else ./compare.")] = None,
+    owner: Annotated[str | None, typer.Option(help="User recorded as the run's owner (may see it on the "
+                                                   "dashboard; admins see every run).")] = None,
 ) -> None:
     """Train the experiment under each framework in turn (local learner processes, same model, data, seed, epochs
     and per-learner batch) and write a table, plots and compare.json into the output folder."""
-    from labswarm.learners.compare import compare, table
+    from labswarm.learners.compare import compare, default_output, table
+    from labswarm.settings import Settings
 
+    if output is None:
+        output = default_output(Settings().home)
     names = [n.strip() for n in frameworks.split(",") if n.strip()]
     try:
         rows = compare(experiment, names, output, learners=learners, epochs=epochs, target=target,
-                       ps_shards=ps_shards)
+                       ps_shards=ps_shards, owner=owner)
     except LabswarmError as exc:
         raise _fail(exc) from None
     console.print(table(rows), highlight=False, markup=False)

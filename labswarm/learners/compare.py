@@ -29,6 +29,8 @@ from labswarm.learners.launch import JobCoordinator, plan_attempt
 
 #: Seconds one framework's run may take before its processes are killed.
 RUN_TIMEOUT_S = 1800.0
+#: The folder of a manager's home where runs go by default, one folder each (the dashboard lists them).
+COMPARE_DIR = "compare"
 
 
 class CompareError(LabswarmError):
@@ -178,8 +180,19 @@ def plot(rows: list[dict[str, Any]], output: Path) -> list[Path]:
     return paths
 
 
+def default_output(home: Path, now: float | None = None) -> Path:
+    """Where ``labswarm compare`` writes when not told: ``<home>/compare/<UTC stamp>`` beside a manager's home
+    (``home``, ``LABSWARM_HOME``, is a folder: the dashboard's ``/ui/compare`` lists the runs there), else
+    ``./compare``."""
+    if not Path(home).is_dir():
+        return Path(COMPARE_DIR)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    return Path(home) / COMPARE_DIR / stamp
+
+
 def compare(experiment: Path, frameworks: Sequence[str], output: Path, learners: int = 2,
-            epochs: int | None = None, target: float = 0.8, ps_shards: int = 1) -> list[dict[str, Any]]:
+            epochs: int | None = None, target: float = 0.8, ps_shards: int = 1,
+            owner: str | None = None) -> list[dict[str, Any]]:
     """Run each framework in turn and write ``compare.json``, ``compare.md`` and the plots into ``output``.
 
     Args:
@@ -190,6 +203,7 @@ def compare(experiment: Path, frameworks: Sequence[str], output: Path, learners:
         epochs: override ``training.epochs``.
         target: the validation accuracy whose first reach is timed.
         ps_shards: parameter-server shards for the frameworks that need them.
+        owner: recorded in ``compare.json``: that user may see the run on the dashboard (admins see all).
 
     Returns:
         The rows (:func:`summarize`), in ``frameworks`` order.
@@ -207,7 +221,7 @@ def compare(experiment: Path, frameworks: Sequence[str], output: Path, learners:
         rows.append(summarize(name, ranks, target))
     output.mkdir(parents=True, exist_ok=True)
     (output / "compare.json").write_text(json.dumps({"experiment": str(experiment), "learners": learners,
-                                                     "epochs": epochs, "rows": rows}, indent=1))
+                                                     "epochs": epochs, "owner": owner, "rows": rows}, indent=1))
     (output / "compare.md").write_text(table(rows))
     plot(rows, output)
     return rows

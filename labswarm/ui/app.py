@@ -4,8 +4,12 @@
 ``GET /ui/``                     overview: experiments, sessions, training jobs, totals (refreshed every 2 s)
 ``GET /ui/sessions/{id}``        a session: live queue depth and publish vs consume rate, progress, failures,
                                  controls (pause, resume, cancel, rate, weight, workers)
-``GET /ui/jobs/{id}``            a training job: live loss and accuracy against epoch and wall time, the log
-                                 tail, attempts, controls (halt, resume, delete), model and bundle downloads
+``GET /ui/jobs/{id}``            a training job: live loss and accuracy against epoch, step and wall time, the
+                                 log tail, attempts, controls (halt, resume, delete), model and bundle downloads
+``GET /ui/compare``              the ``labswarm compare`` runs found under ``<home>/compare`` (admins; a user
+                                 sees the runs recorded with their name); ``/ui/compare/{run}``: one run's
+                                 curves (accuracy and loss against wall time and samples) and table
+``GET /ui/partials/...``         the overview's tables (HTML) and a session's workers and consumers (JSON)
 ``GET|POST /ui/login``           paste a token; ``POST /ui/logout`` forgets it
 ``GET /ui/static/...``           CSS, the pages' JavaScript, the vendored uPlot (no data: no login needed)
 ================================ ==============================================================================
@@ -33,7 +37,7 @@ from fastapi.templating import Jinja2Templates
 
 from labswarm.errors import NotFound
 from labswarm.manager.auth import BearerAuth, is_loopback
-from labswarm.ui import views
+from labswarm.ui import compare_runs, views
 from labswarm.ui.cookie import COOKIE, CSRF_HEADER, cookie_allowed
 
 #: The templates and static files shipped in the package.
@@ -111,6 +115,10 @@ def ui_app(manager: FastAPI) -> FastAPI:
         data = await run_in_threadpool(views.session_page, sessions, session_id, owner(request))
         return render(request, "session.html", **data)
 
+    @pages.get("/partials/sessions/{session_id}/seen")
+    async def session_seen(request: Request, session_id: str) -> dict[str, Any]:
+        return await run_in_threadpool(views.session_seen, sessions, session_id, owner(request))
+
     @pages.get("/jobs/{job_id}", response_class=HTMLResponse)
     async def job(request: Request, job_id: str) -> HTMLResponse:
         jobs = jobs_service()
@@ -118,6 +126,17 @@ def ui_app(manager: FastAPI) -> FastAPI:
             raise NotFound("this manager hosts no training jobs")
         data = await run_in_threadpool(views.job_page, jobs, job_id, owner(request))
         return render(request, "job.html", **data)
+
+    @pages.get("/compare", response_class=HTMLResponse)
+    async def comparisons(request: Request) -> HTMLResponse:
+        runs = await run_in_threadpool(compare_runs.list_runs, sessions.settings.home, owner(request))
+        return render(request, "compare_list.html", runs=runs,
+                      folder=str(compare_runs.runs_folder(sessions.settings.home)))
+
+    @pages.get("/compare/{run}", response_class=HTMLResponse)
+    async def comparison(request: Request, run: str) -> HTMLResponse:
+        data = await run_in_threadpool(compare_runs.load_run, sessions.settings.home, run, owner(request))
+        return render(request, "compare.html", run=data)
 
     app.include_router(pages)
 

@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 
 from labswarm.sessions.models import ACTIVE, SessionRow
 from labswarm.sessions.service import SessionService
+from labswarm.ui.seen import learners_seen, session_workers
 
 #: Sessions and jobs listed on the overview (the newest).
 RECENT = 20
@@ -48,7 +49,10 @@ def overview(sessions: SessionService, jobs: Any | None, owner: str | None = Non
         :data:`RECENT` newest, as :meth:`SessionService.progress` shows them), ``jobs`` (the newest, each with its
         ``last_metrics``: the :data:`METRIC_KEYS` of its last metrics record), and ``totals``: sessions and jobs
         per status, and over the active sessions the samples done, failed, waiting (queue depth: published, no
-        outcome yet) and done per second.
+        outcome yet) and done per second; ``seen``: per active session its ``workers`` (its launcher's) and
+        ``consumers`` (the broker's; ``None``: unknown, e.g. the embedded broker) (:mod:`labswarm.ui.seen`), and
+        ``learners``: the running jobs' learners with their last heartbeat; totals ``workers``, ``consumers``
+        (``None`` when no count is known) and ``learners_seen``.
     """
     recent = [sessions.progress(row.id) for row in sessions.sessions(limit=RECENT, owner=owner)]
     active = {p["experiment"]: p["id"] for p in recent if p["status"] in ACTIVE}
@@ -57,12 +61,17 @@ def overview(sessions: SessionService, jobs: Any | None, owner: str | None = Non
     experiments = [{"name": row.name, "fingerprint": row.fingerprint, "updated_at": row.updated_at,
                     "active": active.get(row.name)} for row in sessions.registry.list(owner)]
     running = [sessions.progress(sid) for sid in active.values()]
+    seen = [{**p, **session_workers(sessions, p)} for p in running]
+    known = [s["consumers"] for s in seen if s["consumers"] is not None]
     totals: dict[str, Any] = {
         "experiments": len(experiments), "sessions": _counts(sessions, SessionRow.status, SessionRow.owner, owner),
         "active_sessions": len(running), "done": sum(p["done"] + p["cached"] for p in running),
         "failed": sum(p["failed"] for p in running), "depth": sum(p["pending"] for p in running),
         "done_per_s": sum(p["samples_per_s"] for p in running), "jobs": {}, "learners": 0,
+        "workers": sum(s["workers"] or 0 for s in seen), "consumers": sum(known) if known else None,
+        "learners_seen": 0,
     }
+    learners: list[dict[str, Any]] = []
     listed: list[dict[str, Any]] = []
     if jobs is not None:
         from labswarm.jobs.models import JobRow
@@ -74,23 +83,40 @@ def overview(sessions: SessionService, jobs: Any | None, owner: str | None = Non
             last = records[-1] if records else {}
             job["last_metrics"] = {key: last[key] for key in METRIC_KEYS if key in last}
         totals["jobs"] = _counts(sessions, JobRow.status, JobRow.owner, owner)
-        learners = (select(func.coalesce(func.sum(JobRow.learners), 0))
-                    .where(JobRow.status.in_([s.value for s in HOLDS_SLOTS])))
+        asked = (select(func.coalesce(func.sum(JobRow.learners), 0))
+                 .where(JobRow.status.in_([s.value for s in HOLDS_SLOTS])))
         if owner is not None:
-            learners = learners.where(JobRow.owner == owner)
+            asked = asked.where(JobRow.owner == owner)
         with sessions.db() as db:
-            totals["learners"] = int(db.scalar(learners) or 0)
-    return {"experiments": experiments, "sessions": recent, "jobs": listed, "totals": totals}
+            totals["learners"] = int(db.scalar(asked) or 0)
+        learners = learners_seen(sessions, (), owner)
+        totals["learners_seen"] = len(learners)
+    return {"experiments": experiments, "sessions": recent, "jobs": listed, "totals": totals, "seen": seen,
+            "learners": learners}
 
 
 def session_page(sessions: SessionService, session_id: str, owner: str | None = None) -> dict[str, Any]:
-    """The session page's data: its progress and its first page of failures (the page follows the stream).
+    """The session page's data: its progress, its first page of failures (the page follows the stream), and its
+    workers and consumers seen (``seen``).
 
     Raises:
         NotFound: no such session, or (``owner`` given) another user's.
     """
     sessions.session(session_id, owner)
-    return {"session": sessions.progress(session_id), "failures": sessions.failures(session_id, limit=100)}
+    progress = sessions.progress(session_id)
+    return {"session": progress, "failures": sessions.failures(session_id, limit=100),
+            "seen": session_workers(sessions, progress)}
+
+
+def session_seen(sessions: SessionService, session_id: str, owner: str | None = None) -> dict[str, Any]:
+    """A session's ``workers`` and ``consumers`` (:func:`labswarm.ui.seen.session_workers`), for the session
+    page to refresh.
+
+    Raises:
+        NotFound: no such session, or (``owner`` given) another user's.
+    """
+    sessions.session(session_id, owner)
+    return session_workers(sessions, sessions.progress(session_id))
 
 
 def job_page(jobs: Any, job_id: str, owner: str | None = None) -> dict[str, Any]:

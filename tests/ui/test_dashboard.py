@@ -5,7 +5,8 @@ training jobs (learner processes).
 The session has no Celery workers: the test reports the outcomes of published samples itself, over HTTP, as a
 worker does (``POST /sessions/{id}/outcomes``), so the figure's numbers are known. Every page is checked for
 console errors and uncaught exceptions. With ``LABSWARM_UI_SCREENSHOTS=DIR`` the pages are also saved as
-``DIR/ui-{overview,session,job}.png`` (how the README's pictures in ``docs/`` are made).
+``DIR/ui-{overview,session,job,compare}.png`` (how the README's pictures in ``docs/`` are made). One browser and
+one manager serve the whole module (a browser context per test): their start-up is most of a test's cost.
 
 Without Chromium or Playwright the tests skip locally and fail in CI (``CI=true``): ``.ci/setup`` installs both.
 """
@@ -26,6 +27,7 @@ from jobs.manager import Manager, manager, wait_until
 from jobs.tiny import tiny_manifest
 
 from labswarm.sessions import ledger
+from ui.compare_files import write_compare
 
 #: The browser: Debian's package (never a download).
 CHROMIUM = "/usr/bin/chromium"
@@ -176,6 +178,8 @@ def test_the_session_page_follows_a_running_session_and_its_controls_act(page, s
     sid = session["id"]
     page.goto(f"/ui/sessions/{sid}")
     expect(page.locator("#status")).to_have_text("running")
+    expect(page.locator("#v-workers")).to_have_text("–")  # launcher none: the manager runs no worker for it
+    expect(page.locator("#v-consumers")).to_have_text("n/a")  # the embedded broker counts no consumer
     wait_points(page, "figure", 2)
     seen = points(page, "figure")
     wait_points(page, "figure", seen + 2)  # the figure gains points while the session runs
@@ -227,6 +231,9 @@ def test_the_job_page_draws_a_point_per_epoch_and_follows_the_log(page, served: 
     expect(page.locator("#status")).to_have_text("completed", timeout=WAIT_MS)
     metrics = served.m.http.get(f"/v1/jobs/{job['id']}/metrics").json()["metrics"]
     assert points(page, "curves") == len(metrics) == epochs
+    # against step: at least each epoch's last step (its final progress event, then its metrics at that step)
+    wait_points(page, "step-curve", epochs)
+    assert int(page.inner_text("#v-step")) >= epochs
     expect(page.locator("#v-acc")).to_have_text(f"{metrics[-1]['val_accuracy']:.3f}")
     page.wait_for_function("() => Number(document.getElementById('log').dataset.lines) > 0")
     logs = served.m.http.get(f"/v1/jobs/{job['id']}/logs", params={"pagesize": 5000}).json()["lines"]
@@ -246,8 +253,15 @@ def test_halt_pressed_in_the_page_halts_the_job_and_delete_removes_it(page, serv
     from playwright.sync_api import expect
 
     job = long_job
+    # the overview shows its learner, with its heartbeat, among the learners seen
+    page.goto("/ui/")
+    learner = page.locator(f"#learners tr[data-job='{job['id']}'][data-rank='0']")
+    expect(learner).to_contain_text("s ago", timeout=WAIT_MS)
+    page.wait_for_function("() => Number(document.getElementById('t-learners-seen').textContent) >= 1")
     page.goto(f"/ui/jobs/{job['id']}")
     expect(page.locator("#status")).to_have_text("running", timeout=WAIT_MS)
+    wait_points(page, "step-curve", 2)  # the step curve gains points while the job runs (~1 a second)
+    wait_points(page, "step-curve", points(page, "step-curve") + 2)
     page.click("#controls button[data-action=halt]")  # mid-epoch: the learner checkpoints where it is
     expect(page.locator("#status")).to_have_text("halted", timeout=WAIT_MS)
     shown = served.m.show(job["id"])
@@ -270,15 +284,40 @@ def test_the_overview_lists_sessions_and_jobs_and_refreshes_itself(page, served:
         expect(page.locator(f"#sessions tr[data-session='{s['id']}']")).to_contain_text(s["status"])
     for j in jobs:
         expect(page.locator(f"#jobs tr[data-job='{j['id']}']")).to_contain_text(j["status"])
-    # a session started now shows up without a reload
-    data = write_dataset(served.root / "later", n_per_label=2)
+    # a session started now, its worker run by the manager (local launcher), shows up without a reload
+    data = write_dataset(served.root / "later", n_per_label=4)  # 16 samples at 1/s: it runs while we look
     assert http.post("/experiments", json=experiment_dict(data, served.root / "store", name="ui-later")).is_success
-    started = http.post("/experiments/ui-later/sessions", json={"rate": 2}).json()
-    expect(page.locator(f"#sessions tr[data-session='{started['id']}']")).to_contain_text("running",
-                                                                                          timeout=WAIT_MS)
-    screenshot(page, "overview")
-    with contextlib.suppress(httpx.HTTPError):
-        http.post(f"/sessions/{started['id']}/cancel")
+    started = http.post("/experiments/ui-later/sessions", json={"rate": 1, "launcher": "local", "workers": 1})
+    assert started.status_code == 201, started.text
+    sid = started.json()["id"]
+    try:
+        expect(page.locator(f"#sessions tr[data-session='{sid}']")).to_contain_text("running", timeout=WAIT_MS)
+        seen = page.locator(f"#workers tr[data-session='{sid}']")
+        expect(seen.locator("td[data-workers]")).to_have_text("1", timeout=WAIT_MS)
+        expect(seen.locator("td[data-consumers]")).to_have_text("n/a")
+        expect(page.locator("#t-workers")).to_have_text("1")
+        screenshot(page, "overview")
+        page.goto(f"/ui/sessions/{sid}")
+        expect(page.locator("#v-workers")).to_have_text("1")
+    finally:
+        with contextlib.suppress(httpx.HTTPError):
+            http.post(f"/sessions/{sid}/cancel")
+
+
+def test_the_comparison_page_draws_a_curve_per_framework(page, served: Served) -> None:
+    from playwright.sync_api import expect
+
+    frameworks = ("allreduce", "downpour", "easgd")
+    run = write_compare(served.root / "home", frameworks).name  # where the manager looks: <home>/compare/<run>
+    page.click("#to-compare")
+    expect(page.locator(f"#runs tr[data-run='{run}']")).to_contain_text("allreduce, downpour, easgd")
+    page.click(f"#runs tr[data-run='{run}'] a")
+    expect(page.locator("#table tbody tr")).to_have_count(len(frameworks))
+    for figure in ("accuracy-time", "accuracy-samples", "loss-time", "loss-samples"):  # once its script has run
+        expect(page.locator(f"#{figure}")).to_have_attribute("data-curves", str(len(frameworks)))
+    for name in frameworks:  # each framework's curve, named in each figure's legend
+        expect(page.locator("#accuracy-time .u-legend")).to_contain_text(name)
+    screenshot(page, "compare")
 
 
 def test_an_open_manager_on_loopback_needs_no_login(browser, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-// Training-job page: follows GET /v1/jobs/{id}/events (status, log, metric, attempt, checkpoint) from the start.
+// Training-job page: follows GET /v1/jobs/{id}/events (status, log, metric, progress, attempt, checkpoint) from
+// the start.
 "use strict";
 (() => {
   const root = document.getElementById("job");
@@ -30,6 +31,56 @@
   const epochPlot = LS.chart(document.getElementById("epoch-chart"), options("against epoch", "epoch"), empty());
   const timePlot = LS.chart(document.getElementById("time-chart"),
     options("against wall time since submission", "seconds"), empty());
+  // against step (steps of all epochs so far): the running loss of rank 0's progress events (one a second at
+  // most, and one at each epoch's end), and the epoch's metrics at the step that ended it
+  const stepCurve = document.getElementById("step-curve");
+  const stepPlot = LS.chart(document.getElementById("step-chart"), {
+    ...options("against step (running train loss live; epoch metrics at the epoch's last step)", "step"),
+    series: [{ label: "step" },
+      { label: "running train loss", stroke: "#dc2626", width: 1.5, scale: "loss", spanGaps: true },
+      { label: "val loss", stroke: "#f97316", width: 2, dash: [6, 4], scale: "loss", spanGaps: true,
+        points: { show: true } },
+      { label: "train accuracy", stroke: "#2563eb", width: 2, scale: "acc", spanGaps: true, points: { show: true } },
+      { label: "val accuracy", stroke: "#16a34a", width: 2, dash: [6, 4], scale: "acc", spanGaps: true,
+        points: { show: true } }],
+  }, empty());
+  const bySteps = new Map(); // global step -> {loss, val_loss, train_accuracy, val_accuracy}
+  const stepsOf = new Map(); // epoch -> its steps (from progress: the total, else the last step seen)
+  function globalStep(epoch, step) { // steps of the epochs before (their known size, else this one's) + step
+    const size = stepsOf.get(epoch) || step;
+    let before = 0;
+    for (let e = 1; e < epoch; e++) before += stepsOf.get(e) || size;
+    return before + step;
+  }
+  function drawSteps() {
+    const xs = [...bySteps.keys()].sort((a, b) => a - b);
+    const out = empty();
+    for (const x of xs) {
+      const r = bySteps.get(x);
+      out[0].push(x);
+      out[1].push(r.loss ?? null);
+      out[2].push(r.val_loss ?? null);
+      out[3].push(r.train_accuracy ?? null);
+      out[4].push(r.val_accuracy ?? null);
+    }
+    stepPlot.setData(out);
+    stepCurve.dataset.points = String(xs.length);
+  }
+  function addProgress(p) {
+    if ((p.rank ?? 0) !== 0 || !p.epoch || !p.step) return;
+    stepsOf.set(p.epoch, Math.max(p.steps || 0, p.step, stepsOf.get(p.epoch) || 0));
+    const x = globalStep(p.epoch, p.step);
+    bySteps.set(x, { ...(bySteps.get(x) || {}), loss: p.loss ?? null });
+    LS.setText("v-step", x);
+    drawSteps();
+  }
+  function addEpochAtStep(m) { // an epoch's metrics, at the step that ended it (once its size is known)
+    if (!stepsOf.has(m.epoch)) return;
+    const x = globalStep(m.epoch, stepsOf.get(m.epoch));
+    bySteps.set(x, { ...(bySteps.get(x) || {}), loss: m.train_loss ?? bySteps.get(x)?.loss ?? null,
+      val_loss: m.val_loss, train_accuracy: m.train_accuracy, val_accuracy: m.val_accuracy });
+    drawSteps();
+  }
 
   function columns(records, x) {
     const out = empty();
@@ -47,6 +98,7 @@
     if (m.epoch === undefined) return;
     const t = m.stamp ? Date.parse(m.stamp) / 1000 - submitted : null;
     byEpoch.set(m.epoch, { ...m, t });
+    addEpochAtStep(m);
     const records = [...byEpoch.values()].sort((a, b) => a.epoch - b.epoch);
     epochPlot.setData(columns(records, (r) => r.epoch));
     timePlot.setData(columns(records.filter((r) => r.t !== null).sort((a, b) => a.t - b.t), (r) => r.t));
@@ -130,6 +182,7 @@
   });
   stream.addEventListener("log", (event) => addLog(JSON.parse(event.data).line || ""));
   stream.addEventListener("metric", (event) => addMetric(JSON.parse(event.data)));
+  stream.addEventListener("progress", (event) => addProgress(JSON.parse(event.data)));
   stream.addEventListener("attempt", refreshSoon);
   stream.addEventListener("checkpoint", refreshSoon);
   stream.onerror = () => {

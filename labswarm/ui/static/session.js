@@ -89,6 +89,23 @@
     }
   });
   stream.addEventListener("end", () => stream.close());
+
+  // workers (the launcher's) and consumers (the broker's): not in the stream; asked every 3 s while active
+  const SEEN_MS = 3000;
+  async function seen() {
+    try {
+      const response = await fetch(root.dataset.seen, { credentials: "same-origin" });
+      if (response.ok) {
+        const s = await response.json();
+        LS.setText("v-workers", s.workers ?? "–");
+        LS.setText("v-consumers", s.consumers ?? "n/a");
+      }
+    } catch (error) {
+      LS.say("the manager does not answer: " + error.message);
+    }
+    if (stream.readyState !== EventSource.CLOSED) setTimeout(seen, SEEN_MS);
+  }
+  setTimeout(seen, SEEN_MS);
   stream.onerror = () => {
     if (stream.readyState === EventSource.CLOSED) LS.say("the live stream closed: reload the page");
   };
