@@ -3,6 +3,12 @@
 A request whose ``Content-Length`` is over the limit is answered 413 before the app sees it; a body without one
 (``Transfer-Encoding: chunked``) is counted as it streams in, and the request is answered 413 as soon as the count
 passes the limit, before the route has the body. Either way no more than the limit (plus one chunk) is held.
+
+A GET, HEAD or OPTIONS route reads no body, but a streamed response (the event streams) listens for the client's
+disconnect, and so receives an unread body while it streams: past the limit the middleware sends the 413 itself
+when nothing was sent yet, and the app receives ``http.disconnect``; once the response has started, the rest of
+the body is dropped as it arrives (the route reads none) and the stream goes on. Raising there, in the
+listener's task, cut the stream with an "Exception in ASGI application".
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ MAX_BODY_BYTES = 1024 * 1024
 #: The largest offset, position or event id a query may name: a signed 64-bit integer, the databases' INTEGER
 #: (SQLite) and BIGINT (PostgreSQL); a larger one is a 422 instead of an OverflowError (500) in the driver.
 MAX_OFFSET = 2**63 - 1
+#: Methods whose routes read no request body (RFC 9110 gives such a body no meaning).
+NO_BODY_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def too_large(limit: int) -> str:
@@ -47,19 +55,34 @@ class BodyLimit:
         if declared is not None and declared > self.max_bytes:
             await _refuse(send, too_large(self.max_bytes))
             return
-        received = 0
+        received, started, refused = 0, False, False
+        reads_body = scope.get("method") not in NO_BODY_METHODS
 
         async def counted() -> Message:
-            nonlocal received
+            nonlocal received, refused
+            if refused:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_bytes:
-                    # raised where the route reads its body: the app's exception handling answers 413
-                    raise HTTPException(413, too_large(self.max_bytes))
+                    if reads_body:  # raised where the route reads its body: the app's handlers answer 413
+                        raise HTTPException(413, too_large(self.max_bytes))
+                    if started:  # the route answers without it: the rest is dropped as it arrives
+                        return {**message, "body": b""}
+                    refused = True  # a stream's listener reads it: the 413 is sent here, the app sees the end
+                    await _refuse(send, too_large(self.max_bytes))
+                    return {"type": "http.disconnect"}
             return message
 
-        await self.app(scope, counted, send)
+        async def watched(message: Message) -> None:
+            nonlocal started
+            if refused:  # the 413 went instead of the app's answer
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        await self.app(scope, counted, watched)
 
 
 def _content_length(scope: Scope) -> int | None:

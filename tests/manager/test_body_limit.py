@@ -4,6 +4,7 @@ sockets for bodies whose size a client would not declare honestly."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,3 +107,38 @@ def test_a_worker_backlog_is_reported_in_requests_under_the_default_limit() -> N
     finally:
         server.stop()
     assert received == [MAX_PER_REQUEST] * 5 + [7]
+
+
+def test_a_body_sent_to_a_streamed_answer_is_refused_or_dropped_cleanly(caplog: pytest.LogCaptureFixture) -> None:
+    """A GET whose route streams (the event streams) and reads no body, sent a chunked body over the limit: the
+    stream's disconnect listener receives it. The client gets the 413 (nothing sent yet) or the whole stream
+    (the rest of the body dropped), never a cut stream; the server logs no error (was: the 413 raised in the
+    listener's task, 'Caught handled exception, but response already started', the stream cut)."""
+    import asyncio
+
+    from fastapi.responses import StreamingResponse
+
+    app = FastAPI()
+    app.add_middleware(BodyLimit, max_bytes=LIMIT)
+
+    @app.get("/stream")
+    async def stream() -> StreamingResponse:
+        async def lines() -> object:
+            for i in range(3):
+                await asyncio.sleep(0.05)
+                yield f"line {i}\n"
+        return StreamingResponse(lines(), media_type="text/plain")
+
+    server = EmbeddedServer(app).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=10.0) as client:
+            for _ in range(5):  # either side of the race between the listener and the stream's first send
+                response = client.request("GET", "/stream", content=(b"x" * 1000 for _ in range(20)))
+                if response.status_code == 413:
+                    _refused(response)
+                else:
+                    assert response.status_code == 200 and response.text == "line 0\nline 1\nline 2\n"
+                assert client.get("/stream").text == "line 0\nline 1\nline 2\n"  # no body: streamed as ever
+    finally:
+        server.stop()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
