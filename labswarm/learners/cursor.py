@@ -111,12 +111,21 @@ class GlobalCursor:
         self._leases += 1  # unique even within one clock tick: a renewal always changes the value
         return f"L|{self.owner}|{self._leases}|{time.time() + self.lease_s:.3f}"
 
+    def _call(self, method: str, *args: Any) -> Any:
+        """``self.store.<method>(*args)``; the store's errors (DistStoreError, DistNetworkError, RuntimeError)
+        become :class:`CursorError`."""
+        try:
+            return getattr(self.store, method)(*args)
+        except Exception as exc:
+            raise CursorError(f"the cursor's store failed: {exc}") from exc
+
+    def _add(self, key: str) -> int:
+        """Atomic fetch-and-add of 1; the value after it."""
+        return int(self._call("add", key, 1))
+
     def _swap(self, key: str, expected: str, desired: str) -> tuple[bool, str]:
         """Atomic compare-and-set; ``(swapped, the value now)``."""
-        try:
-            now = self.store.compare_set(key, expected, desired).decode()
-        except Exception as exc:  # the store's errors (DistStoreError, RuntimeError) become ours
-            raise CursorError(f"the cursor's store failed: {exc}") from exc
+        now = self._call("compare_set", key, expected, desired).decode()
         return now == desired, now
 
     def claim(self, pass_: int, timeout_s: float = 300.0) -> Chunk | None:
@@ -131,7 +140,7 @@ class GlobalCursor:
         """
         self._note_pass(pass_)
         while True:  # fresh chunks: fetch-and-add hands each index to one learner
-            index = int(self.store.add(self._key(pass_, "next"), 1)) - 1
+            index = self._add(self._key(pass_, "next")) - 1
             if index >= self.n_chunks:
                 break
             lease = self._new_lease()
@@ -172,7 +181,7 @@ class GlobalCursor:
         """
         self._note_pass(pass_)
         while True:
-            index = int(self.store.add(self._key(pass_, "next"), 1)) - 1
+            index = self._add(self._key(pass_, "next")) - 1
             if index >= self.n_chunks:
                 return None
             lease = self._new_lease()
@@ -210,14 +219,18 @@ class GlobalCursor:
         self._known_pass = pass_
 
     def _value(self, key: str) -> str:
-        return self.store.get(key).decode() if self.store.check([key]) else ""
+        return self._call("get", key).decode() if self._call("check", [key]) else ""
 
     def chunk_states(self, pass_: int) -> list[str]:
         """The store value of every chunk of ``pass_`` (``""`` free, ``L|owner|n|deadline``, ``D|owner``)."""
         return [self._value(self._key(pass_, i)) for i in range(self.n_chunks)]
 
     def state_dict(self) -> dict[str, Any]:
-        """The cursor's whole state, for the job's checkpoint: the layout and every touched pass's chunk values."""
+        """The cursor's whole state, for the job's checkpoint: the layout and every touched pass's chunk values.
+
+        Raises:
+            CursorError: the store failed.
+        """
         passes = int(self._value(f"{PREFIX}/passes") or 0)
         return {"n_samples": self.n_samples, "chunk_size": self.chunk_size, "seed": self.seed,
                 "passes": {p: self.chunk_states(p) for p in range(passes)}}
@@ -229,6 +242,7 @@ class GlobalCursor:
 
         Raises:
             ConfigError: the state is of another layout (sample count, chunk size or seed).
+            CursorError: the store failed.
         """
         for name in ("n_samples", "chunk_size", "seed"):
             if int(state[name]) != getattr(self, name):
@@ -238,6 +252,6 @@ class GlobalCursor:
         for pass_, values in passes.items():
             for index, value in enumerate(values):
                 if value:
-                    self.store.set(self._key(pass_, index), value)
+                    self._call("set", self._key(pass_, index), value)
         if passes:
             self._note_pass(max(passes))

@@ -109,3 +109,19 @@ def test_bad_layout_names_the_field(store: Any) -> None:
     with pytest.raises(ConfigError, match=r"cursor\.seed"):
         GlobalCursor(store, 10, 2, owner="a", seed=1).load_state_dict(
             {"n_samples": 10, "chunk_size": 2, "seed": 0, "passes": {}})
+
+
+def test_a_failed_store_is_a_cursor_error() -> None:
+    """The coordinator's store gone (its process died): every cursor call raises CursorError, as documented
+    (was: torch's DistNetworkError from the fetch-and-add, get and check calls)."""
+    server = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
+    client = TCPStore("127.0.0.1", server.port, is_master=False, timeout=timedelta(seconds=5))
+    cursor = GlobalCursor(client, n_samples=10, chunk_size=2, owner="r0")
+    chunk = cursor.claim(0, timeout_s=5)
+    assert chunk is not None and cursor.done(chunk)
+    del server
+    for call in (lambda: cursor.claim(0, timeout_s=1), lambda: cursor.claim_fresh(1), cursor.state_dict,
+                 lambda: cursor.load_state_dict({"n_samples": 10, "chunk_size": 2, "seed": 0,
+                                                 "passes": {0: ["D|r0"]}})):
+        with pytest.raises(CursorError, match="the cursor's store failed"):
+            call()
