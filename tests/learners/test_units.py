@@ -170,3 +170,28 @@ def test_the_coordinator_checkpoints_and_restores_the_cursor() -> None:
     second = JobCoordinator()
     second.restore_cursor(state)
     assert GlobalCursor(second.store, 10, 3, owner="x").chunk_states(0) == ["D|0", "", "", ""]
+
+
+def test_downpour_pushes_the_gradients_left_at_the_end(tmp_path: Path) -> None:
+    """n_push 4 and 6 steps: the server gets the 6 steps' gradients, not the first 4 alone (was: the last 2
+    steps' sum left in the learner and the model replaced by the server's at finish). A real shard over TCP."""
+    server = ShardServer(Shard(0, 1, tmp_path))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        model = torch.nn.Linear(1, 1, bias=False)
+        torch.nn.init.zeros_(model.weight)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        framework = Framework.from_spec({"name": "downpour", "n_push": 4, "n_fetch": 100})
+        module = framework.attach(model, optimizer, LearnerContext(ps_addresses=(("127.0.0.1", server.port),)))
+        for _ in range(6):
+            optimizer.zero_grad()
+            (-module(torch.ones(1, 1))).sum().backward()  # gradient -1 on the weight, every step
+            optimizer.step()
+        framework.finish()
+        framework.close()
+        assert model.weight.item() == pytest.approx(0.6)  # the server applied 4 + 2 = 6 times lr 0.1 x 1
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

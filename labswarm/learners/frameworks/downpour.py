@@ -59,3 +59,12 @@ class Downpour(ParameterServerFramework):
             self._load(self.client.pull())
             self.stats.syncs += 1
         self._count()
+
+    def finish(self) -> None:
+        """Push the gradients accumulated since the last push (fewer than ``n_push`` steps' worth), then pull
+        the server's parameters: the last steps count in the model the job delivers."""
+        if getattr(self, "_acc", None) is not None:
+            self.stats.staleness.append(self.client.push(self._acc))
+            self._acc = None
+            self.stats.syncs += 1
+        super().finish()
