@@ -41,6 +41,7 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
     """
     authenticator = Authenticator.from_settings(settings)
     auth = BearerAuth(authenticator)  # the dependency: a request's user, or 401
+    own_engine = sessions is None  # the app made the service, hence its engine: it closes its connections
     sessions = sessions or SessionService(settings)
 
     @asynccontextmanager
@@ -50,6 +51,8 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
             yield
         finally:
             sessions.stop()
+            if own_engine:  # close the pool's connections now, not when the garbage collector finds them
+                sessions.engine.dispose()  # (the engine stays usable: a later use opens new ones)
 
     # one dependency on the app: every route, of this module or of a router included later, is authenticated
     # (BearerAuth lets /health through); /docs and /openapi.json are not API routes and stay open
