@@ -106,6 +106,12 @@ class DeployError(LabswarmError):
     reached, or the docker SDK is not installed. The message names the service and the engine's explanation."""
 
 
+class BrokerError(LabswarmError):
+    """The broker refused the manager's connection or could not be reached when a session starts (a wrong
+    password, a missing vhost, the server down): the manager's configuration or the platform, not the request.
+    The message names the broker (password masked) and the broker's reason; HTTP 502."""
+
+
 class PublishError(LabswarmError):
     """The broker refused to take a session's messages for a reason publishing again cannot cure: access refused
     (403), a queue declared with other arguments (406 ``PRECONDITION_FAILED``), a vhost that is missing or not

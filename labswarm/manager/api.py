@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from labswarm.errors import ConfigError, DatasetError, DeployError, LabswarmError, NotFound
+from labswarm.errors import BrokerError, ConfigError, DatasetError, DeployError, LabswarmError, NotFound
 from labswarm.jobs.api import jobs_router
 from labswarm.jobs.service import JobService
 from labswarm.manager.auth import Authenticator, BearerAuth
@@ -110,6 +110,7 @@ def _error_handlers(app: FastAPI) -> None:
     for error, status in (
         (NotFound, 404),
         (DeployError, 502),  # the Docker engine refused or could not be reached: the engine's reason
+        (BrokerError, 502),  # the broker refused the manager's login or could not be reached
         (LabswarmError, 409),  # Conflict, and anything else labswarm refuses on purpose (e.g. queue arguments)
     ):
         app.add_exception_handler(error, _detail(status))

@@ -12,12 +12,15 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from urllib.parse import urlsplit
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from labswarm.errors import BrokerError
 from labswarm.queue.app import app_queue, declare_queue, make_celery, message_bound, queue_name
 from labswarm.queue.publisher import AmqpPublisher, EmbeddedPublisher, TaskMessages, make_publisher, publish_confirmed
+from labswarm.redact import redact_text, redact_url
 from labswarm.sample import Sample
 from labswarm.settings import Settings
 
@@ -56,8 +59,24 @@ class BrokerClient:
         self._lock = threading.Lock()
 
     def declare_queue(self, experiment: str) -> None:
-        """Declare the experiment's durable queue (idempotent)."""
-        declare_queue(self.celery, experiment)
+        """Declare the experiment's durable queue (idempotent).
+
+        Raises:
+            BrokerError: the broker refused the connection (e.g. ``ACCESS_REFUSED``: a wrong password) or could
+                not be reached; the message masks the password.
+        """
+        import amqp.exceptions
+        import kombu.exceptions
+
+        try:
+            declare_queue(self.celery, experiment)
+        except (amqp.exceptions.AMQPError, kombu.exceptions.OperationalError, OSError) as exc:
+            url = self.celery.conf.broker_url
+            reason = redact_text(str(exc))
+            if password := urlsplit(url).password:
+                reason = reason.replace(password, "***")
+            raise BrokerError(f"the broker {redact_url(url)} refused the connection or could not be reached "
+                              f"(declaring queue {queue_name(experiment)}): {type(exc).__name__}: {reason}") from None
 
     def publish(self, session_id: str, experiment: str, sample: Sample, stop: threading.Event) -> bool:
         """Publish one task (see :meth:`publish_many`); ``False`` if stopped first.

@@ -242,3 +242,27 @@ def test_a_permanent_refusal_fails_the_session_with_the_reason(tmp_path: Path, n
         service.stop()
         service.broker.close()
         delete_queue(RABBITMQ_URL, queue_name(name))
+
+
+def test_a_broker_refusing_the_managers_login_is_a_502_naming_it_not_a_500(tmp_path: Path) -> None:
+    """Starting a session on a manager whose broker URL has a wrong password: 502 with the broker's reason
+    (password masked), nothing left behind (no session row); it was a 500 (amqp's AccessRefused untranslated)."""
+    import httpx
+    from helpers import experiment_dict, write_dataset
+
+    from labswarm.manager.api import create_app
+    from labswarm.manager.server import EmbeddedServer
+
+    wrong = "not-the-guest-password-" + uuid.uuid4().hex[:6]
+    settings = Settings(home=tmp_path / "home", broker_url=f"amqp://guest:{wrong}@127.0.0.1:5672//",
+                        data_roots=[str(tmp_path)])
+    name = f"r-{uuid.uuid4().hex[:8]}"
+    with EmbeddedServer(create_app(settings)) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        experiment = experiment_dict(write_dataset(tmp_path / "data"), tmp_path / "store", name=name)
+        assert http.post("/experiments", json=experiment).status_code == 201
+        answer = http.post(f"/experiments/{name}/sessions", json={})
+        assert answer.status_code == 502, answer.text
+        detail = answer.json()["detail"]
+        assert "ACCESS_REFUSED" in detail and queue_name(name) in detail and "guest:***@" in detail
+        assert wrong not in answer.text
+        assert http.get("/sessions").json() == []
