@@ -30,6 +30,7 @@ from labswarm.jobs.errors import (
 from labswarm.jobs.manifest import (
     DEFAULT_USER_EXIT_CODES,
     CommandFramework,
+    DistributedFramework,
     JobManifest,
     LabswarmFramework,
     MetricsSource,
@@ -51,6 +52,7 @@ __all__ = [
     "TERMINAL",
     "TRANSITIONS",
     "CommandFramework",
+    "DistributedFramework",
     "ErrorCode",
     "ExitVerdict",
     "Fault",

@@ -1,6 +1,12 @@
 """Deploying jobs' attempts: the queue's schedule (by priority then submission, while the learners fit in
 ``job_slots`` and their GPUs in the free ones: QUEUED → PENDING) and the start of each attempt's learners from
 the last committed checkpoint (the third step of the lifecycle's pass, see :mod:`labswarm.jobs.lifecycle`).
+
+A distributed job (``learners: N`` with a distributed framework) first gets its coordinator and parameter-server
+shards (:mod:`labswarm.jobs.cluster`); each learner's environment is its place in the job
+(:func:`~labswarm.learners.launch.plan_attempt`). A learner of an asynchronous framework that died is started
+again alone, in the same attempt, with the attempt's token (kept in memory: after a manager restart the attempt
+is restarted whole instead).
 """
 
 from __future__ import annotations

@@ -63,6 +63,8 @@ SPEC_ENV = "LABSWARM_LEARNER_SPEC"
 #: Seconds a distributed learner's claim on a chunk of the global cursor lasts (one step per chunk): a dead
 #: learner's chunks go back to the others after this long.
 LEASE_S = 10.0
+#: Times a learner looks for the checkpoint to start from when the one it was given was replaced meanwhile.
+RESTORE_TRIES = 5
 
 __all__ = ["EXIT_HALTED", "EXIT_PLATFORM", "EXIT_STORAGE", "EXIT_USER", "Learner", "LearnerSpec", "OutputCapture",
            "load_spec", "main"]
@@ -292,10 +294,23 @@ class Learner:
         if pointer is None:
             return False
         trainer.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
-        try:  # a distributed job's rank r: its own copy, else rank 0's (the replicas of a sync framework agree)
-            self.storage.get_file(layout.rank_checkpoint_key(pointer["key"], self.spec.rank), trainer.checkpoint_path)
-        except MissingObject:
-            self.storage.get_file(pointer["key"], trainer.checkpoint_path)
+        for tries_left in range(RESTORE_TRIES - 1, -1, -1):
+            try:  # a distributed job's rank r: its own copy, else rank 0's (the replicas of a sync framework agree)
+                self.storage.get_file(layout.rank_checkpoint_key(pointer["key"], self.spec.rank),
+                                      trainer.checkpoint_path)
+                break
+            except MissingObject:
+                pass
+            try:
+                self.storage.get_file(pointer["key"], trainer.checkpoint_path)
+                break
+            except MissingObject:
+                # a learner restarted alone while its peers train: rank 0 committed a newer checkpoint and
+                # deleted the one the spec names since the restart was decided; take the newest
+                newer = layout.latest_checkpoint(self.storage)
+                if not tries_left or newer is None or newer["key"] == pointer["key"]:
+                    raise
+                pointer = newer
         if self.spec.rank != 0:
             return True  # rank 0 alone keeps and reports the job's metrics
         with contextlib.suppress(MissingObject):

@@ -6,9 +6,11 @@
     description: CNN on the demo set
     experiment: music_speech_noise    # a registered experiment, or an inline experiment mapping
     training: {epochs: 3}             # overrides of the experiment's training settings
-    learners: 1
+    learners: 1                       # 2 or more with a distributed framework
     resources: {cpus: 2, gpus: 0, memory_mb: 4096}      # per learner
-    framework: {name: labswarm}       # or {name: command, command: [...], metrics: {jsonl: metrics.jsonl}}
+    framework: {name: labswarm}       # or {name: command, command: [...], metrics: {jsonl: metrics.jsonl}},
+                                      # or {name: downpour, n_push: 2} ... (labswarm.jobs.frameworks)
+    ps_shards: 1                      # parameter-server processes (sandblaster, downpour, easgd only)
     restart: {max_restarts_platform: 3, max_restarts_user: 0, backoff_s: 1, backoff_max_s: 60}
     priority: 0
     results_store: {name: local, path: ../results}      # or {name: s3, endpoint: ..., bucket: ..., prefix: ...}
@@ -22,14 +24,11 @@ nor an error message can show one.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping
-from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal
+from pathlib import Path
+from typing import Annotated, Any
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SerializeAsAny,
     ValidationError,
@@ -37,21 +36,31 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from labswarm.config import NAME_PATTERN, ExperimentConfig, yaml_mapping
 from labswarm.errors import ConfigError, format_loc
+from labswarm.jobs.frameworks import (
+    _FRAMEWORK_TAGS,
+    DISTRIBUTED_FRAMEWORKS,
+    CommandFramework,
+    DistributedFramework,
+    Framework,
+    LabswarmFramework,
+    MetricsSource,
+    _Strict,
+    _validation_error,
+)
 from labswarm.jobs.storage.base import STORAGES, StorageConfig
 from labswarm.plugin import validate_plugin_spec
 from labswarm.train.config import TrainingConfig
 
+__all__ = ["DEFAULT_USER_EXIT_CODES", "DISTRIBUTED_FRAMEWORKS", "CommandFramework", "DistributedFramework",
+           "Framework", "JobManifest", "LabswarmFramework", "MetricsSource", "Resources", "RestartPolicy",
+           "load_manifest", "parse_manifest"]
+
 #: Exit codes counted as the user's fault by default: 1 (an uncaught Python exception), 2 (a usage error),
 #: 126 / 127 (the shell could not execute / find the command).
 DEFAULT_USER_EXIT_CODES = (1, 2, 126, 127)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Resources(_Strict):
@@ -66,138 +75,6 @@ class Resources(_Strict):
     cpus: float = Field(1.0, gt=0, le=1024)
     gpus: int = Field(0, ge=0, le=64)
     memory_mb: int = Field(4096, ge=64)
-
-
-class MetricsSource(_Strict):
-    """Where a ``command`` learner's metrics come from: exactly one of the two.
-
-    Attributes:
-        jsonl: a JSON-lines file the program writes, one object per record (``{"epoch": 1, "loss": 0.4}``);
-            relative to the learner's working folder (no ``..``, not absolute).
-        regex: ``{metric: pattern}`` searched in each line of the program's stdout; the value is the pattern's
-            group named ``value``, or its only group.
-    """
-
-    jsonl: str | None = None
-    regex: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$")], str] | None = None
-
-    @field_validator("jsonl")
-    @classmethod
-    def _jsonl(cls, value: str | None) -> str | None:
-        if value is not None:
-            path = PurePosixPath(value)
-            if not value or path.is_absolute() or ".." in path.parts:
-                raise ValueError("must be a relative path inside the learner's folder (no '..')")
-        return value
-
-    @field_validator("regex")
-    @classmethod
-    def _regex(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is None:
-            return None
-        if not value:
-            raise ValueError("name at least one metric")
-        errors = []
-        for metric, pattern in value.items():
-            try:
-                compiled = re.compile(pattern)
-            except re.error as exc:
-                errors.append(((metric,), f"invalid regular expression: {exc}"))
-                continue
-            if "value" not in compiled.groupindex and compiled.groups != 1:
-                errors.append(((metric,), f"needs a group named `value` or exactly one group, has "
-                                          f"{compiled.groups}"))
-        if errors:
-            raise _validation_error("regex", errors)
-        return value
-
-    @model_validator(mode="after")
-    def _one_source(self) -> MetricsSource:
-        if (self.jsonl is None) == (self.regex is None):
-            raise ValueError("give exactly one of `jsonl` and `regex`")
-        return self
-
-
-class LabswarmFramework(_Strict):
-    """``framework: {name: labswarm}``: labswarm's own trainer runs in the learner."""
-
-    name: Literal["labswarm"] = "labswarm"
-
-
-class CommandFramework(_Strict):
-    """``framework: {name: command, ...}``: any learner program (the DLaaS ``train.sh`` route). It runs with the
-    data and results locations in its environment.
-
-    Attributes:
-        command: the program: a list is the argv, run without a shell; a string is a shell command line, stored
-            as ``["sh", "-c", string]``.
-        metrics: where its metrics come from; ``None``: it reports none.
-    """
-
-    name: Literal["command"]
-    command: list[Annotated[str, Field(min_length=1)]] = Field(min_length=1)
-    metrics: MetricsSource | None = None
-
-    @field_validator("command", mode="before")
-    @classmethod
-    def _command(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            if not value.strip():
-                raise ValueError("must not be empty")
-            try:
-                shlex.split(value)
-            except ValueError as exc:
-                raise ValueError(f"is not a valid shell command line: {exc}") from None
-            return ["sh", "-c", value]
-        return value
-
-
-#: The distributed frameworks (:mod:`labswarm.learners.frameworks`) a job of ``learners: N`` (N >= 2) may name.
-DISTRIBUTED_FRAMEWORKS = ("allreduce", "model_averaging", "sandblaster", "downpour", "easgd")
-
-
-class DistributedFramework(BaseModel):
-    """``framework: {name: allreduce | model_averaging | sandblaster | downpour | easgd, ...its parameters}``: our
-    trainer in distributed mode (:mod:`labswarm.train.distributed`), ``learners`` of it. The parameters are
-    validated by the framework's own config model (:data:`labswarm.learners.FRAMEWORKS`), each error naming its
-    field (``framework.tau``); the validated parameters, defaults filled in, are kept.
-
-    Attributes:
-        name: the framework.
-    """
-
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    name: Literal["allreduce", "model_averaging", "sandblaster", "downpour", "easgd"]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _parameters(cls, value: Any) -> Any:
-        if not isinstance(value, Mapping) or value.get("name") not in DISTRIBUTED_FRAMEWORKS:
-            return value
-        from labswarm.learners import frameworks as _builtin  # noqa: F401  (registers the built-ins)
-        from labswarm.learners.frameworks.base import FRAMEWORKS
-
-        model = FRAMEWORKS.get(value["name"]).config_model
-        try:
-            return model.model_validate(dict(value)).model_dump(mode="json")
-        except ValidationError as exc:
-            raise _validation_error("framework", [(tuple(e["loc"]), e["msg"]) for e in exc.errors()]) from None
-
-    @property
-    def needs_parameter_server(self) -> bool:
-        """Whether the lifecycle deploys parameter-server shards for it (``sandblaster``, ``downpour``,
-        ``easgd``)."""
-        from labswarm.learners.frameworks.base import FRAMEWORKS
-
-        return bool(FRAMEWORKS.get(self.name).needs_parameter_server)
-
-
-#: ``framework``: one of the frameworks, chosen by ``name``.
-Framework = Annotated[LabswarmFramework | CommandFramework | DistributedFramework, Field(discriminator="name")]
-
-#: The discriminator values pydantic inserts in error locations after ``framework`` (removed from paths).
-_FRAMEWORK_TAGS = frozenset({"labswarm", "command", *DISTRIBUTED_FRAMEWORKS})
 
 
 class RestartPolicy(_Strict):
@@ -468,12 +345,3 @@ def _yaml_path(error: Any) -> str:
         elif error["type"] in ("union_tag_invalid", "union_tag_not_found"):
             loc.append("name")
     return format_loc(loc)
-
-
-def _validation_error(title: str, errors: list[tuple[tuple[str | int, ...], str]]) -> ValidationError:
-    """A ValidationError with these ``(location, message)`` pairs; raised in a validator, pydantic prefixes the
-    locations with the field's. Inputs are left out so no value (a secret) rides along."""
-    return ValidationError.from_exception_data(title, [
-        InitErrorDetails(type=PydanticCustomError("manifest", "{reason}", {"reason": message}), loc=loc, input=None)
-        for loc, message in errors
-    ])

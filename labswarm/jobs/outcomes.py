@@ -8,6 +8,12 @@ its restart budget (user or platform) → PENDING, deployed again after the back
 committed checkpoint; beyond it → FAILED with the error code and the log tail. A job that ends COMPLETED or
 FAILED releases its slots, and its local working folders are removed. An ended attempt's own token
 (:mod:`labswarm.jobs.credentials`) is revoked.
+
+Distributed jobs (:func:`~labswarm.learners.launch.restart_scope`): under a synchronous framework a learner's
+death ends the attempt (its live peers are killed at once rather than left to fail their next collective after
+the collective timeout) and every learner restarts from the last checkpoint as a new attempt; under an
+asynchronous one the dead learner alone is started again in the same attempt
+(:meth:`AttemptOutcomes._restart_learners`), each such restart counted in the restart budgets.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from labswarm.jobs.states import HOLDS_SLOTS, JobState
 
 if TYPE_CHECKING:
     from labswarm.jobs.cluster import JobCluster
+    from labswarm.jobs.processes import LearnerLauncher
     from labswarm.jobs.service import JobService
 
 log = logging.getLogger(__name__)
@@ -44,6 +51,7 @@ class AttemptOutcomes:
     service: JobService
     clusters: dict[str, JobCluster]
     tokens: dict[tuple[str, int], str]
+    learners: LearnerLauncher
 
     def _advance(self, db: Session) -> None:
         now = naive_utcnow()
@@ -116,7 +124,13 @@ class AttemptOutcomes:
         A learner that exited 0, was killed for a delete or could not be deployed is left to the attempt's end."""
         from labswarm.learners.launch import restart_scope
 
-        if restart_scope(job.manifest["framework"]) != "learner":
+        if restart_scope(job.manifest["framework"]) != "learner":  # synchronous: the attempt ends with it
+            if any(lr.ended_at is not None and lr.exit_code != 0 for lr in learners):
+                for peer in learners:
+                    if peer.ended_at is None and peer.killed is None:
+                        log.info("job %s: learner %d stopped: a peer died (the attempt restarts)", job.id, peer.rank)
+                        peer.killed = "peer"
+                        self.learners.kill(peer)
             return
         for learner in learners:
             if learner.ended_at is None or learner.exit_code == 0 or learner.killed in ("delete", "deploy", "halt"):
@@ -165,7 +179,7 @@ class AttemptOutcomes:
         if job.status in (_S.RUNNING.value, _S.HALTING.value):
             events.transition(db, job, _S.STORING, reason="storing the results")
         job.halt_at = None
-        if job.manifest["framework"]["name"] == "labswarm":
+        if job.manifest["framework"]["name"] != "command":  # our trainer (one learner or distributed)
             try:
                 stored = self.service.storage(job).exists(layout.MODEL_KEY)
                 why = "the learner ended without storing the model"
@@ -176,7 +190,7 @@ class AttemptOutcomes:
                 self._collect(job)
                 return
         events.transition(db, job, _S.COMPLETED, reason="completed",
-                          detail={"model": layout.MODEL_KEY if job.manifest["framework"]["name"] == "labswarm"
+                          detail={"model": layout.MODEL_KEY if job.manifest["framework"]["name"] != "command"
                                   else None})
         self._collect(job)
 

@@ -24,7 +24,7 @@ from labswarm.jobs import events
 from labswarm.jobs.credentials import attempt_user
 from labswarm.jobs.errors import AdminOnly
 from labswarm.jobs.lifecycle import JobLifecycle
-from labswarm.jobs.manifest import CommandFramework, JobManifest, LabswarmFramework, parse_manifest
+from labswarm.jobs.manifest import CommandFramework, JobManifest, parse_manifest
 from labswarm.jobs.models import AttemptRow, JobEventRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.queries import JobQueries
 from labswarm.jobs.states import HOLDS_SLOTS, JobState
@@ -109,7 +109,7 @@ class JobService(JobQueries):
                                                   "it, or give it inline")]) from None
         manifest.training_config(experiment)
         problems = []
-        if isinstance(manifest.framework, LabswarmFramework):
+        if not isinstance(manifest.framework, CommandFramework):  # our trainer reads the dataset
             try:
                 read_clips(experiment.dataset.root, experiment.dataset.labels_path)
             except DatasetError as exc:

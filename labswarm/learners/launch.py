@@ -1,7 +1,7 @@
 """The seam with the job service: what the lifecycle manager deploys for one attempt of a distributed job.
 
-The lifecycle (``labswarm/jobs/lifecycle.py``, not changed here) will, for a manifest with ``learners: N`` and
-``framework: {name: ...}``:
+The lifecycle (:mod:`labswarm.jobs.lifecycle`, with :mod:`labswarm.jobs.cluster`) does, for a manifest with
+``learners: N`` and ``framework: {name: ...}``:
 
 1. host the job's :class:`JobCoordinator` (a ``TCPStore`` server: the process-group rendezvous and the global
    cursor's state), and checkpoint :meth:`JobCoordinator.state_dict` with the job;

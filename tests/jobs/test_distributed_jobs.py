@@ -14,9 +14,8 @@ import pytest
 
 from jobs.manager import Manager, learner_processes, manager, read_events, statuses, wait_until
 from jobs.tiny import tiny_manifest
+from labswarm.jobs.errors import EXIT_HALTED
 from labswarm.train.trainer import load_model
-
-pytestmark = pytest.mark.slow
 
 
 def _distributed(tmp_path: Path, framework: dict, *, epochs: int = 3, **overrides) -> dict:
@@ -40,6 +39,11 @@ def _model(m: Manager, job_id: str, tmp_path: Path) -> Path:
     return path
 
 
+def _pid(m: Manager, job_id: str, rank: int) -> int:
+    """The pid of the current attempt's learner ``rank`` (the learner itself, not one of its data loaders)."""
+    return next(lr["pid"] for lr in m.show(job_id)["attempts"][-1]["learners"] if lr["rank"] == rank)
+
+
 def _ps_processes(job_id: str) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
@@ -58,6 +62,7 @@ def _epoch_ended(stream_event: dict) -> bool:
     return stream_event["event"] == "metric" and stream_event["data"].get("epoch") == 1
 
 
+@pytest.mark.slow
 def test_allreduce_with_two_learners_completes_and_its_model_loads(tmp_path: Path) -> None:
     with manager(tmp_path, job_slots=2) as m:
         job = m.submit(_distributed(tmp_path, {"name": "allreduce"}, epochs=2))
@@ -91,34 +96,36 @@ def test_manifest_errors_name_the_field(tmp_path: Path) -> None:
             assert path in response.text, (change, response.text)
 
 
+@pytest.mark.slow
 def test_downpour_learner_killed_restarts_alone_and_the_job_completes(tmp_path: Path) -> None:
     with manager(tmp_path, job_slots=2) as m:
         job = m.submit(_distributed(tmp_path, {"name": "downpour"}, epochs=3, ps_shards=1))
-        read_events(m.http, job["id"], until=_epoch_ended)
+        # rank 1 mid-pass: at its first step (it does not validate: it may finish all passes before rank 0's first)
+        read_events(m.http, job["id"], until=lambda e: e["event"] == "log" and e["data"].get("rank") == 1
+                    and "first step" in e["data"]["line"])
         assert len(_ps_processes(job["id"])) == 1
-        victim = learner_processes(job["id"])[-1]
-        rows = {lr["pid"]: lr["rank"] for lr in m.show(job["id"])["attempts"][0]["learners"]}
-        rank = rows[victim.pid]
-        os.kill(victim.pid, signal.SIGKILL)
+        rank, victim = 1, _pid(m, job["id"], 1)
+        os.kill(victim, signal.SIGKILL)
         stream = read_events(m.http, job["id"])
         shown = m.show(job["id"])
         metrics = _metrics(m, job["id"])
     assert statuses(stream)[-1] == "completed", shown.get("log_tail")
     [attempt] = shown["attempts"]  # the same attempt: only the dead learner restarted
+    assert len(attempt["learner_restarts"]) == 1, attempt["learner_restarts"]
     [restart] = attempt["learner_restarts"]
-    assert restart["rank"] == rank and restart["previous"]["pid"] == victim.pid
+    assert restart["rank"] == rank and restart["previous"]["pid"] == victim
     assert restart["previous"]["exit_code"] == -signal.SIGKILL
     assert shown["restarts"] == {"user": 0, "platform": 1}
     assert [r["epoch"] for r in metrics] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_allreduce_learner_killed_restarts_both_from_the_checkpoint(tmp_path: Path) -> None:
     with manager(tmp_path, job_slots=2) as m:
         job = m.submit(_distributed(tmp_path, {"name": "allreduce"}, epochs=3))
         read_events(m.http, job["id"], until=_epoch_ended)
         wait_until(lambda: m.show(job["id"])["checkpoint"], 60, "the first checkpoint")
-        victim = learner_processes(job["id"])[-1]
-        os.kill(victim.pid, signal.SIGKILL)
+        os.kill(_pid(m, job["id"], 1), signal.SIGKILL)
         stream = read_events(m.http, job["id"])
         shown = m.show(job["id"])
         metrics = _metrics(m, job["id"])
@@ -130,6 +137,7 @@ def test_allreduce_learner_killed_restarts_both_from_the_checkpoint(tmp_path: Pa
     assert [r["epoch"] for r in metrics] == [1, 2, 3]  # every epoch once
 
 
+@pytest.mark.slow
 def test_delete_leaves_no_learner_shard_or_coordinator(tmp_path: Path) -> None:
     with manager(tmp_path, job_slots=2) as m:
         job = m.submit(_distributed(tmp_path, {"name": "downpour"}, epochs=20))
@@ -144,3 +152,32 @@ def test_delete_leaves_no_learner_shard_or_coordinator(tmp_path: Path) -> None:
         assert gone == []
         assert learner_processes(job["id"]) == [] and _ps_processes(job["id"]) == []
         wait_until(lambda: not _listening(port), 10, "the coordinator's port closed")
+
+
+@pytest.mark.slow
+def test_halt_stops_both_learners_at_an_epoch_boundary_and_resume_completes(tmp_path: Path) -> None:
+    with manager(tmp_path, job_slots=2) as m:
+        job = m.submit(_distributed(tmp_path, {"name": "allreduce"}, epochs=3))
+        read_events(m.http, job["id"], until=_epoch_ended)
+        assert m.http.patch(f"/v1/jobs/{job['id']}", json={"status": "halt"}).status_code == 200
+        halted = read_events(m.http, job["id"], until=lambda e: e["event"] == "status"
+                             and e["data"]["status"] in ("halted", "failed", "completed"))
+        shown = m.show(job["id"])
+        assert statuses(halted)[-1] == "halted", shown.get("log_tail")
+        assert shown["checkpoint"]["epoch"] >= 1
+        codes = [lr["exit_code"] for lr in shown["attempts"][0]["learners"]]
+        assert codes == [EXIT_HALTED, EXIT_HALTED], codes  # both stopped at the same boundary, not killed
+        assert m.http.patch(f"/v1/jobs/{job['id']}", json={"status": "resume"}).status_code == 200
+        stream = read_events(m.http, job["id"], last_event_id=halted[-1]["id"])
+        metrics = _metrics(m, job["id"])
+    assert statuses(stream)[-1] == "completed"
+    assert [r["epoch"] for r in metrics] == [1, 2, 3]
+
+
+def test_the_swarm_launcher_refuses_several_learners(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from labswarm.jobs import processes
+
+    monkeypatch.setitem(processes.JOB_LAUNCHERS, "swarm", lambda _settings: processes.LocalLearners())
+    with manager(tmp_path, job_launcher="swarm") as m:
+        response = m.http.post("/v1/jobs", json=_distributed(tmp_path, {"name": "allreduce"}))
+    assert response.status_code == 422 and "learners" in response.text and "local launcher" in response.text
