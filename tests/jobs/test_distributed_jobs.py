@@ -181,3 +181,22 @@ def test_the_swarm_launcher_refuses_several_learners(tmp_path: Path, monkeypatch
     with manager(tmp_path, job_launcher="swarm") as m:
         response = m.http.post("/v1/jobs", json=_distributed(tmp_path, {"name": "allreduce"}))
     assert response.status_code == 422 and "learners" in response.text and "local launcher" in response.text
+
+
+@pytest.mark.slow
+def test_a_killed_shard_restarts_from_its_checkpoint_and_the_job_completes(tmp_path: Path) -> None:
+    with manager(tmp_path, job_slots=2) as m:
+        job = m.submit(_distributed(tmp_path, {"name": "downpour"}, epochs=3))
+        stream = read_events(m.http, job["id"], until=lambda e: e["event"] == "log" and e["data"].get("rank") == 0
+                             and "first step" in e["data"]["line"])
+        started = next(e for e in stream if e["event"] == "attempt" and e["data"]["event"] == "started")
+        [shard] = started["data"]["ps_pids"]
+        os.kill(shard, signal.SIGKILL)
+        stream = read_events(m.http, job["id"])
+        shown = m.show(job["id"])
+        metrics = _metrics(m, job["id"])
+    assert statuses(stream)[-1] == "completed", shown.get("log_tail")
+    lines = [e["data"]["line"] for e in stream if e["event"] == "log" and e["data"].get("source") == "launcher"]
+    assert any("shard 0 exited -9: restarted from its checkpoint" in line for line in lines), lines
+    assert len(shown["attempts"]) == 1 and shown["restarts"] == {"user": 0, "platform": 1}
+    assert [r["epoch"] for r in metrics] == [1, 2, 3]
