@@ -100,7 +100,7 @@ class JobCluster:
                     self._start_shard(plan.index)
         return [p for p in plans if p.kind == "learner"]
 
-    def _start_shard(self, index: int) -> None:
+    def _start_shard(self, index: int, wait: bool = True) -> None:
         ready = self.home / "ps" / f"shard-{index}.port"
         ready.parent.mkdir(parents=True, exist_ok=True)
         ready.unlink(missing_ok=True)
@@ -110,7 +110,7 @@ class JobCluster:
                                     env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
         self.shards[index] = proc
         deadline = time.monotonic() + SHARD_START_S
-        while not ready.exists():  # the DLaaS order: the server listens before the learners start
+        while wait and not ready.exists():  # the DLaaS order: the server listens before the learners start
             if proc.poll() is not None or time.monotonic() > deadline:
                 self._kill(proc)
                 raise DeployError(f"parameter-server shard {index} of job {self.job_id} did not start (exit code "
@@ -124,14 +124,11 @@ class JobCluster:
         return [k for k, proc in self.shards.items() if proc.poll() is not None]
 
     def revive(self, index: int) -> int | None:
-        """Start shard ``index`` again on its port (it resumes from its checkpoint); returns the exit code of the
-        one that died.
-
-        Raises:
-            DeployError: it did not start listening.
-        """
+        """Start shard ``index`` again on its port (it resumes from its checkpoint) without waiting for it to
+        listen (the learners' clients reconnect and retry meanwhile; the manager's lock is not held that long);
+        returns the exit code of the one that died. One that fails to start is found dead at the next pass."""
         code = self.shards[index].poll()
-        self._start_shard(index)
+        self._start_shard(index, wait=False)
         return code
 
     @property

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from labswarm.errors import DeployError
 from labswarm.jobs import events
 from labswarm.jobs.cluster import JobCluster
 from labswarm.jobs.deployer import Deployer
@@ -174,7 +173,7 @@ class JobLifecycle(Deployer, AttemptOutcomes):
                 try:
                     code = cluster.revive(index)
                     line = f"parameter-server shard {index} exited {code}: restarted from its checkpoint"
-                except DeployError as exc:
+                except OSError as exc:
                     line = f"parameter-server shard {index} could not be restarted: {exc}"
                 log.warning("job %s: %s", job_id, line)
                 events.append(db, job, "log", {"line": line, "rank": -1 - index, "source": "launcher"},
