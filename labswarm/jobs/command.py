@@ -37,9 +37,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
+
 from labswarm.jobs import layout
 from labswarm.jobs.errors import EXIT_HALTED
 from labswarm.jobs.manifest import CommandFramework
+from labswarm.jobs.processes import PROGRAM_FILE
 from labswarm.jobs.storage.base import Storage
 
 if TYPE_CHECKING:
@@ -76,6 +79,8 @@ def run_command(learner: Learner) -> int:
         log.error("cannot run %s: %s", framework.command[0], exc.strerror or exc)
         return 126
     log.info("started %s (pid %d)", framework.command, process.pid)
+    with contextlib.suppress(OSError, psutil.Error):  # so that killing this learner kills the program too
+        (workdir / PROGRAM_FILE).write_text(f"{process.pid} {psutil.Process(process.pid).create_time()!r}")
     patterns = {name: re.compile(p) for name, p in (metrics.regex or {}).items()} if metrics else {}
     pump = threading.Thread(target=_pump, args=(process, patterns, learner), daemon=True)
     pump.start()

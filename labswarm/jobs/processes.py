@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 #: The file in its working folder a learner writes its exit code to (``{"code": N}``), read by a manager that is
 #: not its parent (it restarted).
 EXIT_FILE = "exit.json"
+#: What a ``command`` learner writes in its working folder when it starts the user's program, which runs in a
+#: process group of its own (a halt's SIGTERM must reach the program's children, not the learner):
+#: ``"<pid> <start time>"``, so that killing the learner kills the program too, even once the learner is gone.
+PROGRAM_FILE = "program.pid"
 
 
 @dataclass(frozen=True)
@@ -214,12 +218,23 @@ class LocalLearners(LearnerLauncher):
                 os.kill(learner.pid, signal.SIGTERM)
 
     def kill(self, learner: LearnerRow) -> None:
-        """SIGKILL to the learner's whole process group (its data-loading children too); also cleans up what a
-        dead learner left behind in its group."""
+        """SIGKILL to the learner's whole process group (its data-loading children too) and to the groups of its
+        other descendants (a ``command`` learner's program runs in a group of its own: :data:`PROGRAM_FILE`, read
+        also when the learner is already gone); also cleans up what a dead learner left behind in its group."""
         if learner.pid is None:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(learner.pid, signal.SIGKILL)  # its session's group: pgid == pid
+        groups = {learner.pid}  # its session's group: pgid == pid
+        if self._alive(learner.pid, learner.pid_created):
+            with contextlib.suppress(psutil.Error):
+                for child in psutil.Process(learner.pid).children(recursive=True):
+                    with contextlib.suppress(psutil.Error, OSError):
+                        groups.add(os.getpgid(child.pid))
+        if (program := _program(Path(learner.workdir) / PROGRAM_FILE)) is not None:
+            with contextlib.suppress(OSError):
+                groups.add(os.getpgid(program))
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(learner.pid, signal.SIGKILL)
 
@@ -264,3 +279,13 @@ def learner_launcher(settings: Settings) -> LearnerLauncher:
         raise ConfigError([("job_launcher", f"unknown launcher {settings.job_launcher!r}; known: "
                                             f"{', '.join(sorted(JOB_LAUNCHERS))}")])
     return factory(settings)
+
+
+def _program(path: Path) -> int | None:
+    """The pid of the program :data:`PROGRAM_FILE` names, if that very process (same start time) still runs."""
+    try:
+        pid, created = path.read_text().split()
+        process = psutil.Process(int(pid))
+        return process.pid if abs(process.create_time() - float(created)) < 0.01 else None
+    except (OSError, ValueError, psutil.Error):
+        return None

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import psutil
 
 from jobs.manager import learner_processes, manager, manager_process, read_events, statuses
 from jobs.tiny import tiny_manifest
@@ -55,9 +56,12 @@ def test_a_hung_learner_is_killed_and_restarted(tmp_path: Path) -> None:
         job = m.submit(_waiting(tmp_path, "hangs", tmp_path / "never", from_attempt=2))
         read_events(m.http, job["id"], until=lambda e: e["event"] == "status" and e["data"]["status"] == "running")
         [pid] = m.learner_pids()
+        [program] = psutil.Process(pid).children()  # the user's program, in a process group of its own
         os.kill(pid, signal.SIGSTOP)  # alive, silent
         stream = read_events(m.http, job["id"])
         shown = m.show(job["id"])
+    # killing the hung learner killed its program too (it ran on, orphaned, before: attempt 1 never ends)
+    assert not psutil.wait_procs([program], timeout=30)[1]
     assert statuses(stream)[-4:] == ["pending", "running", "storing", "completed"]
     first, second = shown["attempts"]
     assert first["error_code"] == "S103" and first["learners"][0]["killed"] == "hung"
