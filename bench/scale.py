@@ -149,7 +149,7 @@ def run_one(n: int, args: argparse.Namespace, tmp: Path) -> Trace:
     trace = Trace()
     try:
         wait_for(lambda: httpx.get(f"{url}/health").status_code == 200, 60, "the manager")
-        client = ManagerClient(url)
+        client = ManagerClient(url, timeout=300)  # a session start reads the whole labels file (200k rows at 1M)
         client.post_experiment(config.model_dump(mode="json"))
         launcher = LocalLauncher(config.name, url, broker_url=args.amqp, log_dir=base / "workers")
         launcher.start(args.workers)
