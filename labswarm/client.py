@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -181,3 +182,25 @@ def _describe(detail: Any) -> str:
         return "; ".join(f"{d.get('path', '')}: {d.get('reason', d)}" if isinstance(d, dict) else str(d)
                          for d in detail)
     return str(detail)
+
+
+def parse_sse(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
+    """The events of a Server-Sent Events stream (the manager's ``/v1/jobs/{id}/events`` and
+    ``/sessions/{id}/events``), from its lines as ``httpx.Response.iter_lines`` gives them: ``{id, event, data}``
+    with ``id`` an int and ``data`` decoded from JSON; an event is yielded at its blank line, once it has an id
+    (WHATWG HTML, "Server-sent events": fields ``id``, ``event``, ``data``).
+
+    Raises:
+        json.JSONDecodeError: a ``data`` line that is not JSON.
+    """
+    event: dict[str, Any] = {}
+    for line in lines:
+        if line.startswith("id: "):
+            event["id"] = int(line[4:])
+        elif line.startswith("event: "):
+            event["event"] = line[7:]
+        elif line.startswith("data: "):
+            event["data"] = json.loads(line[6:])
+        elif not line and "id" in event:
+            yield event
+            event = {}

@@ -6,7 +6,6 @@ drops, so a caller sees every event once, in order, until the job is completed o
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -15,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from labswarm.client import HTTPClient, raise_for_status
+from labswarm.client import HTTPClient, parse_sse, raise_for_status
 from labswarm.errors import ManagerError
 
 log = logging.getLogger(__name__)
@@ -135,7 +134,7 @@ class JobsClient(HTTPClient):
                         response.read()
                         raise_for_status(response, "GET", f"/v1/jobs/{job_id}/events")
                     failing_since = None
-                    for event in _parse(response.iter_lines()):
+                    for event in parse_sse(response.iter_lines()):
                         last = event["id"]
                         yield event
                         if event["event"] == "status" and event["data"].get("status") in TERMINAL:
@@ -149,20 +148,6 @@ class JobsClient(HTTPClient):
                 continue
             # the server ended the stream without a terminal status (it restarted): read on from where we are
             time.sleep(reconnect_s)
-
-
-def _parse(lines: Iterator[str]) -> Iterator[dict[str, Any]]:
-    event: dict[str, Any] = {}
-    for line in lines:
-        if line.startswith("id: "):
-            event["id"] = int(line[4:])
-        elif line.startswith("event: "):
-            event["event"] = line[7:]
-        elif line.startswith("data: "):
-            event["data"] = json.loads(line[6:])
-        elif not line and "id" in event:
-            yield event
-            event = {}
 
 
 def _body(manifest: Mapping[str, Any] | str | Path) -> dict[str, Any]:

@@ -3,13 +3,13 @@ the embedded broker; the test reports outcomes as a worker does, over HTTP."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 from helpers import experiment_dict, write_dataset
 
+from labswarm.client import parse_sse
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer
 from labswarm.sessions import ledger
@@ -21,20 +21,11 @@ def events(http: httpx.Client, path: str, count: int, headers: dict | None = Non
     with http.stream("GET", path, headers=headers or {}) as response:
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
-        event: dict = {}
-        for line in response.iter_lines():
-            if line.startswith("id: "):
-                event["id"] = int(line[4:])
-            elif line.startswith("event: "):
-                event["event"] = line[7:]
-            elif line.startswith("data: "):
-                event["data"] = json.loads(line[6:])
-            elif not line and event:
-                yield event
-                event = {}
-                count -= 1
-                if count == 0:
-                    return
+        for event in parse_sse(response.iter_lines()):
+            yield event
+            count -= 1
+            if count == 0:
+                return
 
 
 def test_the_stream_numbers_snapshots_measures_rates_and_ends_with_the_session(tmp_path: Path) -> None:
