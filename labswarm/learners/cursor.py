@@ -2,7 +2,8 @@
 
 A pass over ``n_samples`` training samples is a seeded permutation of them cut into chunks of ``chunk_size``.
 Learners **claim** a chunk atomically and hold a **lease** on it (``lease_s``); when they have trained on it they
-mark it **done**. A learner that dies stops renewing: once its lease expires, the next learner that finds the
+mark it **done**; a learner that stops (a halt) between claiming a chunk and training it **releases** it, free
+again for anyone. A learner that dies stops renewing: once its lease expires, the next learner that finds the
 fresh chunks exhausted takes the expired one over. A pass is complete when every chunk is done, and every
 sample was then trained on exactly once in that pass, whatever learners died or restarted
 (``tests/learners/test_cursor.py`` counts).
@@ -174,7 +175,8 @@ class GlobalCursor:
         for a peer's lease inside a step would deadlock with that peer's collective).
 
         Returns:
-            The claimed :class:`Chunk`, or ``None`` when no fresh chunk is left in the pass.
+            The claimed :class:`Chunk` (a chunk never claimed, or one given back with :meth:`release`), or
+            ``None`` when no free chunk is left in the pass.
 
         Raises:
             CursorError: the store failed.
@@ -183,10 +185,17 @@ class GlobalCursor:
         while True:
             index = self._add(self._key(pass_, "next")) - 1
             if index >= self.n_chunks:
-                return None
+                break
             lease = self._new_lease()
             if self._swap(self._key(pass_, index), "", lease)[0]:
                 return self._chunk(pass_, index, lease)
+        if not self._call("check", [self._key(pass_, "released")]):
+            return None
+        for index in range(self.n_chunks):  # chunks given back (a halt): free again, past the counter
+            lease = self._new_lease()
+            if self._swap(self._key(pass_, index), "", lease)[0]:
+                return self._chunk(pass_, index, lease)
+        return None
 
     def renew(self, chunk: Chunk) -> Chunk | None:
         """Extend a lease by ``lease_s`` from now (call it well within ``lease_s`` while training a chunk).
@@ -197,6 +206,23 @@ class GlobalCursor:
         lease = self._new_lease()
         swapped, _ = self._swap(self._key(chunk.pass_, chunk.index), chunk.lease, lease)
         return Chunk(chunk.pass_, chunk.index, chunk.samples, lease) if swapped else None
+
+    def release(self, chunk: Chunk) -> bool:
+        """Give a claimed chunk back untrained (a halt between claim and training): it is free again, for
+        :meth:`claim` and :meth:`claim_fresh` of any learner, and free in :meth:`state_dict`.
+
+        Returns:
+            ``True``; ``False`` when the lease was lost already (the chunk is someone else's).
+
+        Raises:
+            CursorError: the store failed.
+        """
+        key = self._key(chunk.pass_, chunk.index)
+        # first whether the lease is still this one (a swap to "" alone reads "" back from a free chunk too)
+        released = self._swap(key, chunk.lease, chunk.lease)[0] and self._swap(key, chunk.lease, "")[0]
+        if released:
+            self._add(self._key(chunk.pass_, "released"))  # claim_fresh scans for free chunks past the counter
+        return released
 
     def done(self, chunk: Chunk) -> bool:
         """Mark a chunk trained.

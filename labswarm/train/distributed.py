@@ -6,8 +6,11 @@ it trains as a single process, on the path it always had. With one, the trainer:
 1. joins the process group (synchronous frameworks: ``allreduce``, ``model_averaging``, ``sandblaster``; the
    lockstep below needs it) and calls ``framework.attach(model, optimizer, context)`` once, training through
    the module it returns;
-2. reads the training split's features once (evaluation mode of the pipeline: dataset order, centred crops, no
-   shuffle) into memory, indexed by sorted sample id, the same order on every learner;
+2. reads the training split's full-length features once into memory (:mod:`labswarm.train.distributed_data`)
+   and trains on random crops re-drawn every epoch, each sample's positioned by (experiment seed, epoch, sample
+   index) exactly as :class:`~labswarm.pipeline.torch_data.StoreDataset` with ``random_crop`` positions it (it
+   is that class), so a sample's crop does not depend on which learner trains it; samples indexed in dataset
+   order, the same on every learner;
 3. each epoch is a pass of the global cursor (:mod:`labswarm.learners.cursor`) over those samples, cut into
    chunks of the pipeline's per-learner batch size: a learner claims a chunk, takes one optimizer step on it,
    marks it done. Synchronous frameworks claim in **lockstep** (one fresh chunk per learner per step, then an
@@ -15,36 +18,49 @@ it trains as a single process, on the path it always had. With one, the trainer:
    need; in the pass's last step a learner without a chunk takes a step of zero loss on one sample (it joins
    the collective, trains nothing). Asynchronous ones claim on their own and take over an expired lease of a
    dead learner. Either way each training sample is trained exactly once per pass across the learners; each
-   learner logs its chunks to ``chunks.jsonl`` in its run folder (pass, chunk, sample ids).
-4. validates on **rank 0 only**, on its own replica (after the framework's sync for ``allreduce`` and
+   learner logs its chunks to ``chunks.jsonl`` in its run folder (pass, chunk, sample ids);
+4. honours a hook's ``should_stop`` (a halt) at a step boundary, as the single-process trainer does. In
+   lockstep the "stop requested" flags ride in the same all-reduce as "who has a chunk" (no extra collective):
+   if any learner asked, all stop at the same step, and each gives back (:meth:`GlobalCursor.release`) the
+   chunk it claimed for that step. An asynchronous learner stops on its own after its step, before claiming
+   the next chunk, and marks itself stopped in the job's store. The trainer then writes each rank's mid-epoch
+   checkpoint (its running sums, step count and framework state) and rank 0's holds the cursor's state with
+   the stopped pass's claimed-but-untrained chunks free (asynchronous: read once every learner has stopped, up
+   to ``lease_s``); done chunks stay done. Resumed (``fit(resume=True)``, the cursor restored into the
+   coordinator), the pass continues: the free chunks are trained, each sample of that pass exactly once across
+   the halt (``tests/train/test_distributed_halt.py``);
+5. validates on **rank 0 only**, on its own replica (after the framework's sync for ``allreduce`` and
    ``sandblaster``, where the replicas are equal; the learner's replica for the others). Other ranks' epoch
    records have no ``val_*``. While rank 0 validates the others may wait in the next collective: validation
    must take less than the collective timeout (``LABSWARM_COLLECTIVE_TIMEOUT_S``, 30 s by default).
-5. checkpoints the framework's state and (rank 0) the cursor's, and calls ``framework.finish()`` at the end;
+6. checkpoints the framework's state and (rank 0) the cursor's, and calls ``framework.finish()`` at the end;
    rank 0 writes the model file. Each rank keeps its metrics and checkpoint in ``<run dir>/rank-<r>/``.
-
-Not supported here: a halt in the middle of an epoch (``should_stop`` is honoured in single-process mode only)
-and random crops re-drawn per epoch (the features are read once).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 import numpy as np
 
 from labswarm.learners.context import LearnerContext
-from labswarm.learners.cursor import GlobalCursor
+from labswarm.learners.cursor import Chunk, GlobalCursor
 from labswarm.learners.frameworks.base import Framework
 from labswarm.pipeline.pipeline import Pipeline
-from labswarm.pipeline.prefetch import PipelineError
+from labswarm.train.distributed_data import TrainingSamples
+
+log = logging.getLogger(__name__)
 
 #: Seconds a learner waits for a chunk held by a live lease (asynchronous frameworks) before failing.
 CLAIM_TIMEOUT_S = 300.0
+#: Store prefix of the marks of learners that stopped (a halt): ``<prefix>/<attempt>/<rank>``.
+HALTED = "labswarm/halted"
 
 
 class DistributedTraining:
@@ -66,9 +82,8 @@ class DistributedTraining:
         self.lease_s = lease_s
         self.cursor: GlobalCursor | None = None
         self.started = time.perf_counter()
-        self._x: Any = None
-        self._y: Any = None
-        self._ids: list[str] = []
+        self.samples: TrainingSamples | None = None
+        self._halted: int | None = None  # the pass a halt stopped this learner in
         self._joined = False
 
     @property
@@ -96,92 +111,133 @@ class DistributedTraining:
             self.context.init_process_group("gloo")
             self._joined = True
         module = self.framework.attach(model, optimizer, self.context)
-        self._load(trainer, train)
+        self.samples = TrainingSamples(trainer.experiment, train, trainer.input)
+        n = len(self.samples.load())
+        log.info("rank %d: %d training samples, %.0f MB of features in memory", self.rank, n,
+                 self.samples.nbytes / 1e6)
         chunk = next((b.config.size for b in train.blocks if b.name == "batch"), 32)  # the per-learner batch
-        self.cursor = GlobalCursor(self.context.store(), len(self._ids), chunk,
+        self.cursor = GlobalCursor(self.context.store(), n, chunk,
                                    owner=f"{self.rank}:{self.context.attempt}:{os.getpid()}", lease_s=self.lease_s,
                                    seed=trainer.experiment.seed)
         return module
 
-    def _load(self, trainer: Any, train: Pipeline) -> None:
-        """The training split's features in memory: ``x`` float32 ``(n, bins, frames)`` (shorter clips padded
-        with their own minimum), ``y`` int64 ``(n,)``, rows in sorted sample-id order."""
-        rows: dict[str, tuple[np.ndarray, int]] = {}
-        reader = Pipeline(trainer.experiment, split="train", train=False, blocks=train.blocks)
-        with reader.epoch(0) as batches:
-            for batch in batches:
-                for i, sample_id in enumerate(batch.ids):
-                    rows[sample_id] = (batch.features[trainer.input][i], int(batch.labels[i]))
-        if not rows:
-            raise PipelineError("the training split delivered no sample: see the log for the reasons")
-        self._ids = sorted(rows)
-        frames = max(rows[i][0].shape[-1] for i in self._ids)
-        self._x = np.stack([np.pad(a, ((0, 0), (0, frames - a.shape[-1])), constant_values=a.min())
-                            for a, _ in (rows[i] for i in self._ids)]).astype(np.float32)
-        self._y = np.array([rows[i][1] for i in self._ids], dtype=np.int64)
+    def train_epoch(self, trainer: Any, torch: Any, module: Any, optimizer: Any, epoch: int, device: Any,
+                    partial: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """One pass of the cursor, or what is left of it after a halt (``partial``: the stopped epoch's sums from
+        the checkpoint; this rank's own continue the epoch's figures).
 
-    def train_epoch(self, trainer: Any, torch: Any, module: Any, optimizer: Any, epoch: int,
-                    device: Any) -> dict[str, Any]:
-        """One pass of the cursor; the epoch's metrics record (the single-process keys, ``samples`` this
-        learner's, plus ``rank``, ``world_size``, ``chunks``, ``elapsed_s`` since :meth:`attach`, ``comm``:
-        the framework's cumulative :meth:`CommStats.as_dict`)."""
-        import torch.distributed as dist
+        Returns:
+            The epoch's metrics record (the single-process keys, ``samples`` this learner's, plus ``rank``,
+            ``world_size``, ``chunks``, ``steps``, ``elapsed_s`` since :meth:`attach`, ``comm``: the framework's
+            cumulative :meth:`CommStats.as_dict`); or ``{"stopped": sums}`` when a hook's ``should_stop`` halted
+            it at a step boundary (the trainer writes the mid-epoch checkpoint).
 
-        assert self.cursor is not None, "attach() first"
+        Raises:
+            CursorError: the cursor's store failed, or no chunk came free in time (asynchronous frameworks).
+            torch.distributed.DistError: a peer failed or hung in a collective (synchronous frameworks).
+        """
+        assert self.cursor is not None and self.samples is not None, "attach() first"
         module.train()
-        loss_sum, correct, seen, steps, chunks = 0.0, 0, 0, 0, 0
-        t0 = time.perf_counter()
-        with open(trainer.run_dir / "chunks.jsonl", "a", encoding="utf-8") as log:
+        sums = {"loss_sum": 0.0, "correct": 0, "seen": 0, "steps": 0, "chunks": 0, "seconds": 0.0}
+        if partial is not None and partial.get("rank") == self.rank:  # an asynchronous rank may get rank 0's
+            sums.update({k: v for k, v in partial.items() if k in sums})
+        t0, stop = time.perf_counter(), False
+        with open(trainer.run_dir / "chunks.jsonl", "a", encoding="utf-8") as trained:
             while True:
-                if self.lockstep:
-                    chunk = self.cursor.claim_fresh(epoch)
-                    if self._joined:
-                        flag = torch.tensor([0 if chunk is None else 1])
-                        dist.all_reduce(flag)
-                        if int(flag) == 0:
-                            break
-                    elif chunk is None:
-                        break
-                else:
-                    chunk = self.cursor.claim(epoch, timeout_s=CLAIM_TIMEOUT_S)
-                    if chunk is None:
-                        break
+                chunk, verdict = self._claim(torch, epoch, stop)
+                if verdict != "train":
+                    break
                 index = chunk.samples if chunk is not None else np.zeros(1, dtype=np.int64)
-                x = torch.from_numpy(self._x[index]).to(device)
-                y = torch.from_numpy(self._y[index]).to(device)
+                x, y = (t.to(device) for t in self.samples.batch(epoch, index.tolist()))
                 optimizer.zero_grad(set_to_none=True)
                 logits = module(x)
                 loss = torch.nn.functional.cross_entropy(logits, y)
                 (loss if chunk is not None else loss * 0.0).backward()  # a lockstep filler trains nothing
                 optimizer.step()
-                steps += 1
-                if chunk is None or not self.cursor.done(chunk):
-                    continue  # a lost lease: the chunk's new holder trains it
-                value = float(loss.detach())
-                loss_sum += value * len(index)
-                correct += int((logits.argmax(1) == y).sum())
-                seen += len(index)
-                chunks += 1
-                log.write(json.dumps({"pass": epoch, "chunk": chunk.index,
-                                      "ids": [self._ids[i] for i in index.tolist()]}) + "\n")
-                for hook in trainer.hooks:
-                    hook.after_step(trainer, epoch, steps, value)
-        seconds = time.perf_counter() - t0
+                sums["steps"] += 1
+                if chunk is not None and self.cursor.done(chunk):  # else a lost lease: its new holder trains it
+                    value = float(loss.detach())
+                    sums["loss_sum"] += value * len(index)
+                    sums["correct"] += int((logits.argmax(1) == y).sum())
+                    sums["seen"] += len(index)
+                    sums["chunks"] += 1
+                    trained.write(json.dumps({"pass": epoch, "chunk": chunk.index,
+                                          "ids": self.samples.ids(index.tolist())}) + "\n")
+                    for hook in trainer.hooks:
+                        hook.after_step(trainer, epoch, sums["steps"], value)
+                stop = any(hook.should_stop(trainer) for hook in trainer.hooks)
+        sums["seconds"] += time.perf_counter() - t0
+        if verdict == "halt":
+            self._halt(epoch, sums)
+            return {"stopped": {**sums, "rank": self.rank}}
+        seen, seconds = sums["seen"], sums["seconds"]
         return {
             "epoch": epoch + 1, "epochs": trainer.training.epochs, "samples": seen,
-            "train_loss": loss_sum / max(seen, 1), "train_accuracy": correct / max(seen, 1),
+            "train_loss": sums["loss_sum"] / max(seen, 1), "train_accuracy": sums["correct"] / max(seen, 1),
             "samples_per_s": seen / seconds if seconds else 0.0, "data_wait_s": 0.0, "data_wait_share": 0.0,
             "epoch_s": seconds, "respawns": 0, "failed_samples": 0, "rank": self.rank,
-            "world_size": self.context.world_size, "chunks": chunks, "steps": steps,
+            "world_size": self.context.world_size, "chunks": sums["chunks"], "steps": sums["steps"],
             "elapsed_s": time.perf_counter() - self.started, "comm": self.framework.stats.as_dict(),
         }
+
+    def _claim(self, torch: Any, epoch: int, stop: bool) -> tuple[Chunk | None, str]:
+        """The next step's chunk and what to do: ``"train"`` (a ``None`` chunk: a lockstep filler), ``"end"``
+        (the pass is done) or ``"halt"`` (``stop``: this learner's hooks asked; in lockstep any learner's, folded
+        into the all-reduce of "who has a chunk", so all stop at the same step; a chunk claimed for it goes
+        back)."""
+        import torch.distributed as dist
+
+        assert self.cursor is not None
+        if not self.lockstep:
+            if stop:
+                return None, "halt"  # before claiming: nothing held
+            chunk = self.cursor.claim(epoch, timeout_s=CLAIM_TIMEOUT_S)
+            return chunk, "train" if chunk is not None else "end"
+        chunk = None if stop else self.cursor.claim_fresh(epoch)
+        has, stops = chunk is not None, int(stop)
+        if self._joined:
+            flags = torch.tensor([int(has), stops])
+            dist.all_reduce(flags)
+            has, stops = int(flags[0]) > 0, int(flags[1])
+        if stops:
+            if chunk is not None:
+                self.cursor.release(chunk)
+            return None, "halt"
+        return chunk, "train" if has else "end"
+
+    def _halt(self, epoch: int, sums: Mapping[str, Any]) -> None:
+        """This learner stopped in pass ``epoch``: noted for :meth:`state_dict` and, in the job's store, for
+        rank 0 (``labswarm/halted/<attempt>/<rank>``)."""
+        assert self.cursor is not None
+        self._halted = epoch
+        log.info("rank %d stopped in epoch %d after step %d", self.rank, epoch + 1, sums["steps"])
+        self.cursor.store.set(f"{HALTED}/{self.context.attempt}/{self.rank}", str(epoch))
+
+    def _cursor_state(self) -> dict[str, Any]:
+        """The cursor's state for rank 0's checkpoint. After a halt: in lockstep every learner is past its last
+        ``done`` (the all-reduce), so a lease of the stopped pass is a chunk claimed for the step nobody took:
+        free (each learner released its own; this covers the race with that). Asynchronous learners stop on
+        their own: wait (up to ``lease_s``) until each has stopped, so that no chunk is marked done after the
+        state is read (it would be trained again after the resume); a dead one's lease stays and expires."""
+        assert self.cursor is not None
+        if self._halted is not None and not self.lockstep and self.context.world_size > 1:
+            keys = [f"{HALTED}/{self.context.attempt}/{r}" for r in range(self.context.world_size)]
+            try:
+                self.cursor.store.wait(keys, timedelta(seconds=self.lease_s))
+            except Exception as exc:  # DistStoreError: a peer still training or dead
+                log.warning("not every learner stopped within %.0f s (%s): the cursor's state is read anyway",
+                            self.lease_s, exc)
+        state = self.cursor.state_dict()
+        if self._halted is not None and self.lockstep and self._halted in state["passes"]:
+            state["passes"][self._halted] = ["" if v.startswith("L|") else v for v in state["passes"][self._halted]]
+        return state
 
     def state_dict(self) -> dict[str, Any]:
         """The framework's state and, on rank 0, the cursor's (the coordinator writes it back into a new store
         with :meth:`~labswarm.learners.launch.JobCoordinator.restore_cursor` before a restarted attempt)."""
         out: dict[str, Any] = {"rank": self.rank, "framework": self.framework.state_dict()}
         if self.rank == 0 and self.cursor is not None:
-            out["cursor"] = self.cursor.state_dict()
+            out["cursor"] = self._cursor_state()
         return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

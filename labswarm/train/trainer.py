@@ -202,7 +202,7 @@ class Trainer:
             if partial is not None:  # a mid-epoch checkpoint: the random state where the stop left it
                 torch.set_rng_state(partial.pop("rng"))
             record = (self._train_epoch(torch, model, optimizer, train, epoch, device, partial) if dist is None
-                      else dist.train_epoch(self, torch, module, optimizer, epoch, device))
+                      else dist.train_epoch(self, torch, module, optimizer, epoch, device, partial))
             partial = None
             if "stopped" in record:
                 self._save_checkpoint(model, optimizer, schedule, train, epoch, {**record["stopped"],

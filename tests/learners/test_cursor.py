@@ -103,6 +103,22 @@ def test_lease_renewal_and_a_lost_lease(store: Any) -> None:
     assert b.done(renewed) and a.claim(0) is None  # every chunk done: the pass is complete
 
 
+def test_a_released_chunk_is_claimed_again_in_lockstep(store: Any) -> None:
+    """A halt gives back chunks claimed but not trained: free in the state, and claim_fresh hands them out again
+    although the fetch-and-add counter is past them; a lost lease cannot be released."""
+    a = GlobalCursor(store, 10, 2, owner="a", lease_s=30)
+    b = GlobalCursor(store, 10, 2, owner="b", lease_s=30)
+    first = [a.claim_fresh(0), b.claim_fresh(0)]
+    assert a.done(first[0]) and b.release(first[1])
+    assert not b.release(first[1]) and not b.done(first[1])  # its lease is gone with the release
+    assert a.state_dict()["passes"][0][first[1].index] == ""  # free in the checkpoint
+    seen = list(first[0].samples)
+    while (c := (b if len(seen) % 4 else a).claim_fresh(0)) is not None:
+        assert (b if c.lease.startswith("L|b") else a).done(c)
+        seen.extend(c.samples)
+    assert sorted(seen) == list(range(10))  # the released chunk trained once, by whoever claimed it
+
+
 def test_bad_layout_names_the_field(store: Any) -> None:
     with pytest.raises(ConfigError, match=r"cursor\.chunk_size"):
         GlobalCursor(store, 10, 0, owner="a")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -30,10 +31,14 @@ def _experiment(three_classes: Path, tmp_path: Path, epochs: int = 2) -> Path:
 
 def test_allreduce_through_the_trainer_gives_equal_replicas_and_trains_each_sample_once_per_epoch(
         three_classes: Path, tmp_path: Path) -> None:
-    from labswarm.learners.compare import run_framework
+    from distributed_run import logs, run_attempt
 
-    path = _experiment(three_classes, tmp_path)
-    ranks = run_framework(path, {"name": "allreduce"}, 2, tmp_path / "home")
+    path, home = _experiment(three_classes, tmp_path), tmp_path / "home"
+    codes = run_attempt(1, lambda _rank: [sys.executable, "-m", "labswarm.learners.learner", str(path), "--home",
+                                          str(home), "--framework", '{"name": "allreduce"}'], tmp_path)
+    assert codes == {0: 0, 1: 0}, logs(tmp_path)
+    runs = sorted((home / "train").glob("*/rank-*/metrics.jsonl"), key=lambda p: int(p.parent.name[5:]))
+    ranks = [checkpoint.read_metrics(p) for p in runs]
     assert [len(r) for r in ranks] == [2, 2]
     assert "val_accuracy" in ranks[0][-1] and "val_accuracy" not in ranks[1][-1]  # rank 0 validates
     assert ranks[0][-1]["steps"] == ranks[1][-1]["steps"]  # lockstep

@@ -1,0 +1,46 @@
+"""The distributed mode's training inputs: the single-process StoreDataset's random crops, features kept in memory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from three_classes import training_experiment
+
+from labswarm.config import parse_experiment
+from labswarm.pipeline.pipeline import Pipeline
+
+torch = pytest.importorskip("torch")
+
+from labswarm.pipeline.torch_data import StoreDataset  # noqa: E402 (imports torch)
+from labswarm.train.distributed_data import TrainingSamples  # noqa: E402
+
+PIPELINE = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
+            {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]
+
+
+def test_a_learners_crops_are_the_single_process_crops_of_the_epoch_whatever_its_chunk(
+        three_classes: Path, tmp_path: Path) -> None:
+    config = parse_experiment(training_experiment(three_classes, tmp_path / "store", pipeline=PIPELINE))
+    samples = TrainingSamples(config, Pipeline(config, split="train"), "mel")
+    positions = samples.load()
+    reference = StoreDataset(config, "train", "mel", frames=24, random_crop=True)  # what single-process reads
+    assert positions == list(range(len(reference))) == list(range(36))
+    whole = StoreDataset(config, "train", "mel")[0][0]
+    assert whole.shape[-1] > 24  # a real crop: clips are longer than the crop
+    assert samples.nbytes == 36 * whole.numel() * 4  # full-length features, kept once
+    order = np.random.default_rng(7).permutation(36).tolist()  # any chunking, any learner
+    crops = {}
+    for epoch in (0, 3):
+        reference.set_epoch(epoch)
+        for chunk in (order[:5], order[5:17], order[17:]):
+            x, y = samples.batch(epoch, chunk)
+            assert x.shape == (len(chunk), whole.shape[0], 24) and x.dtype == torch.float32
+            for row, j in enumerate(chunk):
+                rx, ry = reference[j]
+                assert torch.equal(x[row], rx) and int(y[row]) == int(ry), (epoch, j)
+        crops[epoch] = samples.batch(epoch, range(36))[0]
+    moved = sum(not torch.equal(crops[0][i], crops[3][i]) for i in range(36))
+    assert moved > 18  # re-drawn per epoch (a crop of 24 of ~44 frames lands elsewhere most of the time)
+    assert samples.ids([0, 5]) == [reference.samples[0].id, reference.samples[5].id]

@@ -1,0 +1,70 @@
+"""A halt in the middle of an epoch of 2 allreduce learners (real processes, gloo) and the resume after it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+from three_classes import training_experiment
+
+from labswarm.config import parse_experiment
+from labswarm.pipeline.pipeline import Pipeline
+from labswarm.train import checkpoint
+
+torch = pytest.importorskip("torch")
+
+from distributed_run import logs, run_attempt  # noqa: E402 (imports torch)
+
+#: real learner processes: each imports torch (several s on the 2 shared cores)
+pytestmark = pytest.mark.slow
+
+WORKER = Path(__file__).with_name("halt_worker.py")
+PIPELINE = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
+            {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]
+
+
+def test_two_allreduce_learners_halted_mid_epoch_resume_the_pass_and_train_each_sample_once(
+        three_classes: Path, tmp_path: Path) -> None:
+    data = training_experiment(three_classes, tmp_path / "store", pipeline=PIPELINE,
+                               training={"epochs": 2, "learning_rate": 0.01, "validation": 0.25, "threads": 1})
+    experiment, home = tmp_path / "experiment.yml", tmp_path / "home"
+    experiment.write_text(yaml.safe_dump(data))
+    # 36 training samples in chunks of 4: 9 chunks a pass, 5 lockstep steps; rank 1 alone asks to stop after its
+    # 2nd step: both stop there (4 chunks done), the 2 chunks claimed for step 3 go back
+    def learner(stops: tuple[int, int], mode: str) -> Callable[[int], list[str]]:
+        return lambda rank: [sys.executable, str(WORKER), str(experiment), str(home), str(stops[rank]), mode]
+
+    codes = run_attempt(1, learner((0, 2), "fresh"), tmp_path)
+    assert codes == {0: 3, 1: 3}, logs(tmp_path)
+    run = next((home / "train").iterdir())
+    states = [checkpoint.load(run / f"rank-{r}" / "checkpoint.pt") for r in range(2)]
+    assert [(s["epoch"], s["partial"]["steps"], s["partial"]["seen"]) for s in states] == [(0, 2, 8)] * 2
+    cursor = states[0]["distributed"]["cursor"]
+    values = cursor["passes"][0]
+    assert sum(v.startswith("D|") for v in values) == 4 and values.count("") == 5  # claimed-untrained: free
+
+    codes = run_attempt(2, learner((0, 0), "resume"), tmp_path, cursor=cursor)  # the deployer's restore
+    assert codes == {0: 0, 1: 0}, logs(tmp_path)
+    config = parse_experiment(data)
+    with Pipeline(config, split="train", train=False).epoch(0) as batches:
+        train_ids = Counter(i for b in batches for i in b.ids)
+    assert len(train_ids) == 36 and set(train_ids.values()) == {1}
+    logged = [json.loads(line) for r in range(2) for line in (run / f"rank-{r}" / "chunks.jsonl").read_text()
+              .splitlines()]
+    for pass_ in range(2):
+        trained = Counter(i for c in logged if c["pass"] == pass_ for i in c["ids"])
+        assert trained == train_ids, f"pass {pass_}: not every training sample exactly once across the halt"
+    ranks = [checkpoint.read_metrics(run / f"rank-{r}" / "metrics.jsonl") for r in range(2)]
+    assert [r["epoch"] for r in ranks[0]] == [1, 2] and "val_accuracy" in ranks[0][-1]
+    assert ranks[0][0]["samples"] + ranks[1][0]["samples"] == 36  # the halted epoch's sums went on
+    assert ranks[0][0]["steps"] == ranks[1][0]["steps"] == 5
+    final = [checkpoint.load(run / f"rank-{r}" / "checkpoint.pt")["model"] for r in range(2)]
+    buffers = ("running_mean", "running_var", "num_batches_tracked")  # batch-norm statistics: each rank's own
+    for name in (n for n in final[0] if not n.endswith(buffers)):
+        assert torch.equal(final[0][name], final[1][name]), name
+    assert (home / "models").is_dir() and any((home / "models").iterdir())  # rank 0 wrote the model
