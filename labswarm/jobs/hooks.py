@@ -6,7 +6,8 @@ Progress: after every step the learner's report carries ``{epoch, epochs, step, 
 samples_per_s, loss}`` (epoch from 1; steps and samples of this learner's share of the epoch, their totals from
 :func:`epoch_size`; samples/s since the epoch's first step in this attempt; ``loss`` the running mean of the
 epoch's batch losses), and at the epoch's end a last one with the epoch's own figures (bar full) comes just before
-its metrics record.
+its metrics record; a distributed learner's also carries its cumulative ``comm`` (``CommStats.as_dict()``), every
+rank's (``labswarm compare`` reads them: the metrics are rank 0's only).
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ class JobHooks(TrainerHooks):
             self.learner.reporter.progress(
                 final=True, epoch=record["epoch"], epochs=trainer.training.epochs, step=self._step,
                 steps=self._step, samples=record.get("samples"), samples_total=record.get("samples"),
-                samples_per_s=record.get("samples_per_s"), loss=record.get("train_loss"))
+                samples_per_s=record.get("samples_per_s"), loss=record.get("train_loss"),
+                **({"comm": record["comm"]} if "comm" in record else {}))  # every rank's CommStats (compare)
         if self.learner.spec.rank == 0:  # a distributed job's epoch metrics are rank 0's (it validates)
             self.learner.reporter.metric(record, key=f"epoch:{record['epoch']}")
         if trainer.distributed is not None and int(record["epoch"]) < trainer.training.epochs and self._halt(trainer):

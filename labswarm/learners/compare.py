@@ -1,183 +1,138 @@
-"""``labswarm compare``: the same experiment trained under each framework, side by side (SINGA's "unified platform
-for verifying the performance of different frameworks (convergence rate, computation time) under the same
-environmental setting").
+"""``labswarm compare``: the same experiment trained under each framework and each learner count, as training jobs,
+side by side (SINGA's "unified platform for verifying the performance of different frameworks (convergence rate,
+computation time) under the same environmental setting").
 
-Every framework gets the same model, data, seed, epochs (the sample budget: epochs × the training split),
-per-learner batch and schedule; its learners are local processes (:mod:`labswarm.learners.learner`) started with
-:func:`~labswarm.learners.launch.plan_attempt`'s environments, after the shards it plans, against a
-:class:`~labswarm.learners.launch.JobCoordinator` hosted here. Frameworks run one after another, never side by
-side. Output folder: ``compare.json`` (every figure), ``compare.md`` (the table) and ``accuracy.png`` /
-``loss.png`` (validation accuracy and training loss against wall time and against samples seen, one curve per
-framework).
+Every run is a training job (:mod:`labswarm.jobs`) of one manager: the embedded one this process hosts (as
+``labswarm run`` does: SQLite state in ``<output>/manager``, the local launcher, a token of this run only), or a
+running one (``manager_url``; its token from ``LABSWARM_API_TOKEN``). Each job gets the same inline experiment
+(model, data, seed), the same ``training`` overrides (epochs: the sample budget is epochs × the training split;
+threads per learner), the same per-learner batch (the pipeline's batch block) and schedule; ``learners: N`` with
+the framework, or, for ``N = 1``, the single-process trainer (``framework: {name: labswarm}``, what every framework
+reduces to with one learner: the manifest takes a distributed framework with 2 learners or more only). Jobs run one
+after another, never side by side. The figures come from the jobs' event streams
+(:func:`~labswarm.learners.compare_report.rank_records`).
+
+Same sample shapes: the trainer's distributed mode reads the training features once, uncropped (its evaluation
+mode), so the experiment's batch block is given its evaluation crop for training too (:func:`same_shapes`): the
+one-learner run then trains on the same sample shapes as the distributed ones.
+
+Output folder: ``compare.json`` (every figure; the dashboard's ``/ui/compare`` reads it), ``compare.md`` (the
+table), ``loss.png``, ``accuracy.png`` and ``scaling.png`` (:func:`~labswarm.learners.compare_report.plot`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from labswarm.errors import ConfigError, LabswarmError
-from labswarm.learners.launch import JobCoordinator, plan_attempt
+import yaml
 
-#: Seconds one framework's run may take before its processes are killed.
+from labswarm.errors import ConfigError
+from labswarm.learners.compare_report import CompareError, plot, rank_records, scaling, summarize, table
+
+__all__ = ["COMPARE_DIR", "RUN_TIMEOUT_S", "CompareError", "compare", "default_output", "job_manifest",
+           "parse_frameworks", "parse_learners", "plot", "rank_records", "same_shapes", "scaling", "summarize",
+           "table"]
+
+#: Seconds one job may take before it is deleted (its processes stopped) and the comparison fails.
 RUN_TIMEOUT_S = 1800.0
 #: The folder of a manager's home where runs go by default, one folder each (the dashboard lists them).
 COMPARE_DIR = "compare"
+#: The frameworks compared when none is named.
+DEFAULT_FRAMEWORKS = ("allreduce", "downpour")
 
 
-class CompareError(LabswarmError):
-    """A learner or shard of a framework's run failed or timed out."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    """Start a process writing its output to ``log``."""
-    with open(log, "ab") as out:
-        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-
-
-def _wait(procs: Sequence[subprocess.Popen], deadline: float, what: str, logs: Path) -> None:
-    for proc in procs:
-        try:
-            code = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise CompareError(f"{what} did not finish in time; logs in {logs}") from None
-        if code != 0:
-            raise CompareError(f"{what} exited {code}; logs in {logs}")
-
-
-def run_framework(experiment: Path, framework: dict[str, Any], learners: int, home: Path,
-                  epochs: int | None = None, ps_shards: int = 1, timeout_s: float = RUN_TIMEOUT_S,
-                  threads: int = 1) -> list[list[dict[str, Any]]]:
-    """Train ``experiment`` under ``framework`` with ``learners`` local learner processes (and ``ps_shards``
-    shards when it needs a server); wait for them.
+def parse_frameworks(specs: Sequence[str]) -> list[dict[str, Any]]:
+    """Framework specs from the command line: ``name`` or ``name:key=value,key=value`` (values read as YAML).
 
     Returns:
-        Per rank, its epoch records (``metrics.jsonl``).
+        ``[{"name": ..., **params}, ...]``, in order.
 
     Raises:
-        ConfigError: an unknown framework, bad parameters or fewer than 2 learners.
-        CompareError: a process failed or the run took longer than ``timeout_s`` seconds.
+        ConfigError: none given, an unknown name, a malformed parameter, or a name given twice with the same
+            parameters (field ``framework``).
     """
-    shutil.rmtree(home, ignore_errors=True)  # a fresh run: no metrics of an earlier one are read back
-    home.mkdir(parents=True)
-    coordinator = JobCoordinator()
-    ps = [("127.0.0.1", _free_port()) for _ in range(ps_shards)]
-    plans = plan_attempt(framework, learners, 1, ("127.0.0.1", coordinator.port), ps, home / "ps")
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    procs: list[subprocess.Popen] = []
-    deadline = time.monotonic() + timeout_s
+    from labswarm.jobs.frameworks import DISTRIBUTED_FRAMEWORKS
+
+    if not specs:
+        raise ConfigError([("framework", "name at least one framework")])
+    out: list[dict[str, Any]] = []
+    for spec in specs:
+        name, _, rest = spec.strip().partition(":")
+        if name not in DISTRIBUTED_FRAMEWORKS:
+            known = ", ".join(DISTRIBUTED_FRAMEWORKS)
+            raise ConfigError([("framework", f"unknown framework {name!r}; one of {known}")])
+        params: dict[str, Any] = {}
+        for item in filter(None, (p.strip() for p in rest.split(","))):
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                raise ConfigError([(f"framework.{name}", f"expected key=value, got {item!r}")])
+            params[key.strip()] = yaml.safe_load(value)
+        fw = {"name": name, **params}
+        if fw in out:
+            raise ConfigError([("framework", f"{spec!r} is named twice")])
+        out.append(fw)
+    return out
+
+
+def parse_learners(text: str | Sequence[int]) -> list[int]:
+    """Learner counts: ``"1,2"`` (or a sequence of ints) → ``[1, 2]``, sorted, without repeats.
+
+    Raises:
+        ConfigError: empty, not integers, or below 1 (field ``learners``).
+    """
+    items = [str(i) for i in text] if not isinstance(text, str) else [p for p in text.split(",") if p.strip()]
     try:
-        learner_procs = []
-        for plan in plans:
-            if plan.kind == "ps":
-                ready = home / f"ps-{plan.index}.port"
-                procs.append(_start([*plan.argv, "--ready-file", str(ready)], env, home / f"ps-{plan.index}.log"))
-                while not ready.exists():  # the lifecycle's order: shards listen before learners start
-                    if procs[-1].poll() is not None or time.monotonic() > deadline:
-                        raise CompareError(f"parameter-server shard {plan.index} did not start; logs in {home}")
-                    time.sleep(0.05)
-                continue
-            argv = [sys.executable, "-m", "labswarm.learners.learner", str(experiment), "--home", str(home),
-                    "--framework", json.dumps(framework), "--threads", str(threads)]
-            if epochs is not None:
-                argv += ["--epochs", str(epochs)]
-            learner_procs.append(_start(argv, {**env, **plan.env}, home / f"learner-{plan.index}.log"))
-        procs += learner_procs
-        _wait(learner_procs, deadline, f"a learner of {framework['name']}", home)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        del coordinator
-    runs = sorted((home / "train").glob("*/rank-*/metrics.jsonl"), key=lambda p: int(p.parent.name[5:]))
-    return [[json.loads(line) for line in p.read_text().splitlines() if line.strip()] for p in runs]
+        counts = sorted({int(i) for i in items})
+    except ValueError:
+        raise ConfigError([("learners", f"expected comma-separated integers, got {text!r}")]) from None
+    if not counts or counts[0] < 1:
+        raise ConfigError([("learners", f"expected learner counts of at least 1, got {text!r}")])
+    return counts
 
 
-def summarize(name: str, ranks: list[list[dict[str, Any]]], target: float) -> dict[str, Any]:
-    """One framework's row and curves from its ranks' epoch records.
+def same_shapes(experiment: Mapping[str, Any]) -> dict[str, Any]:
+    """The experiment (a mapping) with its batch block's training crop set to its evaluation crop (``frames`` :=
+    ``eval_frames`` unless that is ``same``), so that the single-process trainer trains on the sample shapes the
+    distributed mode reads (see the module docstring). Other blocks unchanged."""
+    data = json.loads(json.dumps(experiment))
+    for block in data.get("pipeline") or []:
+        if isinstance(block, dict) and block.get("name") == "batch" and block.get("eval_frames", "same") != "same":
+            block["frames"], block["eval_frames"] = block["eval_frames"], "same"
+    return data
 
-    Returns:
-        ``framework``, ``epochs`` (per epoch: ``elapsed_s`` (the slowest rank's), ``samples`` (all ranks,
-        cumulative), ``train_loss`` (sample-weighted over ranks), ``val_accuracy``, ``val_loss`` (rank 0)),
-        ``final_val_accuracy``, ``time_to_target_s`` (``None``: never reached), ``samples_per_s``,
-        ``bytes_sent_per_learner``, ``staleness_p50`` / ``staleness_p99`` (asynchronous frameworks).
+
+def job_manifest(experiment: Mapping[str, Any], framework: Mapping[str, Any] | None, learners: int, results: Path,
+                 epochs: int | None = None, threads: int = 1, ps_shards: int = 1) -> dict[str, Any]:
+    """The job of one run: ``experiment`` inline, ``learners`` of ``framework`` (``None`` or ``learners == 1``: the
+    single-process trainer), ``threads`` torch threads and CPUs per learner, results in ``results``.
+
+    Raises:
+        ConfigError: a distributed framework with one learner.
     """
-    epochs, total = [], 0
-    for records in zip(*ranks, strict=False):
-        seen = sum(r["samples"] for r in records)
-        total += seen
-        epochs.append({"epoch": records[0]["epoch"], "elapsed_s": max(r["elapsed_s"] for r in records),
-                       "samples": total,
-                       "train_loss": sum(r["train_loss"] * r["samples"] for r in records) / max(seen, 1),
-                       "val_accuracy": records[0].get("val_accuracy"), "val_loss": records[0].get("val_loss")})
-    if not epochs:
-        raise CompareError(f"{name}: no epoch record")
-    reached = [e["elapsed_s"] for e in epochs if (e["val_accuracy"] or 0.0) >= target]
-    comm = [r[-1]["comm"] for r in ranks]
-    row = {"framework": name, "learners": len(ranks), "epochs": epochs,
-           "final_val_accuracy": epochs[-1]["val_accuracy"], "target": target,
-           "time_to_target_s": reached[0] if reached else None,
-           "samples_per_s": total / epochs[-1]["elapsed_s"] if epochs[-1]["elapsed_s"] else 0.0,
-           "bytes_sent_per_learner": sum(c["bytes_sent"] for c in comm) / len(comm)}
-    if any("staleness_p50" in c for c in comm):
-        row["staleness_p50"] = max(c.get("staleness_p50", 0) for c in comm)
-        row["staleness_p99"] = max(c.get("staleness_p99", 0) for c in comm)
-    return row
+    if learners == 1:
+        framework = None
+    elif framework is None:
+        raise ConfigError([("framework", f"{learners} learners need a distributed framework")])
+    from labswarm.learners import frameworks as _builtin  # noqa: F401  (registers the built-ins)
+    from labswarm.learners.frameworks.base import FRAMEWORKS
 
-
-def table(rows: list[dict[str, Any]]) -> str:
-    """The comparison as a Markdown table."""
-    lines = ["| framework | final val acc | time to target (s) | samples/s | MB sent / learner | staleness p50 / p99 |",
-             "|---|---|---|---|---|---|"]
-    for r in rows:
-        acc = "-" if r["final_val_accuracy"] is None else f"{r['final_val_accuracy']:.3f}"
-        ttt = "not reached" if r["time_to_target_s"] is None else f"{r['time_to_target_s']:.1f}"
-        stale = f"{r['staleness_p50']} / {r['staleness_p99']}" if "staleness_p50" in r else "-"
-        lines.append(f"| {r['framework']} | {acc} | {ttt} | {r['samples_per_s']:.1f} | "
-                     f"{r['bytes_sent_per_learner'] / 1e6:.2f} | {stale} |")
-    return "\n".join(lines) + "\n"
-
-
-def plot(rows: list[dict[str, Any]], output: Path) -> list[Path]:
-    """``accuracy.png`` and ``loss.png``: each against wall time and samples seen, one curve per framework."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    for key, label, name in (("val_accuracy", "validation accuracy", "accuracy.png"),
-                             ("train_loss", "training loss", "loss.png")):
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for r in rows:
-            points = [e for e in r["epochs"] if e[key] is not None]
-            for ax, x in zip(axes, ("elapsed_s", "samples"), strict=True):
-                ax.plot([e[x] for e in points], [e[key] for e in points], marker="o", label=r["framework"])
-        for ax, x in zip(axes, ("wall time (s)", "samples seen (all learners)"), strict=True):
-            ax.set_xlabel(x)
-            ax.set_ylabel(label)
-            ax.grid(alpha=0.3)
-        axes[0].legend()
-        fig.tight_layout()
-        fig.savefig(output / name, dpi=90)
-        plt.close(fig)
-        paths.append(output / name)
-    return paths
+    name = "labswarm" if framework is None else str(framework["name"])
+    training: dict[str, Any] = {"threads": threads}
+    if epochs is not None:
+        training["epochs"] = epochs
+    manifest: dict[str, Any] = {
+        "name": f"compare-{name.replace('_', '-')}-{learners}", "description": f"labswarm compare: {name} ×{learners}",
+        "experiment": dict(experiment), "training": training, "learners": learners,
+        "resources": {"cpus": threads}, "framework": dict(framework or {"name": "labswarm"}),
+        "results_store": {"name": "local", "path": str(results)}}
+    if framework is not None and FRAMEWORKS.get(name).needs_parameter_server:
+        manifest["ps_shards"] = ps_shards
+    return manifest
 
 
 def default_output(home: Path, now: float | None = None) -> Path:
@@ -190,38 +145,129 @@ def default_output(home: Path, now: float | None = None) -> Path:
     return Path(home) / COMPARE_DIR / stamp
 
 
-def compare(experiment: Path, frameworks: Sequence[str], output: Path, learners: int = 2,
-            epochs: int | None = None, target: float = 0.8, ps_shards: int = 1,
-            owner: str | None = None) -> list[dict[str, Any]]:
-    """Run each framework in turn and write ``compare.json``, ``compare.md`` and the plots into ``output``.
+@contextlib.contextmanager
+def embedded_manager(home: Path, data_roots: Sequence[Path], slots: int) -> Iterator[tuple[str, str]]:
+    """A manager served in this process for the comparison's jobs (``labswarm run``'s way): its own SQLite state
+    in ``home`` (never the environment's database or broker: its lifecycle would take over their jobs), the local
+    launcher, ``slots`` learner slots, and a token of this run only. Yields ``(url, token)``."""
+    from labswarm.manager.api import create_app
+    from labswarm.manager.server import EmbeddedServer
+    from labswarm.manager.tokens import new_token
+    from labswarm.settings import Settings
+
+    token = new_token()
+    settings = Settings(home=home, database_url=None, broker_url=None, tokens_file=None, api_token=token,
+                        data_roots=list(data_roots), job_slots=slots, job_launcher="local")
+    home.mkdir(parents=True, exist_ok=True)
+    server = EmbeddedServer(create_app(settings)).start()
+    try:
+        yield server.url, token
+    finally:
+        server.stop()
+
+
+def run_job(client: Any, manifest: Mapping[str, Any], timeout_s: float = RUN_TIMEOUT_S,
+            on_event: Callable[[str, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Submit one job and read its event stream to its end.
+
+    Args:
+        client: a :class:`~labswarm.jobs.client.JobsClient`.
+        manifest: the job.
+        timeout_s: seconds before the job is deleted and this fails.
+        on_event: called with ``(job id, event)`` for each event (the CLI prints the metrics).
+
+    Returns:
+        The job's events (``{id, event, data}``), in order.
+
+    Raises:
+        CompareError: the job ended other than completed, or took longer than ``timeout_s``.
+        ManagerError: the manager refused the job or cannot be reached.
+    """
+    job = client.submit(dict(manifest))
+    deadline = time.monotonic() + timeout_s
+    events: list[dict[str, Any]] = []
+    for event in client.events(job["id"]):
+        events.append(event)
+        if on_event is not None:
+            on_event(job["id"], event)
+        if time.monotonic() > deadline:
+            with contextlib.suppress(Exception):
+                client.delete(job["id"])
+            raise CompareError(f"job {job['id']} ({manifest['name']}) took more than {timeout_s:.0f} s: deleted")
+    shown = client.show(job["id"])
+    if shown["status"] != "completed":
+        tail = "\n".join(shown.get("log_tail") or [])
+        raise CompareError(f"job {job['id']} ({manifest['name']}) ended {shown['status']}: "
+                           f"{shown.get('error') or shown.get('reason')}\n{tail}")
+    return events
+
+
+def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], output: Path,
+            learners: Sequence[int] = (2,), epochs: int | None = None, target: float = 0.8, ps_shards: int = 1,
+            owner: str | None = None, manager_url: str | None = None, token: str | None = None, threads: int = 1,
+            timeout_s: float = RUN_TIMEOUT_S,
+            on_event: Callable[[str, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Run every (learner count, framework) as a job, one after another, and write ``compare.json``,
+    ``compare.md`` and the plots into ``output``.
 
     Args:
         experiment: the experiment YAML (with ``model`` and ``training``).
-        frameworks: framework names, each with its default parameters.
-        output: the output folder (each framework's run in ``output/runs/<name>/``).
-        learners: learner processes per framework (≥ 2).
-        epochs: override ``training.epochs``.
+        frameworks: framework specs (``{"name": ..., **params}``) or names.
+        output: the output folder (created; with the embedded manager, its state in ``output/manager`` and the
+            jobs' results in ``output/results``).
+        learners: learner counts; 1 runs the single-process trainer once (not once per framework).
+        epochs: override ``training.epochs`` (the sample budget).
         target: the validation accuracy whose first reach is timed.
-        ps_shards: parameter-server shards for the frameworks that need them.
+        ps_shards: parameter-server shards of the frameworks that need them.
         owner: recorded in ``compare.json``: that user may see the run on the dashboard (admins see all).
+        manager_url: a running manager; ``None``: one embedded here. Its data roots must hold the experiment's
+            folders and ``output/results``.
+        token: that manager's API token.
+        threads: torch threads (and ``resources.cpus``) per learner; default 1.
+        timeout_s: the longest a job may take, in s.
+        on_event: called with ``(job id, event)`` for every event of every job.
 
     Returns:
-        The rows (:func:`summarize`), in ``frameworks`` order.
+        The rows (:func:`~labswarm.learners.compare_report.summarize`): learner counts ascending, frameworks in
+        the given order.
 
     Raises:
-        ConfigError: no framework, an unknown one, or fewer than 2 learners (named by field).
-        CompareError: a run failed.
+        ConfigError: no framework, an unknown one, bad parameters or learner counts (named by field), or an
+            experiment the jobs cannot train.
+        CompareError: a job failed.
+        ManagerError: the manager refused a job or cannot be reached.
     """
+    from labswarm.config import load_experiment
+    from labswarm.jobs.client import JobsClient
+    from labswarm.jobs.manifest import parse_manifest
+    from labswarm.paths import experiment_folders
+
     if not frameworks:
-        raise ConfigError([("frameworks", "name at least one framework")])
-    rows = []
-    for name in frameworks:
-        home = output / "runs" / name
-        ranks = run_framework(Path(experiment).resolve(), {"name": name}, learners, home, epochs, ps_shards)
-        rows.append(summarize(name, ranks, target))
+        raise ConfigError([("framework", "name at least one framework")])
+    specs = [s for f in frameworks for s in (parse_frameworks([f]) if isinstance(f, str) else [dict(f)])]
+    counts = parse_learners(list(learners))
+    config = load_experiment(Path(experiment))
+    workload = same_shapes(config.model_dump(mode="json"))
+    output = Path(output).resolve()
+    results = output / "results"
+    runs = [(n, None) for n in counts if n == 1] + [(n, fw) for n in counts if n > 1 for fw in specs]
+    manifests = [job_manifest(workload, fw, n, results, epochs, threads, ps_shards) for n, fw in runs]
+    for manifest in manifests:
+        parse_manifest(manifest, source=f"job {manifest['name']}")  # every error before the first job
     output.mkdir(parents=True, exist_ok=True)
-    (output / "compare.json").write_text(json.dumps({"experiment": str(experiment), "learners": learners,
-                                                     "epochs": epochs, "owner": owner, "rows": rows}, indent=1))
+    with contextlib.ExitStack() as stack:
+        if manager_url is None:
+            manager_url, token = stack.enter_context(embedded_manager(
+                output / "manager", [*experiment_folders(config), output], max(counts)))
+        client = stack.enter_context(JobsClient(manager_url, token))
+        rows = []
+        for (n, fw), manifest in zip(runs, manifests, strict=True):
+            events = run_job(client, manifest, timeout_s, on_event)
+            rows.append(summarize("labswarm" if fw is None else fw["name"], rank_records(events, n), target,
+                                  params=fw))
+    (output / "compare.json").write_text(json.dumps({
+        "experiment": str(experiment), "learners": max(counts), "learner_counts": counts, "epochs": epochs,
+        "threads": threads, "owner": owner, "frameworks": specs, "rows": rows}, indent=1))
     (output / "compare.md").write_text(table(rows))
     plot(rows, output)
     return rows

@@ -1,0 +1,119 @@
+"""Benchmark (issue 13): the training frameworks side by side on the demo experiment, each run a training job
+(``labswarm compare``, :mod:`labswarm.learners.compare`), with 1 and 2 learners of one thread each.
+
+    .venv/bin/python bench/frameworks.py [--experiment examples/music_speech_noise.yml] [--epochs 2]
+        [--framework NAME[:key=value,...]]... [--learners 1,2] [--target 0.8] [--output DIR]
+
+The demo experiment needs the demo set: ``labswarm demo-data data/demo`` (the README's main command makes it; its
+features land in ``data/store`` at the first run, or on the fly here, which is slow). Every framework trains the
+same model on the same data, seed, sample budget (epochs × the training split), per-learner batch and schedule,
+one job after another; one learner is the single-process trainer (what every framework is with one learner).
+
+Printed: the table (final validation accuracy, time to the target accuracy, samples/s, MB sent per learner,
+staleness p50/p99), then per framework the ratio of its samples/s with 2 learners to the one learner's, and the
+issue's goals next to the figures: ``allreduce`` 2 learners of 1 thread >= 1.6x one learner of 1 thread (80 %
+scaling efficiency); ``model_averaging`` sends >= 5x fewer bytes than ``allreduce`` for the same samples (its
+``period`` P sets it: about P times fewer; the default P is 4); every framework's time to the target accuracy.
+Samples/s is training samples over compute seconds (epoch time less the time the single-process trainer waits for
+its data pipeline; the distributed mode holds its features in memory), so start-up and validation are not in it;
+the plots' wall time is. On a 2-core machine 2 learners of one thread are all the machine has (the manager and the
+learners' reporting threads share the cores): more would be oversubscribed, and figures taken while other work runs
+are noisy (the load average is printed before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+#: All the frameworks, each with its documented default parameters.
+ALL = ("allreduce", "model_averaging", "sandblaster", "downpour", "easgd")
+#: The issue's goal: allreduce's samples/s with 2 learners of 1 thread over one learner of 1 thread.
+ALLREDUCE_SCALING_GOAL = 1.6
+#: The issue's goal: allreduce's bytes over model_averaging's, for the same samples.
+BYTES_GOAL = 5.0
+
+
+def _row(rows: list[dict[str, Any]], name: str, learners: int) -> dict[str, Any] | None:
+    return next((r for r in rows if r["framework"] == name and r["learners"] == learners), None)
+
+
+def report(rows: list[dict[str, Any]], target: float) -> list[str]:
+    """The lines printed after the table: scaling ratios, bytes ratio, time to target, each beside its goal."""
+    lines = []
+    single = _row(rows, "labswarm", 1)
+    if single is not None and single["samples_per_s"]:
+        lines.append(f"samples/s, 2 learners of 1 thread / 1 learner of 1 thread ({single['samples_per_s']:.1f}):")
+        for r in rows:
+            if r["learners"] == 2:
+                ratio = r["samples_per_s"] / single["samples_per_s"]
+                met = "met" if ratio >= ALLREDUCE_SCALING_GOAL else "NOT met"
+                goal = f"   goal >= {ALLREDUCE_SCALING_GOAL}x: {met}" if r["framework"] == "allreduce" else ""
+                lines.append(f"  {r['label']:<28} {r['samples_per_s']:8.1f}  {ratio:5.2f}x{goal}")
+    ar, ma = _row(rows, "allreduce", 2), _row(rows, "model_averaging", 2)
+    if ar is not None and ma is not None and ma["bytes_sent_per_learner"]:
+        ratio = ar["bytes_sent_per_learner"] / ma["bytes_sent_per_learner"]
+        period = ma["params"].get("period", 4)
+        lines.append(f"bytes sent per learner, allreduce / model_averaging (period {period}), same samples: "
+                     f"{ratio:.2f}x   goal >= {BYTES_GOAL}x: {'met' if ratio >= BYTES_GOAL else 'NOT met'}")
+    lines.append(f"time to validation accuracy {target} (s since the job ran, start-up included):")
+    for r in rows:
+        reached = "not reached" if r["time_to_target_s"] is None else f"{r['time_to_target_s']:.1f} s"
+        lines.append(f"  {r['label']:<28} {reached:>12}   (final {r['final_val_accuracy']:.3f}, "
+                     f"wall {r['wall_s']:.0f} s)")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--experiment", type=Path, default=ROOT / "examples" / "music_speech_noise.yml")
+    parser.add_argument("--framework", action="append", help=f"NAME[:key=value,...], repeatable; default all: "
+                                                             f"{', '.join(ALL)}")
+    parser.add_argument("--learners", default="1,2", help="learner counts (default 1,2)")
+    parser.add_argument("--epochs", type=int, default=2, help="passes over the training split (default 2)")
+    parser.add_argument("--target", type=float, default=0.8, help="validation accuracy to time (default 0.8)")
+    parser.add_argument("--output", type=Path, help="output folder (default a temporary one under /tmp)")
+    args = parser.parse_args()
+
+    from labswarm.config import load_experiment
+    from labswarm.learners.compare import compare, parse_learners, table
+
+    config = load_experiment(args.experiment)
+    if not config.dataset.labels_path.is_file():
+        sys.exit(f"no dataset at {config.dataset.root}: make the demo set first, "
+                 f"`labswarm demo-data {config.dataset.root}` (the README's main command does)")
+    cores = os.cpu_count() or 1
+    counts = parse_learners(args.learners)
+    print(f"{cores} cores; learners of 1 thread each: {counts}. {min(cores, 2)} learners on {cores} cores is all "
+          f"the machine has (more would be oversubscribed); load average before: "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
+    output = args.output or Path(f"/tmp/labswarm-bench-frameworks-{time.strftime('%Y%m%d-%H%M%S')}")
+    started = time.perf_counter()
+
+    def on_event(job_id: str, event: dict[str, Any]) -> None:
+        data = event["data"]
+        if event["event"] == "metric" and "epoch" in data:
+            print(f"  {time.perf_counter() - started:7.1f} s  job {job_id} epoch {data['epoch']}: loss "
+                  f"{data.get('train_loss', float('nan')):.3f}  val acc {data.get('val_accuracy', float('nan')):.3f}",
+                  flush=True)
+        elif event["event"] == "status" and data.get("status") in ("queued", "completed", "failed"):
+            print(f"  {time.perf_counter() - started:7.1f} s  job {job_id} {data['status']}", flush=True)
+
+    rows = compare(args.experiment, args.framework or list(ALL), output, learners=counts, epochs=args.epochs,
+                   target=args.target, threads=1, on_event=on_event)
+    print()
+    print(table(rows))
+    for line in report(rows, args.target):
+        print(line)
+    print(f"\n{time.perf_counter() - started:.0f} s in all; load average after: "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} (figures are noisy when it exceeds {cores}); "
+          f"compare.json, compare.md and the plots in {output}")
+
+
+if __name__ == "__main__":
+    main()
