@@ -22,6 +22,13 @@ environment, command line and labels to anyone with access to the engine):
   reads it. Its ``manager_url`` is ``swarm_manager_url``, its working folder is in the container
   (:data:`WORKDIR`).
 
+A distributed job (``learners: N``) has one service per learner (each has its own ``RANK``), created after its
+parameter-server shards' services (:mod:`labswarm.jobs.swarm_shards`, through :meth:`SwarmLearners.shard_runner`).
+The learner's place in the job (:data:`PUBLIC_ENV`: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``: the
+coordinator in the manager, by the manager's address on the overlay network; ``LABSWARM_PS_ADDRS``: the shards'
+service names) is in its service's environment; any other variable the lifecycle's plan gives (a per-job
+parameter-server secret) goes into its docker secret with the token.
+
 GPUs are generic resources (:data:`GPU_RESOURCE`, ``resources.gpus`` of the manifest; the nodes advertise them in
 their ``node-generic-resources`` and the NVIDIA runtime maps them to devices); ``cpus`` and ``memory_mb`` are both
 reservation and limit. A task's state is the learner's: ``running`` (and the states before it) alive;
@@ -58,6 +65,7 @@ from labswarm.jobs.processes import LearnerHandle, LearnerLaunch, LearnerLaunche
 
 if TYPE_CHECKING:
     from labswarm.jobs.models import LearnerRow
+    from labswarm.jobs.swarm_shards import SwarmShards
     from labswarm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -66,6 +74,8 @@ log = logging.getLogger(__name__)
 LABEL_JOB = "labswarm.job"
 LABEL_ATTEMPT = "labswarm.attempt"
 LABEL_RANK = "labswarm.rank"
+#: Label of a parameter-server shard's service and secret (:mod:`labswarm.jobs.swarm_shards`): its index.
+LABEL_SHARD = "labswarm.shard"
 #: Where the learner's spec (a docker config) is mounted in its container.
 SPEC_TARGET = "/run/labswarm/learner.json"
 #: The file name under ``/run/secrets`` of the learner's secret environment (the attempt's token, ``AWS_*``).
@@ -81,6 +91,11 @@ ALIVE_STATES = frozenset({"new", "allocated", "pending", "assigned", "accepted",
                           "running"})
 #: Environment variables of the manager a learner gets, in its secret (the ``s3`` stores' credentials).
 FORWARDED_PREFIX = "AWS_"
+#: The variables of a distributed learner's place in the job (:class:`~labswarm.learners.context.LearnerContext`)
+#: that its service's environment shows; any other variable of ``LearnerLaunch.env`` (e.g. a per-job
+#: parameter-server secret) travels in its docker secret.
+PUBLIC_ENV = frozenset({"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LABSWARM_ATTEMPT", "LABSWARM_PS_ADDRS",
+                        "LABSWARM_COLLECTIVE_TIMEOUT_S"})
 #: The container's command: load the secret environment, then run the learner on the spec (``$0``).
 COMMAND = ("sh", "-c", f"set -a && . /run/secrets/{ENV_SECRET_TARGET} && set +a && "
            'exec python -m labswarm.jobs.learner "$0"', SPEC_TARGET)
@@ -91,11 +106,27 @@ def learner_service_name(job_id: str, attempt: int, rank: int) -> str:
     return f"labswarm-job-{job_id}-{attempt}-{rank}"
 
 
-def secret_environment(token: str, manager_env: dict[str, str] | None = None) -> str:
-    """The learner's secret environment file: ``NAME='value'`` lines (shell-quoted) of the attempt's token and
-    the manager's ``AWS_*`` variables (``manager_env``, default ``os.environ``)."""
+def ps_service_name(job_id: str, index: int | str) -> str:
+    """``labswarm-job-<job>-ps-<index>``: the service of a job's parameter-server shard (its address on the
+    overlay network)."""
+    return f"labswarm-job-{job_id}-ps-{index}"
+
+
+def split_environment(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``(public, secret)``: the variables of :data:`PUBLIC_ENV` (shown in the service's spec) and all others
+    (carried by its docker secret)."""
+    public = {k: v for k, v in env.items() if k in PUBLIC_ENV}
+    return public, {k: v for k, v in env.items() if k not in PUBLIC_ENV}
+
+
+def secret_environment(token: str, manager_env: dict[str, str] | None = None,
+                       extra: dict[str, str] | None = None) -> str:
+    """The learner's secret environment file: ``NAME='value'`` lines (shell-quoted) of the attempt's token,
+    the manager's ``AWS_*`` variables (``manager_env``, default ``os.environ``) and ``extra`` (the secret part of
+    the learner's place in the job, :func:`split_environment`)."""
     env = learner_environment(os.environ if manager_env is None else manager_env, token)
     kept = {k: v for k, v in env.items() if k == TOKEN_ENV or k.startswith(FORWARDED_PREFIX)}
+    kept.update(extra or {})
     return "".join(f"{name}={shlex.quote(value)}\n" for name, value in sorted(kept.items()))
 
 
@@ -119,7 +150,7 @@ def learner_service_spec(launch: LearnerLaunch, settings: Settings) -> ServiceSp
         network=settings.swarm_network,
         replicas=1,
         mounts=(data_mount(settings),),
-        env={"PYTHONUNBUFFERED": "1"},
+        env={"PYTHONUNBUFFERED": "1", **split_environment(launch.env)[0]},
         restart=RestartSpec(condition="none", delay_s=0.0, max_attempts=0),
         labels=_labels(launch.job_id, launch.attempt, launch.rank),
         constraints=tuple(settings.swarm_constraints),
@@ -178,18 +209,31 @@ class SwarmLearners(LearnerLauncher):
             self._remove_stale(spec.name, launch.job_id)
             try:
                 secret = self.client.secrets.create(name=spec.secrets[0].name, labels=spec.labels,
-                                                    data=secret_environment(launch.token).encode())
+                                                    data=secret_environment(
+                                                        launch.token, extra=split_environment(launch.env)[1]
+                                                    ).encode())
                 config = self.client.configs.create(name=spec.configs[0].name, labels=spec.labels,
                                                     data=data.encode())
                 service = self.client.services.create(**spec.to_docker({secret.name: secret.id},
                                                                        {config.name: config.id}))
             except Exception:
                 with contextlib.suppress(Exception):  # best effort: the original error is what matters
-                    self._remove_named(spec.name, launch.job_id)
+                    self.remove_named(spec.name, launch.job_id)
                 raise
         log.info("job %s attempt %d learner %d: service %s (%s)", launch.job_id, launch.attempt, launch.rank,
                  spec.name, service.id)
         return LearnerHandle(service_id=service.id)
+
+    def shard_runner(self, job_id: str) -> SwarmShards:
+        """The runner of ``job_id``'s parameter-server shards as services (:mod:`labswarm.jobs.swarm_shards`),
+        which :class:`~labswarm.jobs.cluster.JobCluster` uses instead of local processes.
+
+        Raises:
+            ValueError: ``swarm_manager_url`` has no host (the learners' ``MASTER_ADDR``).
+        """
+        from labswarm.jobs.swarm_shards import SwarmShards
+
+        return SwarmShards(self, job_id)
 
     def poll(self, learner: LearnerRow) -> LearnerStatus:
         """The state of the service's task (see the module docstring); alive while the engine cannot tell."""
@@ -218,7 +262,7 @@ class SwarmLearners(LearnerLauncher):
         name = learner_service_name(learner.job_id, learner.attempt, learner.rank)
         try:
             with translate_errors(f"remove learner service {name}"):
-                self._remove_named(name, learner.job_id, learner.service_id)
+                self.remove_named(name, learner.job_id, learner.service_id)
         except DeployError as exc:
             log.warning("job %s learner %d: %s", learner.job_id, learner.rank, exc)
 
@@ -253,7 +297,8 @@ class SwarmLearners(LearnerLauncher):
                     for item in collection.list(filters={"label": LABEL_JOB}):
                         labels = (item.attrs.get("Spec") or {}).get("Labels") or {}
                         job = labels.get(LABEL_JOB, "")
-                        service = learner_service_name(job, labels.get(LABEL_ATTEMPT, ""), labels.get(LABEL_RANK, ""))
+                        service = (ps_service_name(job, labels[LABEL_SHARD]) if LABEL_SHARD in labels else
+                                   learner_service_name(job, labels.get(LABEL_ATTEMPT, ""), labels.get(LABEL_RANK, "")))
                         if labels.get(LABEL_MANAGED) == "true" and owns(job) and not self._exists(service):
                             item.remove()
         except DeployError as exc:
@@ -272,9 +317,9 @@ class SwarmLearners(LearnerLauncher):
         Raises:
             DeployError: one of them was not created by labswarm for this job.
         """
-        self._remove_named(name, job_id, check=True)
+        self.remove_named(name, job_id, check=True)
 
-    def _remove_named(self, name: str, job_id: str, service_id: str | None = None, check: bool = False) -> None:
+    def remove_named(self, name: str, job_id: str, service_id: str | None = None, check: bool = False) -> None:
         """Remove the service (by id when known, else by name), the secret and the config of a learner, those of
         ``job_id`` only (``check``: one of another owner raises :class:`DeployError`)."""
         errors = docker_sdk().errors

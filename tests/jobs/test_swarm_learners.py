@@ -274,3 +274,60 @@ def test_an_engine_that_refuses_is_the_platforms_fault(tmp_path: Path, swarm_man
     shown = swarm_manager.show(job["id"])
     assert shown["error_code"] == "S105" and "network labswarm not found" in json.dumps(stream)
     assert engine.secrets.items == {} and engine.configs.items == {}
+
+
+PS_SECRET = "ps-secret-do-not-print"
+
+
+def test_a_distributed_learners_place_is_in_its_env_and_any_other_variable_in_its_secret(
+        tmp_path: Path, swarm: SwarmLearners, engine: FakeEngine) -> None:
+    place = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "manager", "MASTER_PORT": "41234",
+             "LABSWARM_ATTEMPT": "1", "LABSWARM_PS_ADDRS": "labswarm-job-abc123def456-ps-0:29600",
+             "LABSWARM_COLLECTIVE_TIMEOUT_S": "30.0"}
+    launch = _launch(tmp_path, rank=1)
+    swarm.start(LearnerLaunch(**{**launch.__dict__, "env": {**place, "LABSWARM_PS_SECRET": PS_SECRET}}))
+    [create] = engine.created
+    env = dict(item.split("=", 1) for item in create["task_template"]["ContainerSpec"]["Env"])
+    assert env == {"PYTHONUNBUFFERED": "1", **place}
+    assert PS_SECRET not in json.dumps(create)
+    secret = engine.secrets.items[learner_service_name("abc123def456", 1, 1) + "-env"].data.decode()
+    assert f"LABSWARM_PS_SECRET={PS_SECRET}\n" in secret and f"LABSWARM_API_TOKEN={TOKEN}\n" in secret
+
+
+def test_a_shard_service_gets_its_environment_as_a_secret_and_is_removed_with_it(
+        tmp_path: Path, swarm: SwarmLearners, engine: FakeEngine) -> None:
+    from labswarm.jobs.swarm_learners import ps_service_name
+    from labswarm.jobs.swarm_shards import PS_PORT
+
+    shards = swarm.shard_runner("abc123def456")
+    assert shards.master_host == "manager" and shards.address(0) == (ps_service_name("abc123def456", 0), PS_PORT)
+    argv = [sys.executable, "-m", "labswarm.learners.ps", "--shard", "0", "--learners", "2", "--checkpoint-dir",
+            str(shards.checkpoint_dir), "--host", ps_service_name("abc123def456", 0), "--port", str(PS_PORT)]
+    shards.start(0, argv, {"LABSWARM_PS_SECRET": PS_SECRET})  # the fake's task runs at once
+    [create] = engine.created
+    assert PS_SECRET not in json.dumps(create)
+    assert engine.secrets.items[ps_service_name("abc123def456", 0) + "-env"].data.decode() == \
+        f"LABSWARM_PS_SECRET={PS_SECRET}\n"
+    assert shards.running(0) and shards.dead() == []
+    engine.services[ps_service_name("abc123def456", 0)].set_task("failed", 137, "task: non-zero exit (137)")
+    assert shards.dead() == [0] and shards.exit_code(0) == 137
+    shards.stop()
+    assert engine.services == {} and engine.secrets.items == {}
+
+
+def test_a_shard_whose_task_is_rejected_fails_the_deploy_and_leaves_nothing(
+        tmp_path: Path, swarm: SwarmLearners, engine: FakeEngine) -> None:
+    shards = swarm.shard_runner("abc123def456")
+    argv = [sys.executable, "-m", "labswarm.learners.ps", "--shard", "0", "--learners", "2", "--checkpoint-dir",
+            "/data/x", "--host", "h", "--port", "29600"]
+    original = engine.services_api.create
+
+    def create(*args: Any, **kwargs: Any) -> FakeService:  # created, then its task rejected by the swarm
+        service = original(*args, **kwargs)
+        service.set_task("rejected", None, "no suitable node")
+        return service
+
+    engine.services_api.create = create  # type: ignore[method-assign]
+    with pytest.raises(DeployError, match="did not start: its task is rejected"):
+        shards.start(0, argv, {})
+    assert engine.services == {} and engine.secrets.items == {}
