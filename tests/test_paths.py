@@ -16,7 +16,15 @@ from labswarm.errors import ConfigError, DatasetError
 from labswarm.jobs.manifest import parse_manifest
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer
-from labswarm.paths import OUTSIDE, DataRoots, check_experiment_paths, check_manifest_paths, experiment_folders
+from labswarm.paths import (
+    LIST_FOLDER_AFTER,
+    OUTSIDE,
+    DataRoots,
+    check_experiment_paths,
+    check_labels_paths,
+    check_manifest_paths,
+    experiment_folders,
+)
 from labswarm.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -267,3 +275,24 @@ def test_a_job_naming_a_path_outside_the_roots_is_refused_before_anything_is_ope
     _labels(root, str(outside / "data" / "low" / "low_0.wav"))  # an inline experiment's rows are checked too
     errors = _refused(http.post("/v1/jobs/validate", json=manifest))
     assert list(errors) == ["experiment.dataset.labels"] and "line 6" in errors["experiment.dataset.labels"], errors
+
+
+def test_symlinks_are_found_in_a_folder_listed_once_many_of_its_files_are_rows(root: Path, outside: Path) -> None:
+    """Past LIST_FOLDER_AFTER rows in one folder, the check lists the folder instead of one lstat per row: a
+    symlink out of the roots among them is still refused by its line, one that stays inside still accepted, and
+    the rows are counted."""
+    folder = root / "data" / "many"
+    folder.mkdir()
+    n = LIST_FOLDER_AFTER + 20
+    for i in range(n):
+        (folder / f"f{i}.wav").touch()
+    (folder / "in.wav").symlink_to(folder / "f0.wav")
+    (folder / "out.wav").symlink_to(outside / "data" / "low" / "low_0.wav")
+    config = parse_experiment(_experiment(root))
+    before = check_labels_paths(config, DataRoots([root]))  # the 4 rows of the tone set
+    _labels(root, *(f"many/f{i}.wav" for i in range(n)), "many/in.wav", "many/./f1.wav", "many//f2.wav")
+    assert check_labels_paths(config, DataRoots([root])) == before + n + 3
+    _labels(root, "many/out.wav")
+    with pytest.raises(ConfigError) as refused:
+        check_labels_paths(config, DataRoots([root]))
+    assert refused.value.errors == [("dataset.labels", f"line {before + n + 5} (column path): {OUTSIDE} ({root})")]

@@ -26,9 +26,8 @@ from sqlalchemy.orm import Session
 
 from labswarm.db import make_engine, make_sessionmaker, utcnow
 from labswarm.errors import Conflict, NotFound
-from labswarm.paths import DataRoots, check_labels_paths
+from labswarm.paths import DataRoots
 from labswarm.queue.app import queue_name
-from labswarm.sample import count_samples
 from labswarm.sessions import ledger
 from labswarm.sessions.broker import BrokerClient
 from labswarm.sessions.launchers import SessionLaunchers
@@ -145,13 +144,14 @@ class SessionService:
 
         if not weight > 0:
             raise ValueError("weight must be > 0")
-        config = self.registry.config(experiment, self.registry.get(experiment, None if admin else owner))
+        stored = self.registry.get(experiment, None if admin else owner)
         with self.db() as db:
             if active := active_session(db, experiment):
                 shown = active if admin or db.get(SessionRow, active).owner == owner else "(another user's)"
                 raise Conflict(f"experiment {experiment!r} already has an active session {shown}")
-        check_labels_paths(config, self.registry.roots)  # its rows too: the CSV may have changed since registration
-        total = count_samples(config)
+        # its labels CSV's rows checked again (the file may have changed since registration) and counted: one read
+        config, clips = self.registry.config_and_clips(experiment, stored)
+        total = clips * len(config.transformations)
         self.broker.declare_queue(experiment)
         row = SessionRow(
             id=uuid.uuid4().hex[:12], experiment=experiment, status="running",
