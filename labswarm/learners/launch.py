@@ -6,13 +6,14 @@ The lifecycle (:mod:`labswarm.jobs.lifecycle`, with :mod:`labswarm.jobs.cluster`
 1. host the job's :class:`JobCoordinator` (a ``TCPStore`` server: the process-group rendezvous and the global
    cursor's state), and checkpoint :meth:`JobCoordinator.state_dict` with the job;
 2. start the parameter-server shards first when the framework needs them (:func:`plan_attempt` gives their
-   command lines, on ports the lifecycle picks and keeps so a restarted shard takes its port back), and wait
-   until they listen;
+   command lines, on ports the lifecycle picks and keeps so a restarted shard takes its port back, and the job's
+   secret in their environment and the learners', never on a command line), and wait until they listen;
 3. start the ``N`` learners with the environment :func:`plan_attempt` gives each
    (:class:`~labswarm.learners.context.LearnerContext`'s variables);
 4. on a learner's death: :func:`restart_scope` says whether it restarts alone (asynchronous frameworks: it pulls
    the current parameters) or all learners restart together from the last checkpoint as a new attempt
-   (synchronous frameworks; the new attempt number gives the process group fresh store keys).
+   (synchronous frameworks, and ``downpour`` with worker groups; the new attempt number gives the process group
+   fresh store keys).
 
 A job with one learner needs no coordinator, no shard and no framework: the trainer runs as today.
 """
@@ -29,6 +30,7 @@ from typing import Any
 from labswarm.errors import ConfigError
 from labswarm.learners.context import DEFAULT_TIMEOUT_S, LearnerContext
 from labswarm.learners.frameworks.base import Framework
+from labswarm.learners.ps.auth import SECRET_ENV
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class ProcessPlan:
         kind: ``"ps"`` (a parameter-server shard) or ``"learner"``.
         index: the shard index or the learner's rank.
         argv: the command line (``None`` for learners: the lifecycle's learner command, as today).
-        env: variables to add to the process's environment.
+        env: variables to add to the process's environment (the job's parameter-server secret among them: keep
+            them out of logs and events).
     """
 
     kind: str
@@ -50,7 +53,8 @@ class ProcessPlan:
 
 def plan_attempt(framework: Mapping[str, Any], learners: int, attempt: int, master: tuple[str, int],
                  ps_addresses: Sequence[tuple[str, int]] = (), checkpoint_dir: Path | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, checkpoint_every: int = 10) -> list[ProcessPlan]:
+                 timeout_s: float = DEFAULT_TIMEOUT_S, checkpoint_every: int = 10,
+                 ps_secret: str | None = None) -> list[ProcessPlan]:
     """The processes of one attempt, in start order: the shards (if the framework needs them), then the learners.
 
     Args:
@@ -62,14 +66,20 @@ def plan_attempt(framework: Mapping[str, Any], learners: int, attempt: int, mast
         checkpoint_dir: where the shards checkpoint (the job's folder; required with shards).
         timeout_s: collective / round / request timeout, in s.
         checkpoint_every: shard updates between two shard checkpoints.
+        ps_secret: the job's parameter-server secret (:func:`labswarm.learners.ps.auth.new_secret`, made once per
+            job): set as ``LABSWARM_PS_SECRET`` in the shards' and learners' ``env``, never in an ``argv``.
+            ``None``: shards without a secret, which listen on loopback only.
 
     Raises:
-        ConfigError: an unknown framework or bad parameters, fewer than 2 learners, or a server framework
-            without shard addresses or checkpoint folder (each error names its field).
+        ConfigError: an unknown framework or bad parameters, fewer than 2 learners, parameters that do not fit
+            the learners (``framework.group_size``), or a server framework without shard addresses or checkpoint
+            folder (each error names its field).
     """
     fw = Framework.from_spec(framework)
     if learners < 2:
         raise ConfigError([("learners", f"a distributed attempt needs at least 2 learners, got {learners}")])
+    fw.check_learners(learners)
+    secret_env = {SECRET_ENV: ps_secret} if ps_secret and fw.needs_parameter_server else {}
     shards: list[ProcessPlan] = []
     if fw.needs_parameter_server:
         if not ps_addresses:
@@ -80,18 +90,20 @@ def plan_attempt(framework: Mapping[str, Any], learners: int, attempt: int, mast
             shards.append(ProcessPlan("ps", k, [
                 sys.executable, "-m", "labswarm.learners.ps", "--shard", str(k), "--learners", str(learners),
                 "--checkpoint-dir", str(checkpoint_dir), "--checkpoint-every", str(checkpoint_every),
-                "--round-timeout", str(timeout_s), "--host", host, "--port", str(port)], {}))
+                "--round-timeout", str(timeout_s), "--host", host, "--port", str(port)], dict(secret_env)))
     addresses = tuple(ps_addresses) if fw.needs_parameter_server else ()
     return shards + [
         ProcessPlan("learner", rank, None, LearnerContext(
             rank=rank, world_size=learners, master_addr=master[0], master_port=master[1], attempt=attempt,
-            ps_addresses=addresses, timeout_s=timeout_s).to_env())
+            ps_addresses=addresses, timeout_s=timeout_s).to_env() | secret_env)
         for rank in range(learners)]
 
 
 def restart_scope(framework: Mapping[str, Any]) -> str:
     """``"learner"``: a dead learner restarts alone (asynchronous frameworks); ``"attempt"``: every learner
-    restarts together from the last checkpoint (synchronous ones: torchrun's semantics).
+    restarts together from the last checkpoint (synchronous ones: torchrun's semantics; ``downpour`` with
+    ``group_size`` > 1 too: a worker group is synchronous inside, and a member restarted alone could not rejoin its
+    process group).
 
     Raises:
         ConfigError: an unknown framework.

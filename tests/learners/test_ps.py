@@ -20,17 +20,20 @@ from learners.tiny import kill_all, logs, shard_port, start_learners, start_shar
 #: real learner processes: each imports torch (4-7 s measured on the 2 shared, busy cores)
 pytestmark = pytest.mark.slow
 
-def run_job(framework: dict[str, Any], tmp_path: Path, n: int = 2, shards: int = 2, **spec: Any) -> list[dict]:
-    """Start the shards, then ``n`` learners (the lifecycle's order); their results by rank."""
+def run_job(framework: dict[str, Any], tmp_path: Path, n: int = 2, shards: int = 2, env: dict[str, str] | None = None,
+            wait_s: float = 90, **spec: Any) -> list[dict]:
+    """Start the shards, then ``n`` learners (the lifecycle's order) with ``env`` added to their environment, and wait
+    up to ``wait_s`` for them; their results by rank."""
     procs: list[subprocess.Popen] = []
     try:
         shard_procs = [start_shard(k, n, tmp_path) for k in range(shards)]
         procs += shard_procs
         addrs = ",".join(f"127.0.0.1:{shard_port(k, tmp_path, p)}" for k, p in enumerate(shard_procs))
         learners = start_learners(n, {"framework": framework, "out": str(tmp_path), **spec},
-                                  {"LABSWARM_PS_ADDRS": addrs, "LABSWARM_COLLECTIVE_TIMEOUT_S": "20"}, tmp_path)
+                                  {"LABSWARM_PS_ADDRS": addrs, "LABSWARM_COLLECTIVE_TIMEOUT_S": "20", **(env or {})},
+                                  tmp_path)
         procs += learners.values()
-        wait_all(learners, 90, tmp_path)
+        wait_all(learners, wait_s, tmp_path)
     finally:
         kill_all(procs)
     return [torch.load(tmp_path / f"rank-{r}.pt") for r in range(n)]

@@ -95,9 +95,11 @@ def test_a_shard_server_closes_a_connection_that_sends_a_malformed_frame(tmp_pat
     thread.start()
     try:
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as bad:
+            assert recv(bad)[0] == {"nonce": None}  # the handshake's hello: a shard without a secret
             bad.sendall(_frame({"op": "pull", "tensors": [["<f4", [-1]]]}))
             assert bad.recv(1) == b""  # closed by the shard, no reply
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as good:
+            recv(good)
             send(good, {"op": "pull"})
             header, arrays = recv(good)
             assert header["version"] == 0 and arrays[0].tolist() == [1.0, 1.0, 1.0]

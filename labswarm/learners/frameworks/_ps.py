@@ -16,19 +16,24 @@ def optimizer_spec(optimizer: Any) -> dict[str, Any]:
 
 
 class ParameterServerFramework(Framework):
-    """Connects to the shards at :meth:`attach`, offers the learner's starting parameters and optimizer (the
-    first learner's win), then pulls: every learner starts from the same parameters. :meth:`finish` pulls the
-    server's parameters into the model (the model a parameter-server job delivers is the server's)."""
+    """Connects to the shards at :meth:`attach` (proving the job's secret, ``LABSWARM_PS_SECRET``, when set), offers
+    the learner's starting parameters and optimizer (the first learner's win), then pulls: every learner starts from
+    the same parameters. :meth:`finish` pulls the server's parameters into the model (the model a parameter-server
+    job delivers is the server's)."""
 
     needs_parameter_server = True
 
     def _attach(self) -> Any:
+        import os
+
+        from labswarm.learners.ps.auth import SECRET_ENV
         from labswarm.learners.ps.client import ParameterServerClient
 
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self._names = [n for n, _ in named]
         self.client = ParameterServerClient(self.context.ps_addresses, self._names, [p.numel() for _, p in named],
-                                            timeout_s=self.context.timeout_s)
+                                            timeout_s=self.context.timeout_s,
+                                            secret=os.environ.get(SECRET_ENV) or None)
         self.client.init([p.detach() for _, p in named], optimizer_spec(self.optimizer))
         self._load(self.client.pull())
         self._count()

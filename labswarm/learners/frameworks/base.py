@@ -120,6 +120,14 @@ class Framework(ABC):
         self.steps += 1
         self.after_step()
 
+    def check_learners(self, learners: int) -> None:  # noqa: B027  (an optional hook)
+        """Check the parameters against a job of ``learners`` learners (a no-op here; ``downpour``'s
+        ``group_size`` must divide it).
+
+        Raises:
+            ConfigError: a parameter does not fit (the error names it, e.g. ``framework.group_size``).
+        """
+
     @abstractmethod
     def _attach(self) -> Any:
         """Set up with ``self.model`` / ``self.optimizer`` / ``self.context``; return the module to train."""

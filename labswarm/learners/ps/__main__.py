@@ -3,7 +3,8 @@
 The lifecycle manager starts ``ps_shards`` of these before the learners, each on its own port, and hands the
 addresses to the learners (``LABSWARM_PS_ADDRS``). The shard prints ``listening on HOST:PORT`` once it accepts
 connections, and writes ``PORT`` to ``--ready-file`` when given. It runs until killed (SIGTERM: it checkpoints
-first).
+first). The job's secret comes from the environment only (``LABSWARM_PS_SECRET``, :mod:`labswarm.learners.ps.auth`):
+learners must prove it on connect; without it the shard listens on loopback only.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import signal
 import sys
 from pathlib import Path
 
-from labswarm.learners.ps.server import Shard, ShardServer
+from labswarm.errors import ConfigError
+from labswarm.learners.ps.auth import SECRET_ENV, check_bind
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -33,12 +35,19 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("shard", "checkpoint_every", "learners"):
         if getattr(args, name) < (0 if name == "shard" else 1):
             parser.error(f"--{name.replace('_', '-')} is out of range: {getattr(args, name)}")
+    secret = os.environ.get(SECRET_ENV) or None
+    try:
+        check_bind(args.host, secret)
+    except ConfigError as exc:
+        parser.error(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     import torch
 
+    from labswarm.learners.ps.server import Shard, ShardServer  # torch: after the checks, so they answer at once
+
     torch.set_num_threads(1)
     shard = Shard(args.shard, args.learners, args.checkpoint_dir, args.checkpoint_every, args.round_timeout)
-    server = ShardServer(shard, args.host, args.port)
+    server = ShardServer(shard, args.host, args.port, secret)
 
     def stop(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)

@@ -8,7 +8,8 @@ least loaded shard) so every learner computes the same assignment from the same 
 A shard that goes away (killed, restarting from its checkpoint) is waited for: each request is retried on a
 new connection until ``timeout_s`` passes, then :class:`ParameterServerError` is raised. A push whose reply was
 lost may thus be applied twice (at least once): asynchronous frameworks tolerate it; synchronous ones restart
-from the job's checkpoint after a shard failure anyway.
+from the job's checkpoint after a shard failure anyway. Every new connection starts with the handshake of
+:mod:`labswarm.learners.ps.auth`; a failed one (a wrong or missing secret) raises at once, never retried.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from typing import Any
 import numpy as np
 
 from labswarm.errors import LabswarmError
+from labswarm.learners.ps.auth import AuthError, client_handshake
 from labswarm.learners.ps.protocol import recv, send
 
 
 class ParameterServerError(LabswarmError):
-    """A shard could not be reached within the timeout, or refused a request (its reason in the message)."""
+    """A shard could not be reached within the timeout, refused a request or this learner's secret (its reason in
+    the message)."""
 
 
 def assign_shards(sizes: Mapping[str, int], n_shards: int) -> dict[str, int]:
@@ -57,16 +60,18 @@ class ParameterServerClient:
         names: the model's parameter names, in the order tensors are given and returned.
         sizes: their element counts (for the shard assignment).
         timeout_s: how long a request may wait for a shard (its restart included), in s.
+        secret: the job's parameter-server secret (``LABSWARM_PS_SECRET``); ``None`` for shards without one.
 
     Raises:
         ParameterServerError: no shard address.
     """
 
     def __init__(self, addresses: Sequence[tuple[str, int]], names: Sequence[str], sizes: Sequence[int],
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, secret: str | None = None) -> None:
         if not addresses:
             raise ParameterServerError("no parameter-server shard address (LABSWARM_PS_ADDRS is empty)")
         self.addresses, self.names, self.timeout_s = list(addresses), list(names), timeout_s
+        self._secret = secret or None
         shard_of = assign_shards(dict(zip(names, sizes, strict=True)), len(addresses))
         #: per shard, the positions (in ``names``) of its parameters
         self.members = [[i for i, n in enumerate(self.names) if shard_of[n] == s] for s in range(len(addresses))]
@@ -85,9 +90,13 @@ class ParameterServerClient:
                     sock = socket.create_connection(self.addresses[shard], timeout=self.timeout_s + 5)
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     self._socks[shard] = sock
+                    client_handshake(sock, self._secret, f"{shard} at {self.addresses[shard]}")
                 sent = send(sock, header, list(tensors))
                 reply, arrays = recv(sock)
                 break
+            except AuthError as exc:  # a wrong or missing secret does not heal: no retry
+                self._drop(shard)
+                raise ParameterServerError(str(exc)) from exc
             except OSError as exc:  # refused while it restarts, reset when it died: a new connection
                 self._drop(shard)
                 if time.monotonic() > deadline:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from labswarm.learners.ps.auth import check_bind, server_handshake
 from labswarm.learners.ps.protocol import ProtocolError, recv, send
 
 log = logging.getLogger(__name__)
@@ -167,12 +168,19 @@ class Shard:
 
 
 class _Handler(socketserver.BaseRequestHandler):
-    """One learner connection: requests answered in order until it closes."""
+    """One learner connection: the handshake (:mod:`labswarm.learners.ps.auth`), then requests answered in order
+    until it closes."""
 
     def handle(self) -> None:
         shard: Shard = self.server.shard  # type: ignore[attr-defined]
         sock: socket.socket = self.request
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            if not server_handshake(sock, self.server.secret):  # type: ignore[attr-defined]
+                log.warning("shard %d refused a connection from %s: wrong secret", shard.index, self.client_address)
+                return
+        except (ProtocolError, OSError):
+            return
         while True:
             try:
                 header, arrays = recv(sock)
@@ -189,20 +197,29 @@ class _Handler(socketserver.BaseRequestHandler):
 
 
 class ShardServer(socketserver.ThreadingTCPServer):
-    """A TCP server around a :class:`Shard` (a thread per learner connection).
+    """A TCP server around a :class:`Shard` (a thread per learner connection); every connection starts with the
+    handshake of :mod:`labswarm.learners.ps.auth`.
 
     Args:
         shard: the shard.
         host: the address to listen on.
         port: the port; 0 picks a free one (read :attr:`port`). A restarted shard takes its old port back.
+        secret: the job's secret (learners must prove it); ``None``: any learner is answered, and ``host`` must be
+            loopback.
+
+    Raises:
+        ConfigError: ``host`` is not loopback and there is no secret.
+        OSError: the address cannot be bound.
     """
 
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, shard: Shard, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, shard: Shard, host: str = "127.0.0.1", port: int = 0, secret: str | None = None) -> None:
+        check_bind(host, secret)
         super().__init__((host, port), _Handler)
         self.shard = shard
+        self.secret = secret or None
 
     @property
     def port(self) -> int:
