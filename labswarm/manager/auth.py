@@ -29,6 +29,13 @@ Scoped tokens: a service may add a hook (:meth:`Authenticator.add_scoped`) that 
 token no configured token matched, whether it issued that token; the :class:`User` it answers carries a
 ``scope``, the one request (``"POST /v1/jobs/{id}/attempts/{n}/reports"``) the token opens: any other request
 with it is a 401. The training jobs give each attempt's learners such a token (:mod:`labswarm.jobs.credentials`).
+A hook may cost a database query, so a flood of wrong tokens must not cost one each: the hooks are asked only
+about a token of the shape the manager issues (:data:`ISSUED_TOKEN`, what :func:`~labswarm.manager.tokens.new_token`
+makes), and a digest that no hook knew is remembered as unknown for :data:`UNKNOWN_TTL` seconds (the newest
+:data:`UNKNOWN_SIZE` of them: :class:`UnknownTokens`), so the same wrong token is looked up once per TTL. Only
+negative answers are kept: a token revoked (its digest cleared in the database) fails at its next request. A
+token issued after its digest was remembered as unknown (presented before the row that holds it was committed)
+opens its route once the entry expires: a learner's reporter retries a refused report.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ import hmac
 import ipaddress
 import re
 import sys
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import TextIO
 
@@ -89,6 +99,51 @@ def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> bytes:
 
 #: A scoped-token hook: the SHA-256 (32 bytes) of a presented token -> the scoped :class:`User` it is, or ``None``.
 ScopedTokens = Callable[[bytes], User | None]
+#: The shape of the tokens the manager issues (:func:`~labswarm.manager.tokens.new_token`: 32 random bytes in
+#: URL-safe base64 without padding, 43 characters): the scoped-token hooks are asked about no other.
+ISSUED_TOKEN = re.compile(rb"\A[A-Za-z0-9_-]{43}\Z")
+#: Digests of wrong tokens remembered (the newest kept) and for how long, seconds: a flood of one wrong token
+#: costs one lookup per :data:`UNKNOWN_TTL`; a token issued while its digest is remembered opens after it.
+UNKNOWN_SIZE, UNKNOWN_TTL = 1_024, 5.0
+
+
+class UnknownTokens:
+    """Digests that no scoped-token hook knew, each for ``ttl`` seconds, the newest ``size`` kept (LRU); safe to
+    share between threads.
+
+    Args:
+        size: entries kept, default :data:`UNKNOWN_SIZE`.
+        ttl: seconds an entry is trusted, default :data:`UNKNOWN_TTL` (monotonic clock).
+    """
+
+    def __init__(self, size: int = UNKNOWN_SIZE, ttl: float = UNKNOWN_TTL) -> None:
+        self.size, self.ttl = size, ttl
+        self._until: OrderedDict[bytes, float] = OrderedDict()  # digest: monotonic time it expires at
+        self._lock = threading.Lock()
+
+    def __contains__(self, digest: bytes) -> bool:
+        """Whether ``digest`` was found unknown less than ``ttl`` seconds ago."""
+        with self._lock:
+            until = self._until.get(digest)
+            if until is None:
+                return False
+            if until <= time.monotonic():
+                del self._until[digest]
+                return False
+            self._until.move_to_end(digest)
+            return True
+
+    def add(self, digest: bytes) -> None:
+        """Remember ``digest`` as unknown for ``ttl`` seconds (the oldest entry goes past ``size``)."""
+        with self._lock:
+            self._until[digest] = time.monotonic() + self.ttl
+            self._until.move_to_end(digest)
+            while len(self._until) > self.size:
+                self._until.popitem(last=False)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._until)
 
 
 class Authenticator:
@@ -98,18 +153,23 @@ class Authenticator:
         entries: named tokens (users).
         scrape: digests of tokens that ``/metrics`` alone accepts.
         scoped: hooks asked about a token that no entry matches (see :meth:`add_scoped`).
+        unknown: the digests the hooks did not know, remembered a while (default: a fresh :class:`UnknownTokens`).
     """
 
     def __init__(self, entries: Iterable[TokenEntry] = (), scrape: Iterable[bytes] = (),
-                 scoped: Iterable[ScopedTokens] = ()) -> None:
+                 scoped: Iterable[ScopedTokens] = (), unknown: UnknownTokens | None = None) -> None:
         self.entries = list(entries)
         self.scrape = list(scrape)
         self.scoped = list(scoped)
+        self.unknown = unknown or UnknownTokens()
 
     def add_scoped(self, hook: ScopedTokens) -> None:
         """Also accept the tokens ``hook`` issued: it gets the SHA-256 of a token that no configured token
         matched and answers the :class:`User` it is, whose ``scope`` must name the one request the token opens
-        (``BearerAuth`` refuses it on any other). The hook compares digests in constant time itself."""
+        (``BearerAuth`` refuses it on any other). The hook compares digests in constant time itself. It is asked
+        only about tokens of the shape :func:`~labswarm.manager.tokens.new_token` makes (:data:`ISSUED_TOKEN`),
+        and not again for :data:`UNKNOWN_TTL` seconds about a digest that no hook knew (:class:`UnknownTokens`):
+        it must issue its tokens with ``new_token``; a positive answer is never kept (revocation is immediate)."""
         self.scoped.append(hook)
 
     @classmethod
@@ -138,7 +198,8 @@ class Authenticator:
 
     def user(self, token: bytes, metrics: bool = False) -> User | None:
         """Who ``token`` is (``None``: nobody). Every digest is compared, in constant time, whatever matches; the
-        scoped hooks are asked only about a token that none matched."""
+        scoped hooks are asked only about a token that none matched, of the issued shape, not known as unknown
+        (see :meth:`add_scoped`)."""
         digest = hash_token(token)
         found = None
         for entry in self.entries:
@@ -147,9 +208,13 @@ class Authenticator:
         for scrape in self.scrape:
             if hmac.compare_digest(digest, scrape) and found is None and metrics:
                 found = SCRAPER
+        if found is not None or not self.scoped or not ISSUED_TOKEN.match(token) or digest in self.unknown:
+            return found
         for hook in self.scoped:
             if found is None:
                 found = hook(digest)
+        if found is None:
+            self.unknown.add(digest)
         return found
 
 
