@@ -170,7 +170,7 @@ def _compute(config, *, workers: int = 2, concurrency: int = 1, broker: str | No
     """The features of every sample into the store, as a session (exits non-zero unless it completes); with
     ``train``, then the model as a training job of the same manager, followed live (exits 1 unless it completes)."""
     from labswarm.jobs.follow import follow
-    from labswarm.run import run_experiment, training_table
+    from labswarm.run import dashboard_line, run_experiment, training_table
     from labswarm.settings import load_settings
 
     _warn_password("--broker", broker, "LABSWARM_BROKER_URL")
@@ -193,7 +193,8 @@ def _compute(config, *, workers: int = 2, concurrency: int = 1, broker: str | No
             result = run_experiment(config, workers=workers, concurrency=concurrency, broker_url=broker,
                                     manager_url=manager, rate=rate, settings=settings, on_progress=update,
                                     health=health, rabbitmq_api=rabbitmq_api, launcher=launcher, train=train,
-                                    follow=lambda events: follow(events, console), on_session_end=session_end)
+                                    follow=lambda events: follow(events, console), on_session_end=session_end,
+                                    on_dashboard=lambda url, path: console.print(dashboard_line(url, path)))
         except LabswarmError as exc:
             raise _fail(exc) from None
     if result.progress["status"] != "completed":

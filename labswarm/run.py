@@ -4,6 +4,13 @@ With no manager URL it starts a manager inside this process (state in SQLite, br
 broker unless ``--broker`` names RabbitMQ) and N local workers; it posts the experiment, starts a session,
 follows it to the end, and returns the final progress with the failures.
 
+Its dashboard (``/ui`` of the embedded manager) can be opened while the run lasts: the manager is closed even on
+loopback with a token of this run only, which is written to ``<home>/dashboard-<port>.token``, readable by the
+user only (mode 0600, created so), and removed when the run ends (the manager stops with it, and the token with
+it); ``on_dashboard`` is given the URL and that file, never the token, so the token is on no command line and in
+no output or log (``labswarm run`` prints ``dashboard: http://127.0.0.1:PORT/ui (token in PATH)``). A token of
+the user's own (``LABSWARM_API_TOKEN``) is not written anywhere: they log in with it.
+
 With ``train``, it then trains the experiment's model as a training job of that same manager (the one it started,
 or the one ``manager_url`` names): it submits a manifest naming the registered experiment, with its results store
 beside the experiment's feature store (``<store root>/../results``, see :func:`job_manifest`), follows the job's
@@ -14,6 +21,7 @@ code path of a cluster; ``labswarm train`` stays the plain in-process run.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -31,6 +39,33 @@ if TYPE_CHECKING:
 
 #: Session statuses after which nothing more happens.
 FINAL = ("completed", "cancelled", "failed")
+#: The file, in the run's home, that holds the embedded manager's token while the run lasts (see the module).
+DASHBOARD_TOKEN_FILE = "dashboard-{port}.token"
+
+
+def dashboard_line(url: str, token_file: Path | None) -> str:
+    """What ``labswarm run`` prints of its dashboard: ``dashboard: URL (token in PATH)``; with a token of the
+    user's own, where it comes from (never the token itself)."""
+    where = f"token in {token_file}" if token_file is not None else "log in with your LABSWARM_API_TOKEN"
+    return f"dashboard: {url} ({where})"
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write ``text`` to a new file ``path`` that only the user may read or write (mode 0600 from its creation:
+    an old file of that name is removed first, a symlink there is not followed).
+
+    Raises:
+        OSError: the file cannot be created or written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # whatever the umask
+        os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
+    return path
 
 
 @dataclass
@@ -148,6 +183,7 @@ def run_experiment(
     train: bool = False,
     follow: Callable[[Iterable[dict[str, Any]]], Any] | None = None,
     on_session_end: Callable[[RunResult], None] | None = None,
+    on_dashboard: Callable[[str, Path | None], None] | None = None,
 ) -> RunResult:
     """Run ``config`` as a session and wait for its end; with ``train``, then train its model as a job of the
     same manager (see the module docstring).
@@ -175,6 +211,9 @@ def run_experiment(
             terminal status) and must read it to its end; default: read silently.
         on_session_end: called with the session's result (``training`` not yet set) once it ends, before the
             training job: ``labswarm run`` prints the session's summary there.
+        on_dashboard: called once the manager serves, with its dashboard's URL (``http://127.0.0.1:PORT/ui``) and
+            the file that holds the token to log in with (mode 0600, removed at the end of the run), or ``None``
+            when the token is the user's own (``LABSWARM_API_TOKEN``, or the one of ``manager_url``'s manager).
 
     Raises:
         ManagerError: the manager refused the experiment or the job, or cannot be reached.
@@ -195,9 +234,11 @@ def run_experiment(
         if train:  # and the folder of its training job's results
             roots.append(Path(job_manifest(config)["results_store"]["path"]))
         settings = settings.model_copy(update={"data_roots": roots})
-        if not settings.api_token:
+        own_token = not settings.api_token
+        if own_token:
             # closed even on loopback: a token of this run only, for its client, controller and local workers
-            # (they get it through their environment, never their command line)
+            # (they get it through their environment, never their command line), and for its dashboard's login
+            # (a file of the user's only: see the module)
             from labswarm.manager.tokens import new_token
 
             settings = settings.model_copy(update={"api_token": new_token()})
@@ -208,8 +249,14 @@ def run_experiment(
         manager_url = server.url
     local = None
     controller = None
+    token_file = None
     client = ManagerClient(manager_url, settings.api_token)
     try:
+        if server is not None and own_token:
+            token_file = write_private(settings.home / DASHBOARD_TOKEN_FILE.format(port=server.port),
+                                       settings.api_token)
+        if on_dashboard is not None:
+            on_dashboard(f"{manager_url.rstrip('/')}/ui", token_file)
         client.post_experiment(config.model_dump(mode="json"))
         if launcher == "local" and server is None:
             # a remote manager cannot start processes here: this process runs and supervises them
@@ -254,6 +301,8 @@ def run_experiment(
         client.close()
         if server is not None:
             server.stop()
+        if token_file is not None:  # the token died with the manager
+            token_file.unlink(missing_ok=True)
 
 
 def train_job(manager_url: str, token: str | None, config: ExperimentConfig,
