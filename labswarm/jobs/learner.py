@@ -26,8 +26,9 @@ the job in its environment (:mod:`labswarm.learners.context`: ``RANK``, ``WORLD_
 :class:`~labswarm.train.distributed.DistributedTraining`. Every rank reports its log, progress and heartbeats and
 checkpoints its own replica (:func:`~labswarm.jobs.layout.rank_checkpoint_key`); rank 0 alone reports the epoch
 metrics, commits the checkpoint pointer (its checkpoint carries the global cursor) and stores the model. A halt
-takes effect at the next epoch boundary, where the learners of a synchronous framework agree on it first
-(:class:`~labswarm.jobs.hooks.HaltAtEpoch`).
+takes effect at the next step boundary, where the learners of a synchronous framework agree on it in the
+lockstep's all-reduce (:mod:`labswarm.train.distributed`), with a mid-epoch checkpoint per rank; one that comes
+after an epoch's last step is agreed at the epoch boundary (:class:`~labswarm.jobs.hooks.HaltAtEpoch`).
 """
 
 from __future__ import annotations

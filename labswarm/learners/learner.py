@@ -4,8 +4,10 @@ Its place in the job comes from the environment (:class:`~labswarm.learners.cont
 ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``LABSWARM_ATTEMPT``, ``LABSWARM_PS_ADDRS``, ...), as
 :func:`~labswarm.learners.launch.plan_attempt` gives it. It trains the experiment's model with the one trainer in
 distributed mode (:mod:`labswarm.train.distributed`); rank ``r`` writes its metrics to
-``<home>/train/<experiment>-<fingerprint>/rank-<r>/metrics.jsonl``, rank 0 the model file. Used by
-``labswarm compare``; the job service's learner will do the same through :class:`Trainer`'s ``distributed``.
+``<home>/train/<experiment>-<fingerprint>/rank-<r>/metrics.jsonl``, rank 0 the model file; ``--resume`` continues
+from the rank's checkpoint (a halted epoch where it stopped, with the coordinator given rank 0's cursor). A local
+runner without the job service (``tests/train/test_distributed.py``); a job's learners
+(:mod:`labswarm.jobs.learner`) run the same trainer in the same mode.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--framework", required=True, help='the framework spec as JSON: {"name": ...}')
     parser.add_argument("--epochs", type=int, help="override training.epochs")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of this learner (default 1)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from this rank's checkpoint (a halted epoch goes on where it stopped)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from labswarm.train.distributed import DistributedTraining
@@ -52,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-        Trainer(config, args.home, distributed=DistributedTraining(json.loads(args.framework))).fit()
+        Trainer(config, args.home, distributed=DistributedTraining(json.loads(args.framework))).fit(
+            resume=args.resume)
     except LabswarmError as exc:
         print(f"learner failed: {exc}", file=sys.stderr)
         return 2

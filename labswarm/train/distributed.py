@@ -28,7 +28,7 @@ it trains as a single process, on the path it always had. With one, the trainer:
    the stopped pass's claimed-but-untrained chunks free (asynchronous: read once every learner has stopped, up
    to ``lease_s``); done chunks stay done. Resumed (``fit(resume=True)``, the cursor restored into the
    coordinator), the pass continues: the free chunks are trained, each sample of that pass exactly once across
-   the halt (``tests/train/test_distributed_halt.py``);
+   the halt (``tests/train/test_distributed.py``);
 5. validates on **rank 0 only**, on its own replica (after the framework's sync for ``allreduce`` and
    ``sandblaster``, where the replicas are equal; the learner's replica for the others). Other ranks' epoch
    records have no ``val_*``. While rank 0 validates the others may wait in the next collective: validation

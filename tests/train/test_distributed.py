@@ -1,4 +1,5 @@
-"""The trainer's distributed mode with real learner processes (gloo, 2 learners) on the tiny real-audio set."""
+"""The trainer's distributed mode with real learner processes (gloo, 2 allreduce learners) on the tiny real-audio
+set: lockstep, equal replicas, a halt in the middle of an epoch and the resume that continues its pass."""
 
 from __future__ import annotations
 
@@ -17,50 +18,61 @@ from labswarm.train import checkpoint
 
 torch = pytest.importorskip("torch")
 
+from distributed_run import logs, run_attempt  # noqa: E402 (imports torch)
+
 #: real learner processes: each imports torch (several s on the 2 shared cores)
 pytestmark = pytest.mark.slow
 
-
-def _experiment(three_classes: Path, tmp_path: Path, epochs: int = 2) -> Path:
-    data = training_experiment(three_classes, tmp_path / "store",
-                               training={"epochs": epochs, "learning_rate": 0.01, "validation": 0.25, "threads": 1})
-    path = tmp_path / "experiment.yml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+WORKER = Path(__file__).with_name("halt_worker.py")
+PIPELINE = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
+            {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]
 
 
-def test_allreduce_through_the_trainer_gives_equal_replicas_and_trains_each_sample_once_per_epoch(
+def test_allreduce_learners_halted_mid_epoch_resume_the_pass_train_each_sample_once_and_stay_equal(
         three_classes: Path, tmp_path: Path) -> None:
-    from distributed_run import logs, run_attempt
-
-    path, home = _experiment(three_classes, tmp_path), tmp_path / "home"
-    codes = run_attempt(1, lambda _rank: [sys.executable, "-m", "labswarm.learners.learner", str(path), "--home",
-                                          str(home), "--framework", '{"name": "allreduce"}'], tmp_path)
-    assert codes == {0: 0, 1: 0}, logs(tmp_path)
-    runs = sorted((home / "train").glob("*/rank-*/metrics.jsonl"), key=lambda p: int(p.parent.name[5:]))
-    ranks = [checkpoint.read_metrics(p) for p in runs]
-    assert [len(r) for r in ranks] == [2, 2]
-    assert "val_accuracy" in ranks[0][-1] and "val_accuracy" not in ranks[1][-1]  # rank 0 validates
-    assert ranks[0][-1]["steps"] == ranks[1][-1]["steps"]  # lockstep
-    run = next((tmp_path / "home" / "train").iterdir())
+    data = training_experiment(three_classes, tmp_path / "store", pipeline=PIPELINE,
+                               training={"epochs": 2, "learning_rate": 0.01, "validation": 0.25, "threads": 1})
+    experiment, home = tmp_path / "experiment.yml", tmp_path / "home"
+    experiment.write_text(yaml.safe_dump(data))
+    # 36 training samples in chunks of 4: 9 chunks a pass, 5 lockstep steps; rank 1 alone asks to stop after its
+    # 2nd step: both stop there (4 chunks done), the 2 chunks claimed for step 3 go back
+    codes = run_attempt(1, lambda rank: [sys.executable, str(WORKER), str(experiment), str(home),
+                                         "2" if rank == 1 else "0", "fresh"], tmp_path)
+    assert codes == {0: 3, 1: 3}, logs(tmp_path)
+    run = next((home / "train").iterdir())
     states = [checkpoint.load(run / f"rank-{r}" / "checkpoint.pt") for r in range(2)]
-    buffers = ("running_mean", "running_var", "num_batches_tracked")  # batch-norm statistics: each rank's own
-    params = [n for n in states[0]["model"] if not n.endswith(buffers)]
-    assert len(params) >= 4
-    for name in params:  # the same parameters on both ranks after the epoch
-        assert torch.equal(states[0]["model"][name], states[1]["model"][name]), name
-    assert states[0]["distributed"]["framework"]["name"] == "allreduce"
+    assert [(s["epoch"], s["partial"]["steps"], s["partial"]["seen"]) for s in states] == [(0, 2, 8)] * 2
     cursor = states[0]["distributed"]["cursor"]
-    assert all(v.startswith("D|") for p in cursor["passes"].values() for v in p)
+    values = cursor["passes"][0]
+    assert sum(v.startswith("D|") for v in values) == 4 and values.count("") == 5  # claimed-untrained: free
 
-    config = parse_experiment(yaml.safe_load(path.read_text()))
+    # attempt 2 through the learner command, from a fresh coordinator given rank 0's cursor (the deployer's way)
+    codes = run_attempt(2, lambda _rank: [sys.executable, "-m", "labswarm.learners.learner", str(experiment),
+                                          "--home", str(home), "--framework", '{"name": "allreduce"}', "--resume"],
+                        tmp_path, cursor=cursor)
+    assert codes == {0: 0, 1: 0}, logs(tmp_path)
+    config = parse_experiment(data)
     with Pipeline(config, split="train", train=False).epoch(0) as batches:
         train_ids = Counter(i for b in batches for i in b.ids)
     assert len(train_ids) == 36 and set(train_ids.values()) == {1}  # 18 training sources × 2 transformations
     lines = {r: (run / f"rank-{r}" / "chunks.jsonl").read_text().splitlines() for r in range(2)}
-    assert all(lines.values())  # both ranks trained chunks
     logged = [json.loads(line) for r in range(2) for line in lines[r]]
-    for epoch in range(2):
-        trained = Counter(i for c in logged if c["pass"] == epoch for i in c["ids"])
-        assert trained == train_ids, f"epoch {epoch + 1}: not every training sample exactly once"
-    assert sum(r[0]["samples"] for r in ranks) == 36
+    assert all(c["pass"] == 0 for r in range(2) for c in map(json.loads, lines[r][:2]))  # both trained in pass 0
+    for pass_ in range(2):
+        trained = Counter(i for c in logged if c["pass"] == pass_ for i in c["ids"])
+        assert trained == train_ids, f"pass {pass_}: not every training sample exactly once across the halt"
+
+    ranks = [checkpoint.read_metrics(run / f"rank-{r}" / "metrics.jsonl") for r in range(2)]
+    assert [r["epoch"] for r in ranks[0]] == [1, 2] == [r["epoch"] for r in ranks[1]]
+    assert "val_accuracy" in ranks[0][-1] and "val_accuracy" not in ranks[1][-1]  # rank 0 validates
+    assert ranks[0][0]["samples"] + ranks[1][0]["samples"] == 36  # the halted epoch's sums went on
+    assert ranks[0][0]["steps"] == ranks[1][0]["steps"] == 5  # lockstep, across the halt
+    final = [checkpoint.load(run / f"rank-{r}" / "checkpoint.pt") for r in range(2)]
+    buffers = ("running_mean", "running_var", "num_batches_tracked")  # batch-norm statistics: each rank's own
+    params = [n for n in final[0]["model"] if not n.endswith(buffers)]
+    assert len(params) >= 4
+    for name in params:  # the same parameters on both ranks at the end
+        assert torch.equal(final[0]["model"][name], final[1]["model"][name]), name
+    assert final[0]["distributed"]["framework"]["name"] == "allreduce"
+    assert all(v.startswith("D|") for p in final[0]["distributed"]["cursor"]["passes"].values() for v in p)
+    assert any((home / "models").iterdir())  # rank 0 wrote the model
