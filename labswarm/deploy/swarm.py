@@ -13,6 +13,7 @@ the containers read it from ``/run/secrets/...`` through ``LABSWARM_<NAME>_FILE`
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from labswarm.deploy.base import Launcher
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
     from labswarm.settings import Settings
 
 __all__ = [
-    "INSTALL_HINT", "LABEL_EXPERIMENT", "LABEL_MANAGED", "LABEL_SESSION", "MAX_NAME", "SERVICE_PREFIX", "WORKER_ENV",
+    "INSTALL_HINT", "LABEL_EXPERIMENT", "LABEL_MANAGED", "LABEL_SESSION", "MAX_NAME", "SERVICE_PREFIX",
+    "WORKERS_TTL", "WORKER_ENV",
     "ConfigSpec", "MountSpec", "ResourceSpec", "RestartSpec", "SecretSpec", "ServiceSpec", "SwarmLauncher",
     "data_mount", "docker_sdk", "engine_client", "service_labels", "service_name", "service_spec",
     "translate_errors", "worker_command",
@@ -49,6 +51,10 @@ __all__ = [
 
 #: Environment of every worker container: one maths thread per pool process (see the runbook).
 WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+#: Seconds :attr:`SwarmLauncher.workers` keeps its count of running containers: the dashboard's overview asks for
+#: it every 2 s per session, and each answer costs two engine calls (find the service, list its tasks); a
+#: start, a scale or a stop forgets it. Containers take seconds to start or stop anyway.
+WORKERS_TTL = 5.0
 
 
 def worker_command(experiment: str, settings: Settings) -> tuple[str, ...]:
@@ -135,6 +141,7 @@ class SwarmLauncher(Launcher):
         self.spec = spec
         self._client = client
         self._secrets = dict(secrets or {})
+        self._workers: tuple[float, int] | None = None  # (monotonic time it was counted at, running containers)
 
     def __repr__(self) -> str:
         return f"SwarmLauncher({self.spec.name!r}, secrets={sorted(self._secrets)})"  # names, never values
@@ -189,6 +196,7 @@ class SwarmLauncher(Launcher):
             ValueError: ``workers`` < 0.
         """
         spec = self.spec.with_replicas(workers)
+        self._workers = None
         with translate_errors(f"create service {spec.name}"):
             existing = self._find()
             if existing is not None:
@@ -212,6 +220,7 @@ class SwarmLauncher(Launcher):
             ValueError: ``workers`` < 0.
         """
         spec = self.spec.with_replicas(workers)
+        self._workers = None
         with translate_errors(f"scale service {spec.name} to {workers}"):
             service = self._find()
             if service is None or service_labels(service).get(LABEL_SESSION) != spec.session:
@@ -231,6 +240,7 @@ class SwarmLauncher(Launcher):
         Raises:
             DeployError: the engine refused or could not be reached.
         """
+        self._workers = None
         with translate_errors(f"remove service {self.spec.name}"):
             service = self._find()
             if service is not None and service_labels(service).get(LABEL_SESSION) == self.spec.session:
@@ -238,14 +248,18 @@ class SwarmLauncher(Launcher):
 
     @property
     def workers(self) -> int:
-        """Containers of the service in state ``running`` now (0 when the service does not exist).
+        """Containers of the service in state ``running`` (0 when the service does not exist), as counted at most
+        :data:`WORKERS_TTL` seconds ago (since the last start, scale or stop); an error is not kept.
 
         Raises:
             DeployError: the engine refused or could not be reached.
         """
+        if self._workers is not None and time.monotonic() - self._workers[0] < WORKERS_TTL:
+            return self._workers[1]
+        counted_at = time.monotonic()
         with translate_errors(f"list the tasks of service {self.spec.name}"):
             service = self._find()
-            if service is None:
-                return 0
-            tasks = service.tasks(filters={"desired-state": "running"})
-        return sum(task.get("Status", {}).get("State") == "running" for task in tasks)
+            tasks = [] if service is None else service.tasks(filters={"desired-state": "running"})
+        running = sum(task.get("Status", {}).get("State") == "running" for task in tasks)
+        self._workers = (counted_at, running)
+        return running

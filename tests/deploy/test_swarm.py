@@ -357,3 +357,34 @@ def test_client_starts_and_scales_a_swarm_session(manager_http: httpx.Client, en
         client.cancel(session["id"])
         with pytest.raises(ManagerError, match="409"):
             client.set_workers(session["id"], 1)
+
+
+def test_two_overview_refreshes_within_the_ttl_ask_the_engine_once(manager_http: httpx.Client, engine: FakeEngine,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dashboard's overview asks every session's workers every 2 s: the swarm launcher keeps its count for
+    WORKERS_TTL seconds (set long here: "within the TTL" whatever the machine's load), and forgets it on a scale."""
+    from deploy_tools import FakeService
+
+    from labswarm.deploy import swarm
+
+    listed: list[str] = []
+    tasks = FakeService.tasks
+
+    def counted(self: FakeService, filters: dict | None = None) -> list[dict]:
+        listed.append(self.name)
+        return tasks(self, filters)
+
+    monkeypatch.setattr(FakeService, "tasks", counted)
+    monkeypatch.setattr(swarm, "WORKERS_TTL", 600.0)
+    session = manager_http.post("/experiments/tones/sessions", json={"rate": 1, "launcher": "swarm", "workers": 2})
+    assert session.status_code == 201, session.text
+    for _ in range(2):
+        page = manager_http.get("/ui/partials/overview")
+        assert page.status_code == 200 and SWARM_NAME.removeprefix("labswarm-") in page.text, page.text[:300]
+    assert listed == [SWARM_NAME]  # one engine call for two refreshes
+    assert manager_http.put(f"/sessions/{session.json()['id']}/workers", json={"workers": 3}).status_code == 200
+    assert manager_http.get("/ui/partials/overview").status_code == 200
+    assert listed == [SWARM_NAME] * 2  # a scale forgets the count
+    monkeypatch.setattr(swarm, "WORKERS_TTL", 0.0)
+    assert manager_http.get("/ui/partials/overview").status_code == 200
+    assert listed == [SWARM_NAME] * 3  # past the TTL: asked again
