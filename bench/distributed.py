@@ -59,9 +59,12 @@ def steady_rate(home: Path, session_id: str) -> tuple[float, int]:
 
 
 class CpuMeter(threading.Thread):
-    """CPU seconds per task of each part during the steady middle of a run (20 % to 80 % of the outcomes): this
-    process (the manager and its publisher), its descendants (the workers: main and pool processes), RabbitMQ's
-    ``beam`` processes. Less sensitive to the load of a shared machine than wall time."""
+    """CPU of each part during the steady middle of a run (20 % to 80 % of the outcomes), per task and per second:
+    ``manager`` (this process: the manager, its publisher, the client polling progress), ``worker-main`` (the Celery
+    worker processes: consumer, pool feeding, reports), ``pool`` (their pool processes: the computation),
+    ``rabbitmq`` (the ``beam`` processes; with another session on the same broker, theirs too). Less sensitive to
+    the load of a shared machine than wall time. ``result``: ``{part: (ms per task, ms per s)}`` and ``"rate"``:
+    ``(tasks/s over the window, 0)``."""
 
     def __init__(self, home: Path, total: int) -> None:
         super().__init__(daemon=True)
@@ -78,7 +81,10 @@ class CpuMeter(threading.Thread):
     @staticmethod
     def _cpu() -> dict[tuple[str, int], float]:
         me = psutil.Process()
-        procs = [("manager", me)] + [("workers", p) for p in me.children(recursive=True)]
+        procs = [("manager", me)]
+        for child in me.children():
+            procs.append(("worker-main", child))
+            procs += [("pool", p) for p in child.children(recursive=True)]
         procs += [("rabbitmq", p) for p in psutil.process_iter(["name"]) if "beam" in (p.info["name"] or "")]
         out = {}
         for kind, p in procs:
@@ -91,16 +97,22 @@ class CpuMeter(threading.Thread):
 
     def run(self) -> None:
         while self._done() < 0.2 * self.total:
-            time.sleep(0.1)
-        a, da = self._cpu(), self._done()
+            time.sleep(0.5)  # the meter's own polling is part of "manager": keep it rare
+        a, da, ta = self._cpu(), self._done(), time.monotonic()
         while self._done() < 0.8 * self.total:
-            time.sleep(0.1)
-        b, tasks = self._cpu(), self._done() - da
+            time.sleep(0.5)
+        b, tasks, seconds = self._cpu(), self._done() - da, time.monotonic() - ta
         parts: dict[str, float] = {}
         for key, value in b.items():
             if key in a:
-                parts[key[0]] = parts.get(key[0], 0.0) + 1000 * (value - a[key]) / max(tasks, 1)
-        self.result = parts
+                parts[key[0]] = parts.get(key[0], 0.0) + value - a[key]
+        self.result = {k: (1000 * v / max(tasks, 1), 1000 * v / max(seconds, 1e-9)) for k, v in parts.items()}
+        self.result["rate"] = (tasks / max(seconds, 1e-9), 0.0)
+
+
+def cpu_line(parts: dict[str, tuple[float, float]]) -> str:
+    """``CpuMeter.result`` as one line: ms per task and ms per s of each part."""
+    return ", ".join(f"{k} {v[0]:.1f} ms/task ({v[1]:.0f} ms/s)" for k, v in parts.items() if k != "rate")
 
 
 def distributed(config, broker: str | None, home: Path, workers: int = 2, rate: float = 5000.0,
@@ -124,7 +136,7 @@ def distributed(config, broker: str | None, home: Path, workers: int = 2, rate: 
     if cpu is not None:
         cpu.start()
     t0 = time.perf_counter()
-    result = run_experiment(config, workers=workers, settings=settings, poll=0.2, health=controlled)
+    result = run_experiment(config, workers=workers, settings=settings, health=controlled)  # polls as the CLI
     wall = time.perf_counter() - t0
     p = result.progress
     if p["status"] != "completed" or p["failed"]:
@@ -252,30 +264,40 @@ def real_features(args: argparse.Namespace, tmp: Path) -> None:
     print(f"plain loop: {plain:.1f} s", flush=True)
 
     finished: list[float] = []
+    before = psutil.Process().cpu_times()
     t0 = time.perf_counter()
     summary = run_local(config_with_store("local"), jobs=2, on_result=lambda r: finished.append(time.time()))
     local = time.perf_counter() - t0
     local_steady = steady(finished)
     assert summary.computed == n, summary.failures[:3]
-    print(f"local pool (2): {local:.1f} s wall, {local_steady:.2f} samples/s steady", flush=True)
+    after = psutil.Process().cpu_times()
+    fields = ("user", "system", "children_user", "children_system")
+    local_cpu = sum(getattr(after, f) - getattr(before, f) for f in fields)
+    print(f"local pool (2): {local:.1f} s wall, {local_steady:.2f} samples/s steady; CPU {1000 * local_cpu / n:.1f} "
+          "ms/sample over the whole run (pool start included)", flush=True)
 
-    rmq_wall, rmq_rate, _ = distributed(config_with_store("rmq").model_copy(update={"name": "bench-rmq"}),
-                                        args.amqp, tmp / "home-rmq")
-    print(f"RabbitMQ, 2 workers: {rmq_wall:.1f} s wall, {rmq_rate:.2f} samples/s steady", flush=True)
-    emb_wall, emb_rate, _ = distributed(config_with_store("emb").model_copy(update={"name": "bench-emb"}),
-                                        None, tmp / "home-emb")
-    print(f"embedded, 2 workers: {emb_wall:.1f} s wall, {emb_rate:.2f} samples/s steady", flush=True)
+    runs = [("labswarm run --workers 2, RabbitMQ", args.amqp, True, 1),
+            ("RabbitMQ, flat out (no controller)", args.amqp, False, 1),
+            ("RabbitMQ, flat out, 8 samples/message", args.amqp, False, 8),
+            ("labswarm run --workers 2, embedded", None, True, 1)]
+    rows = []
+    for label, broker, controlled, per_message in runs:
+        slug = uuid.uuid4().hex[:6]
+        wall, rate, _, cpu = distributed(config_with_store(slug).model_copy(update={"name": f"bench-{slug}"}), broker,
+                                         tmp / f"home-{slug}", controlled=controlled, samples_per_message=per_message,
+                                         meter=True)
+        rows.append((label, wall, rate))
+        print(f"{label}: {wall:.1f} s wall, {rate:.2f} samples/s steady; CPU {cpu_line(cpu)}", flush=True)
 
     plain_rate, local_rate = n / plain, local_steady
     print("\n| run | wall s | steady samples/s | vs plain loop | vs local pool |")
     print("|---|---:|---:|---:|---:|")
     print(f"| plain loop | {plain:.1f} | {plain_rate:.2f} | 1.00x | {plain_rate / local_rate:.2f}x |")
     print(f"| labswarm features --jobs 2 | {local:.1f} | {local_rate:.2f} | {local_rate / plain_rate:.2f}x | 1.00x |")
-    for name, wall, rate in (("labswarm run --workers 2, RabbitMQ", rmq_wall, rmq_rate),
-                             ("labswarm run --workers 2, embedded", emb_wall, emb_rate)):
+    for name, wall, rate in rows:
         print(f"| {name} | {wall:.1f} | {rate:.2f} | {rate / plain_rate:.2f}x | {rate / local_rate:.2f}x |")
+    rmq_rate, emb_rate = rows[0][2], rows[-1][2]
     print(f"\nembedded broker vs RabbitMQ (steady rate): {emb_rate / rmq_rate:.2f}x")
-
     print(f"\ndistributed (RabbitMQ) vs local pool, steady rate: {rmq_rate / local_rate:.2f}x (goal >= 0.97x)",
           flush=True)
 
@@ -314,9 +336,11 @@ def trivial_tasks(args: argparse.Namespace, tmp: Path) -> None:
             "name": f"trivial-{slug}", "store": trivial.store.model_copy(update={"root": store / f"store-{slug}"})})
         _, rate, _, cpu = distributed(cfg, broker, tmp / f"home-trivial-{slug}", rate=100_000.0, controlled=False,
                                       samples_per_message=per_message, meter=True)
-        parts = ", ".join(f"{cpu.get(k, 0.0):.2f}" for k in ("manager", "workers", "rabbitmq"))
+        ms = {k: v[0] for k, v in cpu.items() if k != "rate"}
+        ms["workers"] = ms.pop("worker-main", 0.0) + ms.pop("pool", 0.0)
+        parts = ", ".join(f"{ms.get(k, 0.0):.2f}" for k in ("manager", "workers", "rabbitmq"))
         print(f"| {label} | {per_message} | {rate:.0f} | {1000 / rate:.2f} | {rate / bare:.2f}x | "
-              f"{parts} = {sum(cpu.values()):.2f} |", flush=True)
+              f"{parts} = {sum(ms.values()):.2f} |", flush=True)
     print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"\ncompute alone (no store): {compute_ms:.2f} ms per task; goal: <= 1.5 ms of system wall time per task")
 
