@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,8 @@ from labswarm.errors import AudioError
 KEY_VERSION = 1
 #: Bytes read at the head, middle and tail of a file for its fast content hash.
 BLOCK = 65536
+#: Files an :class:`IdentityCache` remembers by default (~400 bytes each: ~26 MB at most).
+IDENTITY_CACHE_ENTRIES = 65536
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +61,25 @@ def fast_digest(path: str | Path, size: int) -> str:
 
 
 class IdentityCache:
-    """Per-process cache of :class:`AudioIdentity`, refreshed when a file's size or mtime changes."""
+    """Per-process cache of :class:`AudioIdentity`, refreshed when a file's size or mtime changes.
 
-    def __init__(self) -> None:
-        self._cache: dict[str, AudioIdentity] = {}
+    Bounded (least recently used out): a session's publisher walks every clip of its experiment once, so an
+    unbounded cache held one entry per clip (~400 bytes each: ~80 MB at 200,000 clips, a 1,000,000-sample
+    session) in the manager and in every worker. Samples come clip by clip (:func:`labswarm.sample.iter_samples`:
+    a clip's transformations in a row), so a bound far below the clip count keeps the hit rate; a shuffled pass
+    over more clips than the bound re-hashes some files (three 64-KiB reads each).
+
+    Args:
+        max_entries: files remembered (default :data:`IDENTITY_CACHE_ENTRIES`).
+    """
+
+    def __init__(self, max_entries: int | None = None) -> None:
+        self.max_entries = IDENTITY_CACHE_ENTRIES if max_entries is None else max(1, max_entries)
+        self._cache: OrderedDict[str, AudioIdentity] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._cache)
 
     def __call__(self, path: str | Path) -> AudioIdentity:
         """The identity of ``path``.
@@ -71,15 +90,21 @@ class IdentityCache:
         path = str(path)
         try:
             st = os.stat(path)
-            cached = self._cache.get(path)
-            if cached is not None and cached.size == st.st_size and cached.mtime_ns == st.st_mtime_ns:
-                return cached
+            with self._lock:
+                cached = self._cache.get(path)
+                if cached is not None and cached.size == st.st_size and cached.mtime_ns == st.st_mtime_ns:
+                    self._cache.move_to_end(path)
+                    return cached
             ident = AudioIdentity(st.st_size, st.st_mtime_ns, fast_digest(path, st.st_size))
         except FileNotFoundError:
             raise AudioError(path, "file not found") from None
         except OSError as exc:
             raise AudioError(path, f"cannot read file ({exc.strerror or exc})") from exc
-        self._cache[path] = ident
+        with self._lock:
+            self._cache[path] = ident
+            self._cache.move_to_end(path)
+            while len(self._cache) > self.max_entries:
+                self._cache.popitem(last=False)
         return ident
 
 

@@ -84,3 +84,21 @@ def test_identity_cache_refreshes_on_change(tmp_path: Path) -> None:
     assert cache(path).size == 4
     with pytest.raises(AudioError, match="not found"):
         cache(tmp_path / "missing.wav")
+
+
+def test_identity_cache_is_bounded_least_recently_used_out(tmp_path: Path) -> None:
+    paths = []
+    for i in range(5):
+        paths.append(tmp_path / f"c{i}.wav")
+        paths[-1].write_bytes(bytes([i]) * 10)
+    cache = IdentityCache(max_entries=3)
+    first = cache(paths[0])
+    cache(paths[1])
+    cache(paths[2])
+    assert cache(paths[0]) is first  # a hit makes c0 the most recent: c1 is the oldest now
+    cache(paths[3])
+    cache(paths[4])
+    assert len(cache) == 3
+    assert cache(paths[0]) is first  # kept: used recently
+    again = cache(paths[1])  # evicted: computed anew, equal but not the same object
+    assert again == audio_identity(paths[1]) and len(cache) == 3
