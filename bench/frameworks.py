@@ -1,8 +1,8 @@
 """Benchmark (issue 13): the training frameworks side by side on the demo experiment, each run a training job
 (``labswarm compare``, :mod:`labswarm.learners.compare`), with 1 and 2 learners of one thread each.
 
-    .venv/bin/python bench/frameworks.py [--experiment examples/music_speech_noise.yml] [--epochs 2]
-        [--framework NAME[:key=value,...]]... [--learners 1,2] [--target 0.8] [--output DIR]
+    .venv/bin/python bench/frameworks.py [--experiment examples/music_speech_noise.yml] [--epochs 3]
+        [--framework NAME[:key=value,...]]... [--learners 1,2] [--target 0.8] [--output DIR] [--workdir DIR]
 
 The demo experiment needs the demo set: ``labswarm demo-data data/demo`` (the README's main command makes it; its
 features land in ``data/store`` at the first run, or on the fly here, which is slow). Every framework trains the
@@ -75,9 +75,12 @@ def main() -> None:
     parser.add_argument("--framework", action="append", help=f"NAME[:key=value,...], repeatable; default all: "
                                                              f"{', '.join(ALL)}")
     parser.add_argument("--learners", default="1,2", help="learner counts (default 1,2)")
-    parser.add_argument("--epochs", type=int, default=2, help="passes over the training split (default 2)")
+    parser.add_argument("--epochs", type=int, default=3, help="passes over the training split (default 3)")
     parser.add_argument("--target", type=float, default=0.8, help="validation accuracy to time (default 0.8)")
-    parser.add_argument("--output", type=Path, help="output folder (default a temporary one under /tmp)")
+    parser.add_argument("--output", type=Path, help="folder of compare.json, compare.md and the plots (default: "
+                                                    "the work folder)")
+    parser.add_argument("--workdir", type=Path, help="the embedded manager's state and the jobs' results "
+                                                     "(default: a new folder under /tmp)")
     args = parser.parse_args()
 
     from labswarm.config import load_experiment
@@ -92,7 +95,8 @@ def main() -> None:
     print(f"{cores} cores; learners of 1 thread each: {counts}. {min(cores, 2)} learners on {cores} cores is all "
           f"the machine has (more would be oversubscribed); load average before: "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
-    output = args.output or Path(f"/tmp/labswarm-bench-frameworks-{time.strftime('%Y%m%d-%H%M%S')}")
+    workdir = args.workdir or Path(f"/tmp/labswarm-bench-frameworks-{time.strftime('%Y%m%d-%H%M%S')}")
+    output = args.output or workdir
     started = time.perf_counter()
 
     def on_event(job_id: str, event: dict[str, Any]) -> None:
@@ -105,7 +109,7 @@ def main() -> None:
             print(f"  {time.perf_counter() - started:7.1f} s  job {job_id} {data['status']}", flush=True)
 
     rows = compare(args.experiment, args.framework or list(ALL), output, learners=counts, epochs=args.epochs,
-                   target=args.target, threads=1, on_event=on_event)
+                   target=args.target, threads=1, workdir=workdir, on_event=on_event)
     print()
     print(table(rows))
     for line in report(rows, args.target):

@@ -3,18 +3,15 @@ side by side (SINGA's "unified platform for verifying the performance of differe
 computation time) under the same environmental setting").
 
 Every run is a training job (:mod:`labswarm.jobs`) of one manager: the embedded one this process hosts (as
-``labswarm run`` does: SQLite state in ``<output>/manager``, the local launcher, a token of this run only), or a
-running one (``manager_url``; its token from ``LABSWARM_API_TOKEN``). Each job gets the same inline experiment
+``labswarm run`` does: SQLite state in ``<workdir>/manager``, the local launcher, a token of this run only), or a
+running one (``manager_url``; its token from ``LABSWARM_API_TOKEN``; its data roots must hold the experiment's
+folders and ``<workdir>/results``). Each job gets the same inline experiment
 (model, data, seed), the same ``training`` overrides (epochs: the sample budget is epochs × the training split;
 threads per learner), the same per-learner batch (the pipeline's batch block) and schedule; ``learners: N`` with
 the framework, or, for ``N = 1``, the single-process trainer (``framework: {name: labswarm}``, what every framework
 reduces to with one learner: the manifest takes a distributed framework with 2 learners or more only). Jobs run one
 after another, never side by side. The figures come from the jobs' event streams
 (:func:`~labswarm.learners.compare_report.rank_records`).
-
-Same sample shapes: the trainer's distributed mode reads the training features once, uncropped (its evaluation
-mode), so the experiment's batch block is given its evaluation crop for training too (:func:`same_shapes`): the
-one-learner run then trains on the same sample shapes as the distributed ones.
 
 Output folder: ``compare.json`` (every figure; the dashboard's ``/ui/compare`` reads it), ``compare.md`` (the
 table), ``loss.png``, ``accuracy.png`` and ``scaling.png`` (:func:`~labswarm.learners.compare_report.plot`).
@@ -35,8 +32,7 @@ from labswarm.errors import ConfigError
 from labswarm.learners.compare_report import CompareError, plot, rank_records, scaling, summarize, table
 
 __all__ = ["COMPARE_DIR", "RUN_TIMEOUT_S", "CompareError", "compare", "default_output", "job_manifest",
-           "parse_frameworks", "parse_learners", "plot", "rank_records", "same_shapes", "scaling", "summarize",
-           "table"]
+           "parse_frameworks", "parse_learners", "plot", "rank_records", "scaling", "summarize", "table"]
 
 #: Seconds one job may take before it is deleted (its processes stopped) and the comparison fails.
 RUN_TIMEOUT_S = 1800.0
@@ -95,21 +91,15 @@ def parse_learners(text: str | Sequence[int]) -> list[int]:
     return counts
 
 
-def same_shapes(experiment: Mapping[str, Any]) -> dict[str, Any]:
-    """The experiment (a mapping) with its batch block's training crop set to its evaluation crop (``frames`` :=
-    ``eval_frames`` unless that is ``same``), so that the single-process trainer trains on the sample shapes the
-    distributed mode reads (see the module docstring). Other blocks unchanged."""
-    data = json.loads(json.dumps(experiment))
-    for block in data.get("pipeline") or []:
-        if isinstance(block, dict) and block.get("name") == "batch" and block.get("eval_frames", "same") != "same":
-            block["frames"], block["eval_frames"] = block["eval_frames"], "same"
-    return data
-
-
 def job_manifest(experiment: Mapping[str, Any], framework: Mapping[str, Any] | None, learners: int, results: Path,
                  epochs: int | None = None, threads: int = 1, ps_shards: int = 1) -> dict[str, Any]:
     """The job of one run: ``experiment`` inline, ``learners`` of ``framework`` (``None`` or ``learners == 1``: the
     single-process trainer), ``threads`` torch threads and CPUs per learner, results in ``results``.
+
+    The single-process trainer's prefetch block gets ``producers: 0``: its pipeline runs in the trainer's process,
+    so its data work counts as waiting for data (left out of the compute seconds that samples/s divides by, see
+    :func:`~labswarm.learners.compare_report.summarize`) and no producer process competes with it for the cores;
+    the distributed learners read their features into memory before their first step.
 
     Raises:
         ConfigError: a distributed framework with one learner.
@@ -122,6 +112,10 @@ def job_manifest(experiment: Mapping[str, Any], framework: Mapping[str, Any] | N
     from labswarm.learners.frameworks.base import FRAMEWORKS
 
     name = "labswarm" if framework is None else str(framework["name"])
+    if framework is None:  # the pipeline in the trainer's process: its data work is data wait, not compute
+        experiment = {**experiment, "pipeline": [
+            {**b, "producers": 0} if isinstance(b, Mapping) and b.get("name") == "prefetch" else b
+            for b in experiment.get("pipeline") or []]}
     training: dict[str, Any] = {"threads": threads}
     if epochs is not None:
         training["epochs"] = epochs
@@ -205,7 +199,7 @@ def run_job(client: Any, manifest: Mapping[str, Any], timeout_s: float = RUN_TIM
 def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], output: Path,
             learners: Sequence[int] = (2,), epochs: int | None = None, target: float = 0.8, ps_shards: int = 1,
             owner: str | None = None, manager_url: str | None = None, token: str | None = None, threads: int = 1,
-            timeout_s: float = RUN_TIMEOUT_S,
+            timeout_s: float = RUN_TIMEOUT_S, workdir: Path | None = None,
             on_event: Callable[[str, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Run every (learner count, framework) as a job, one after another, and write ``compare.json``,
     ``compare.md`` and the plots into ``output``.
@@ -213,18 +207,20 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
     Args:
         experiment: the experiment YAML (with ``model`` and ``training``).
         frameworks: framework specs (``{"name": ..., **params}``) or names.
-        output: the output folder (created; with the embedded manager, its state in ``output/manager`` and the
-            jobs' results in ``output/results``).
+        output: the output folder (created) of ``compare.json``, ``compare.md`` and the plots.
         learners: learner counts; 1 runs the single-process trainer once (not once per framework).
         epochs: override ``training.epochs`` (the sample budget).
         target: the validation accuracy whose first reach is timed.
         ps_shards: parameter-server shards of the frameworks that need them.
         owner: recorded in ``compare.json``: that user may see the run on the dashboard (admins see all).
         manager_url: a running manager; ``None``: one embedded here. Its data roots must hold the experiment's
-            folders and ``output/results``.
+            folders and ``workdir/results``.
         token: that manager's API token.
         threads: torch threads (and ``resources.cpus``) per learner; default 1.
         timeout_s: the longest a job may take, in s.
+        workdir: where the embedded manager keeps its state (``workdir/manager``: database, the learners'
+            folders) and the jobs their results (``workdir/results``: models, checkpoints, logs, metrics);
+            default ``output``.
         on_event: called with ``(job id, event)`` for every event of every job.
 
     Returns:
@@ -247,9 +243,10 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
     specs = [s for f in frameworks for s in (parse_frameworks([f]) if isinstance(f, str) else [dict(f)])]
     counts = parse_learners(list(learners))
     config = load_experiment(Path(experiment))
-    workload = same_shapes(config.model_dump(mode="json"))
+    workload = config.model_dump(mode="json")
     output = Path(output).resolve()
-    results = output / "results"
+    workdir = Path(workdir).resolve() if workdir is not None else output
+    results = workdir / "results"
     runs = [(n, None) for n in counts if n == 1] + [(n, fw) for n in counts if n > 1 for fw in specs]
     manifests = [job_manifest(workload, fw, n, results, epochs, threads, ps_shards) for n, fw in runs]
     for manifest in manifests:
@@ -258,7 +255,7 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
     with contextlib.ExitStack() as stack:
         if manager_url is None:
             manager_url, token = stack.enter_context(embedded_manager(
-                output / "manager", [*experiment_folders(config), output], max(counts)))
+                workdir / "manager", [*experiment_folders(config), workdir], max(counts)))
         client = stack.enter_context(JobsClient(manager_url, token))
         rows = []
         for (n, fw), manifest in zip(runs, manifests, strict=True):

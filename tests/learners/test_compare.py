@@ -24,7 +24,6 @@ def test_compare_runs_each_framework_and_learner_count_as_a_job_and_writes_the_t
     root = write_three_classes(tmp_path / "data")
     experiment = tmp_path / "experiment.yml"
     data = training_experiment(root, tmp_path / "store")
-    data["pipeline"][3] = {"name": "batch", "size": 8, "frames": 20, "eval_frames": None}
     experiment.write_text(yaml.safe_dump(data))
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["compare", str(experiment), "--frameworks", "downpour", "--learners", "2,1",

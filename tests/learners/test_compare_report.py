@@ -11,7 +11,7 @@ from train.three_classes import training_experiment
 
 from labswarm.errors import ConfigError
 from labswarm.jobs.manifest import parse_manifest
-from labswarm.learners.compare import job_manifest, parse_frameworks, parse_learners, same_shapes
+from labswarm.learners.compare import job_manifest, parse_frameworks, parse_learners
 from labswarm.learners.compare_report import CompareError, rank_records, scaling, summarize
 
 T0 = 1_700_000_000.0
@@ -81,19 +81,19 @@ def test_every_frameworks_scaling_line_starts_at_the_one_learner_run() -> None:
 
 
 def test_the_jobs_share_one_workload_and_one_learner_is_the_single_process_trainer(tmp_path: Path) -> None:
-    experiment = training_experiment(tmp_path, tmp_path / "store")
-    experiment["pipeline"][3] = {"name": "batch", "size": 8, "frames": 20, "eval_frames": None}
-    workload = same_shapes(experiment)
-    assert workload["pipeline"][3] == {"name": "batch", "size": 8, "frames": None, "eval_frames": "same"}
-    assert experiment["pipeline"][3]["frames"] == 20  # the caller's mapping is left alone
-    assert workload["pipeline"][:3] == experiment["pipeline"][:3] and workload["model"] == experiment["model"]
+    workload = training_experiment(tmp_path, tmp_path / "store")
     single = job_manifest(workload, {"name": "downpour"}, 1, tmp_path / "results", epochs=2)
     ps = job_manifest(workload, {"name": "downpour", "n_push": 2}, 2, tmp_path / "results", epochs=2, ps_shards=2)
     ar = job_manifest(workload, {"name": "allreduce"}, 2, tmp_path / "results", epochs=2)
     assert single["framework"] == {"name": "labswarm"} and single["learners"] == 1 and "ps_shards" not in single
     assert ps["ps_shards"] == 2 and ps["framework"] == {"name": "downpour", "n_push": 2} and "ps_shards" not in ar
+    assert ps["experiment"] == ar["experiment"] == workload
+    # one learner: the pipeline in the trainer's process (its data work is data wait), nothing else changed
+    assert single["experiment"]["pipeline"][-1] == {**workload["pipeline"][-1], "producers": 0}
+    assert {**single["experiment"], "pipeline": workload["pipeline"]} == workload
+    assert workload["pipeline"][-1]["producers"] == 2  # the caller's mapping is left alone
     for manifest in (single, ps, ar):
-        assert manifest["experiment"] == workload and manifest["training"] == {"threads": 1, "epochs": 2}
+        assert manifest["training"] == {"threads": 1, "epochs": 2}
         parse_manifest(manifest)  # the manager takes it
     with pytest.raises(ConfigError, match="framework"):
         job_manifest(workload, None, 2, tmp_path)
