@@ -37,9 +37,9 @@ def rank_records(events: Iterable[Mapping[str, Any]], learners: int) -> list[lis
     Returns:
         ``N`` lists, one record per epoch rank 0 reported, each with ``epoch``, ``elapsed_s`` (s from the job's
         ``running`` status to the rank's end of that epoch), ``samples`` (the rank's in that epoch),
-        ``epoch_s`` (its training seconds in that epoch), ``train_loss``, ``comm`` (cumulative: the rank's last one
-        seen; rank 0's while a rank has sent none) and, rank 0 only, ``val_accuracy`` / ``val_loss``. A rank with no step in an epoch counts
-        0 samples there.
+        ``epoch_s`` (its training seconds in that epoch), ``train_loss``, ``comm`` (cumulative: the rank's last
+        one seen; rank 0's while a rank has sent none) and, rank 0 only, ``data_wait_s``, ``val_accuracy`` and
+        ``val_loss``. A rank with no step in an epoch counts 0 samples there.
 
     Raises:
         CompareError: the stream has no metric record.
