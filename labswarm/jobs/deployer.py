@@ -3,10 +3,12 @@
 the last committed checkpoint (the third step of the lifecycle's pass, see :mod:`labswarm.jobs.lifecycle`).
 
 A distributed job (``learners: N`` with a distributed framework) first gets its coordinator and parameter-server
-shards (:mod:`labswarm.jobs.cluster`); each learner's environment is its place in the job
+shards (:mod:`labswarm.jobs.cluster`; on a swarm the shards are services, through the launcher's
+``shard_runner``: :mod:`labswarm.jobs.swarm_shards`), then its learners, through the same launcher as one
+learner (a process or a service each); each learner's environment is its place in the job
 (:func:`~labswarm.learners.launch.plan_attempt`). A learner of an asynchronous framework that died is started
-again alone, in the same attempt, with the attempt's token (kept in memory: after a manager restart the attempt
-is restarted whole instead).
+again alone, in the same attempt, with the attempt's token and the environment its peers got (kept in memory:
+after a manager restart the attempt is restarted whole instead).
 """
 
 from __future__ import annotations
@@ -121,8 +123,7 @@ class Deployer:
         where = {"services": services} if services else {"pids": started, "host": self.host}
         cluster = self.clusters.get(job.id)
         if cluster is not None:
-            where.update(coordinator_port=cluster.port, ps=[f"{h}:{p}" for h, p in cluster.ps_addresses],
-                         ps_pids=cluster.shard_pids)
+            where.update(cluster.where())
         events.append(db, job, "attempt", {"attempt": number, "event": "started", "checkpoint": pointer, **where},
                       attempt=number)
         db.commit()  # the pids (service ids), at once: a manager that dies now finds them
@@ -160,11 +161,7 @@ class Deployer:
         cluster = self.clusters.get(job.id)
         env: dict[str, str] = {}
         if cluster is not None and cluster.port is not None:
-            from labswarm.learners.context import LearnerContext
-
-            env = LearnerContext(rank=row.rank, world_size=job.learners, master_addr=cluster.host,
-                                 master_port=cluster.port, attempt=row.attempt,
-                                 ps_addresses=tuple(cluster.ps_addresses)).to_env()
+            env = dict(cluster.envs.get(row.rank, {}))  # the attempt's plan for this rank, as its peers got it
         row.pid = row.pid_created = row.service_id = None
         row.ended_at = row.exit_code = row.killed = row.last_seen = row.progress = None
         row.started_at, row.received, row.halt_sent = naive_utcnow(), -1, False
@@ -180,8 +177,13 @@ class Deployer:
         cluster = self.clusters.get(job.id)
         if cluster is None:
             manifest = parse_manifest(job.manifest, source=f"job {job.id}")
+            shard_runner = getattr(self.learners, "shard_runner", None)  # a swarm's services; else local processes
+            try:
+                runner = shard_runner(job.id) if shard_runner is not None else None
+            except (ValueError, DeployError) as exc:
+                return [{} for _ in range(job.learners)], DeployError(f"parameter servers / coordinator: {exc}")
             cluster = JobCluster(job.id, self.service.home / job.id, job.manifest["framework"], job.learners,
-                                 manifest.shards)
+                                 manifest.shards, runner=runner)
             self.clusters[job.id] = cluster
         try:
             plans = cluster.new_attempt(number, self._cursor(job, pointer))

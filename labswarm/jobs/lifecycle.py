@@ -219,7 +219,7 @@ class JobLifecycle(Deployer, AttemptOutcomes):
         ``job_id``, that job's shards and coordinator too (first: its learners cannot be restarted alone then)."""
         cluster = self.clusters.pop(job_id, None) if job_id is not None else None
         if cluster is not None:
-            cluster.close()
+            cluster.close(discard=True)  # a delete: the shards' checkpoints go too
         deadline = time.monotonic() + timeout
         for learner in learners:
             if learner.pid is None and learner.service_id is None:

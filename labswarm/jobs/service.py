@@ -91,9 +91,6 @@ class JobService(JobQueries):
             AdminOnly: the ``command`` framework in the manifest of a user who is not an admin.
         """
         manifest = parse_manifest(data, source="manifest")
-        if manifest.learners > 1 and self.settings.job_launcher != "local":
-            raise ConfigError([("learners", f"{manifest.learners} learners run on the local launcher only for now "
-                                            f"(LABSWARM_JOB_LAUNCHER={self.settings.job_launcher})")])
         if isinstance(manifest.framework, CommandFramework) and not admin:
             raise AdminOnly(f"framework.name: 'command' runs an arbitrary program on the manager's machines: only an "
                             f"admin may submit it ({owner} is a user); use the 'labswarm' framework")

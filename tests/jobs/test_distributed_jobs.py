@@ -174,15 +174,6 @@ def test_halt_stops_both_learners_at_an_epoch_boundary_and_resume_completes(tmp_
     assert [r["epoch"] for r in metrics] == [1, 2, 3]
 
 
-def test_the_swarm_launcher_refuses_several_learners(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from labswarm.jobs import processes
-
-    monkeypatch.setitem(processes.JOB_LAUNCHERS, "swarm", lambda _settings: processes.LocalLearners())
-    with manager(tmp_path, job_launcher="swarm") as m:
-        response = m.http.post("/v1/jobs", json=_distributed(tmp_path, {"name": "allreduce"}))
-    assert response.status_code == 422 and "learners" in response.text and "local launcher" in response.text
-
-
 @pytest.mark.slow
 def test_a_killed_shard_restarts_from_its_checkpoint_and_the_job_completes(tmp_path: Path) -> None:
     with manager(tmp_path, job_slots=2) as m:
