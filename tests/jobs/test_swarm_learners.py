@@ -331,3 +331,21 @@ def test_a_shard_whose_task_is_rejected_fails_the_deploy_and_leaves_nothing(
     with pytest.raises(DeployError, match="did not start: its task is rejected"):
         shards.start(0, argv, {})
     assert engine.services == {} and engine.secrets.items == {}
+
+
+def test_a_restarted_manager_removes_the_shards_of_its_jobs_and_keeps_its_live_learners(
+        tmp_path: Path, engine: FakeEngine) -> None:
+    from labswarm.jobs.swarm_learners import ps_service_name
+
+    first = SwarmLearners(_settings(), client=FakeClient(engine))
+    live = first.start(_launch(tmp_path, job="ours00000001")).service_id
+    argv = [sys.executable, "-m", "labswarm.learners.ps", "--shard", "0", "--learners", "2", "--checkpoint-dir",
+            "/data/x", "--host", "h", "--port", "29600"]
+    first.shard_runner("ours00000001").start(0, argv, {"LABSWARM_PS_SECRET": PS_SECRET})
+    first.shard_runner("other0000001").start(0, argv, {})  # another manager's job
+    SwarmLearners(_settings(), client=FakeClient(engine)).sweep({live}, lambda job: job == "ours00000001")
+    # the coordinator lived in the dead manager's memory: its shards go (the job restarts as a new attempt)
+    assert sorted(engine.services) == sorted([learner_service_name("ours00000001", 1, 0),
+                                              ps_service_name("other0000001", 0)])
+    assert sorted(engine.secrets.items) == sorted([learner_service_name("ours00000001", 1, 0) + "-env",
+                                                   ps_service_name("other0000001", 0) + "-env"])
