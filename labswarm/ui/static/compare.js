@@ -22,7 +22,7 @@
   function draw(id, key, label, x, xLabel) {
     const container = document.getElementById(id);
     const series = rows.map((r, i) => ({
-      label: r.framework, stroke: COLOURS[i % COLOURS.length], width: 2, spanGaps: true, points: { show: true },
+      label: r.label || r.framework, stroke: COLOURS[i % COLOURS.length], width: 2, spanGaps: true, points: { show: true },
     }));
     LS.chart(container, {
       title: `${label} against ${xLabel}`,
