@@ -162,7 +162,8 @@ class PathCheck:
     def __init__(self, roots: DataRoots) -> None:
         self.roots = roots
         self._folders: dict[str, str | None] = {}  # folder as written: resolved (None: no valid path)
-        self._links: dict[str, frozenset[str] | None] = {}  # resolved folder: its symlinks' names (None: unlistable)
+        # resolved folder: (its entries' names, its symlinks' names), None: it cannot be listed
+        self._links: dict[str, tuple[frozenset[str], frozenset[str]] | None] = {}
         self._lookups: dict[str, int] = {}  # resolved folder: files asked about before it is listed
         # plain string prefixes: Path operations cost ~10x a string comparison per row
         self._prefixes = tuple(os.path.join(os.fspath(root), "") for root in roots.roots)
@@ -186,18 +187,24 @@ class PathCheck:
         return target in self._exact or target.startswith(self._prefixes)
 
     def _is_link(self, folder: str, tail: str, target: str) -> bool:
-        """Whether ``target`` (``tail`` in the resolved ``folder``) is a symlink."""
+        """Whether ``target`` (``tail`` in the resolved ``folder``) is a symlink. A name the listing does not hold
+        as written (a missing file; or one a case-insensitive or normalizing file system matches under another
+        spelling) is ``lstat``-ed."""
         if folder not in self._links:
             seen = self._lookups[folder] = self._lookups.get(folder, 0) + 1
             if seen <= LIST_FOLDER_AFTER:
                 return os.path.islink(target)
             try:
                 with os.scandir(folder) as entries:
-                    self._links[folder] = frozenset(entry.name for entry in entries if entry.is_symlink())
+                    listed = [(entry.name, entry.is_symlink()) for entry in entries]
+                self._links[folder] = (frozenset(name for name, _ in listed),
+                                       frozenset(name for name, link in listed if link))
             except OSError:  # no read permission on the folder (search only), or it went away
                 self._links[folder] = None
-        links = self._links[folder]
-        return os.path.islink(target) if links is None else tail in links
+        listing = self._links[folder]
+        if listing is None or tail not in listing[0]:
+            return os.path.islink(target)
+        return tail in listing[1]
 
 
 def outside_row(field: str, line: int, roots: DataRoots) -> tuple[str, str]:
