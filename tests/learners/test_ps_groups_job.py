@@ -1,0 +1,36 @@
+"""``downpour`` worker groups in a training job: the trainer's distributed mode, the lifecycle's restart scope."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from jobs.manager import manager, read_events, statuses, wait_until
+from jobs.test_distributed_jobs import _distributed, _metrics, _pid
+
+#: a real manager, a shard and 2 learner processes per attempt (each imports torch)
+pytestmark = pytest.mark.slow
+
+
+def test_a_dead_group_member_restarts_the_attempt_and_the_job_completes(tmp_path: Path) -> None:
+    # one group of 2: a member killed -9 fails its peer's next in-group all-reduce; both restart from the checkpoint
+    with manager(tmp_path, job_slots=2) as m:
+        job = m.submit(_distributed(tmp_path, {"name": "downpour", "group_size": 2, "n_fetch": 2}, epochs=3))
+        read_events(m.http, job["id"], until=lambda e: e["event"] == "metric" and e["data"].get("epoch") == 1)
+        wait_until(lambda: m.show(job["id"])["checkpoint"], 60, "the first checkpoint")
+        os.kill(_pid(m, job["id"], 1), signal.SIGKILL)
+        stream = read_events(m.http, job["id"])
+        shown = m.show(job["id"])
+        metrics = _metrics(m, job["id"])
+    assert statuses(stream)[-1] == "completed", shown.get("log_tail")
+    attempts = shown["attempts"]
+    # new attempts, never the dead learner alone (3 attempts were seen once in 3 runs at load 16-24, cause not
+    # found; a rendezvous or collective timeout of 30 s on the saturated cores is the likely one)
+    assert len(attempts) >= 2 and not any(a.get("learner_restarts") for a in attempts), attempts
+    assert attempts[0]["error_code"] is not None and attempts[-1]["exit_code"] == 0
+    assert attempts[-1]["checkpoint_in"]["epoch"] >= 1
+    assert sorted(lr["rank"] for lr in attempts[-1]["learners"]) == [0, 1]
+    assert [r["epoch"] for r in metrics] == [1, 2, 3]  # every epoch once
+    assert metrics[-1]["comm"]["syncs"] > 0 and "staleness_p50" in metrics[-1]["comm"]  # rank 0 leads its group
