@@ -137,6 +137,20 @@ class DistributedFramework(BaseModel):
         except ValidationError as exc:
             raise _validation_error("framework", [(tuple(e["loc"]), e["msg"]) for e in exc.errors()]) from None
 
+    def learners_problem(self, learners: int) -> tuple[str, str] | None:
+        """``(parameter, reason)`` when the parameters do not fit a job of ``learners`` learners (the framework's
+        :meth:`~labswarm.learners.frameworks.base.Framework.check_learners`, e.g. ``downpour``'s ``group_size``
+        must divide it), else ``None``."""
+        from labswarm.errors import ConfigError
+        from labswarm.learners.frameworks.base import Framework
+
+        try:
+            Framework.from_spec(self.model_dump(mode="json")).check_learners(learners)
+        except ConfigError as exc:
+            path, reason = exc.errors[0]
+            return path.removeprefix("framework.") or "name", reason
+        return None
+
     @property
     def needs_parameter_server(self) -> bool:
         """Whether the lifecycle deploys parameter-server shards for it (``sandblaster``, ``downpour``,

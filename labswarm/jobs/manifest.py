@@ -190,6 +190,8 @@ class JobManifest(_Strict):
             if self.learners < 2:
                 errors.append((("learners",), f"framework {self.framework.name!r} trains 2 or more learners; "
                                               "for 1, use framework {name: labswarm}"))
+            elif (problem := self.framework.learners_problem(self.learners)) is not None:
+                errors.append((("framework", problem[0]), problem[1]))
             if self.ps_shards is not None and not self.framework.needs_parameter_server:
                 errors.append((("ps_shards",), f"framework {self.framework.name!r} has no parameter server; "
                                                "only sandblaster, downpour and easgd take ps_shards"))

@@ -179,7 +179,7 @@ class LocalLearners(LearnerLauncher):
         env = learner_environment(os.environ, launch.token)  # none of the manager's secrets; the attempt's token
         if launch.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = launch.gpus
-        env.update(launch.env)  # a distributed learner's place in the job (no secret)
+        env.update(launch.env)  # a distributed learner's place in the job and the per-job shard secret
         launch.out.parent.mkdir(parents=True, exist_ok=True)
         with open(launch.out, "ab") as handle:
             process = subprocess.Popen([sys.executable, "-m", "labswarm.jobs.learner", str(launch.spec_path)],

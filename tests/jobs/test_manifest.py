@@ -175,6 +175,7 @@ def test_several_learners_need_a_distributed_framework() -> None:
     ({"framework": {"name": "allreduce"}, "ps_shards": 2}, "ps_shards"),
     ({"framework": {"name": "sandblaster"}, "learners": 1}, "learners"),
     ({"framework": {"name": "labswarm"}, "ps_shards": 1, "learners": 1}, "ps_shards"),
+    ({"framework": {"name": "downpour", "group_size": 3}}, "framework.group_size"),  # must divide learners: 2
 ])
 def test_distributed_manifest_errors_name_the_field(change: dict[str, Any], path: str) -> None:
     error = errors_of({**base(), "learners": 2, **change})
@@ -188,6 +189,7 @@ def test_a_distributed_framework_keeps_its_parameters_and_shards() -> None:
     assert parse_manifest(resolved).framework == manifest.framework
     assert parse_manifest({**base(), "learners": 2, "framework": {"name": "downpour"}}).shards == 1
     assert parse_manifest({**base(), "learners": 2, "framework": {"name": "allreduce"}}).shards == 0
+    assert parse_manifest({**base(), "learners": 4, "framework": {"name": "downpour", "group_size": 2}}).shards == 1
 
 
 def test_yaml_syntax_and_top_level_errors() -> None:
