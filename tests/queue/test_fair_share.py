@@ -30,8 +30,10 @@ pytestmark = pytest.mark.slow
 MGMT_API = "http://guest:guest@127.0.0.1:15672"
 #: Budget of messages waiting in both queues together (3 s of each session's consume rate would be more).
 BUDGET = 40
-#: Seconds given to converge (it took ~4-8 s in a run), and seconds each share is measured over.
+#: Seconds given to converge at most (it took ~4-8 s in a run), and seconds each share is measured over.
 CONVERGE, MEASURE = 20.0, 12.0
+#: Seconds of decisions in a row the logged shares must stay within 20 % before the measure starts.
+HOLD = 5.0
 
 
 class _Health:
@@ -70,8 +72,23 @@ def _consume_rates(client: ManagerClient, sessions: list[str], seconds: float) -
 
 
 def _log(path: Path, since_wall: float, until_wall: float = float("inf")) -> list[dict]:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    # whole lines only: the loop may be appending one while the test polls
+    lines = path.read_text().splitlines(keepends=True)
+    rows = [json.loads(line) for line in lines if line.endswith("\n") and line.strip()]
     return [r for r in rows if since_wall <= r["wall"] <= until_wall]
+
+
+def _settle(paths: list[Path], share: float, since_wall: float, deadline: float = CONVERGE) -> None:
+    """Wait until the first session's share of the consume rates the controller logs (5-s windows) has been
+    within 20 % of ``share`` for :data:`HOLD` s of decisions in a row, at most ``deadline`` s (the fixed wait of
+    before): a wait on the condition, not a check; the shares are then measured from the ledger."""
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        logs = [_log(path, since_wall) if path.is_file() else [] for path in paths]
+        if all(logs) and (held := _convergence(logs, share, since_wall)) is not None \
+                and logs[0][-1]["wall"] - since_wall - held >= HOLD:
+            return
+        time.sleep(0.25)
 
 
 def _convergence(logs: list[list[dict]], share: float, since_wall: float) -> float | None:
@@ -114,7 +131,8 @@ def test_two_sessions_share_the_workers_by_weight(rabbitmq_url: str, tmp_path: P
             started, started_wall = time.monotonic(), time.time()
 
             # weights 1:1: each session gets half the workers
-            time.sleep(CONVERGE)
+            paths = [tmp_path / "health" / f"health-{s}.jsonl" for s in sessions]
+            _settle(paths, 0.5, started_wall)
             since = time.time()
             equal = _consume_rates(client, sessions, MEASURE)
             share = equal[0] / sum(equal)
@@ -130,7 +148,7 @@ def test_two_sessions_share_the_workers_by_weight(rabbitmq_url: str, tmp_path: P
             # weight 3:1: the first session gets three quarters
             client.set_weight(sessions[0], 3.0)
             changed = time.time()
-            time.sleep(CONVERGE)
+            _settle(paths, 0.75, changed)
             weighted = _consume_rates(client, sessions, MEASURE)
             share3 = weighted[0] / sum(weighted)
             assert abs(share3 - 0.75) <= 0.2 * 0.75, weighted
