@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,32 @@ def data_roots() -> Iterator[None]:
 @pytest.fixture
 def tone_dataset(tmp_path: Path) -> Path:
     return write_dataset(tmp_path / "data")
+
+
+#: Clips per class and seed of the demo set the tests share (see :func:`demo_set`).
+DEMO_PER_CLASS, DEMO_SEED = 3, 0
+
+
+@pytest.fixture(scope="session")
+def demo_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo set of :data:`DEMO_PER_CLASS` clips per class (seed :data:`DEMO_SEED`), built once for the whole
+    run through the console script (``labswarm demo-data --jobs 2``) and shared by tests/datasets/test_demo.py
+    and tests/test_cli.py: a build is costly (each worker process first loads the soundfonts, ~12 s here).
+    Tests only read it. Skips when Debian's packages are missing, and fails in CI (``CI=true``).
+    """
+    from labswarm.datasets.demo import missing_packages
+
+    if missing := missing_packages():
+        message = f"demo-set packages missing: {' '.join(missing)}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    out = tmp_path_factory.mktemp("demo")
+    result = subprocess.run([sys.executable, "-m", "labswarm.cli", "demo-data", str(out), "--per-class",
+                             str(DEMO_PER_CLASS), "--seed", str(DEMO_SEED), "--jobs", "2"],
+                            cwd=out, env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out
 
 
 #: The PostgreSQL server of the database contract tests (.ci/postgres starts it); env LABSWARM_TEST_POSTGRES.

@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from labswarm.datasets.demo import missing_packages
-
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,19 +20,15 @@ def labswarm(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-@pytest.fixture(scope="module")
-def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if missing_packages() and os.environ.get("CI") != "true":
-        pytest.skip(f"Debian packages missing: {missing_packages()}")
-    out = tmp_path_factory.mktemp("demo")
-    result = labswarm("demo-data", str(out), "--per-class", "2", "--jobs", "2", cwd=out)
-    assert result.returncode == 0, result.stderr
-    return out
+@pytest.fixture
+def demo_dir(demo_set: Path) -> Path:
+    """The shared demo set (tests/conftest.py): 3 clips per class, seed 0, built by ``labswarm demo-data``."""
+    return demo_set
 
 
 def test_demo_data_is_reused_when_identical(demo_dir: Path) -> None:
     before = {p: p.stat().st_mtime_ns for p in demo_dir.rglob("*.wav")}
-    result = labswarm("demo-data", str(demo_dir), "--per-class", "2", cwd=demo_dir)
+    result = labswarm("demo-data", str(demo_dir), "--per-class", "3", cwd=demo_dir)
     assert result.returncode == 0 and "already built" in result.stdout
     assert {p: p.stat().st_mtime_ns for p in demo_dir.rglob("*.wav")} == before
 
@@ -48,12 +42,12 @@ def test_features_twice_second_run_all_cached(demo_dir: Path, tmp_path: Path) ->
     path.write_text(yaml.safe_dump(config))
     first = labswarm("features", str(path), "--jobs", "2", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert "computed" in first.stdout and " 24 " in first.stdout  # 6 clips x 4 transformations
+    assert "computed" in first.stdout and " 36 " in first.stdout  # 9 clips x 4 transformations
     second = labswarm("features", str(path), "--jobs", "2", cwd=tmp_path)
     assert second.returncode == 0, second.stderr
     lines = {line.split("│")[1].strip(): line.split("│")[2].strip()
              for line in second.stdout.splitlines() if line.count("│") >= 3}
-    assert lines["computed"] == "0" and lines["cached"] == "24" and lines["failed"] == "0"
+    assert lines["computed"] == "0" and lines["cached"] == "36" and lines["failed"] == "0"
 
 
 def test_invalid_config_exits_2_naming_the_field(tmp_path: Path) -> None:
