@@ -165,13 +165,12 @@ def sessions_router(service: SessionService, mutating: Sequence[params.Depends])
     ) -> list[dict[str, Any]]:
         """One page of the caller's sessions' progress (an admin's: all), newest first (default 50 per page, at
         most 1,000: 422 beyond)."""
-        return [service.progress(row.id) for row in service.sessions(status, limit, offset, scope(user))]
+        return [service.progress_of(row) for row in service.sessions(status, limit, offset, scope(user))]
 
     @router.get("/sessions/{session_id}")
     def get_session(session_id: str, user: Caller) -> dict[str, Any]:
         """Progress: total, published, done, cached, failed, pending, current rate (tasks/s), times, owner."""
-        service.session(session_id, scope(user))
-        return service.progress(session_id)
+        return service.progress(session_id, scope(user))
 
     @router.put("/sessions/{session_id}/rate", dependencies=mutating)
     def put_rate(session_id: str, body: RateBody, user: Caller) -> dict[str, Any]:
@@ -230,8 +229,8 @@ def sessions_router(service: SessionService, mutating: Sequence[params.Depends])
     def outcomes(session_id: str, body: OutcomesBody, user: Caller) -> dict[str, Any]:
         """Workers report sample outcomes here, in batches. Only samples of this session are recorded: each other
         one (another session's, or unknown) comes back in ``rejected`` with the reason; the rest is applied."""
-        service.session(session_id, scope(user))
-        applied, rejected = service.record_outcomes(session_id, [o.model_dump() for o in body.outcomes])
+        applied, rejected = service.record_outcomes(session_id, [o.model_dump() for o in body.outcomes],
+                                                    owner=scope(user))
         return {"applied": applied, "rejected": rejected}
 
     @router.post("/sessions/{session_id}/redeliveries", dependencies=mutating)

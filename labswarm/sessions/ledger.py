@@ -22,12 +22,13 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any, TypeVar
 
-from sqlalchemy import String, any_, bindparam, case, func, or_, select, text, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import String, any_, bindparam, func, select, text, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
 from labswarm.db import utcnow
+from labswarm.errors import NotFound
 from labswarm.sessions.models import SampleRow, SessionRow
 
 #: Statuses that end a sample: nothing more will happen to it.
@@ -59,11 +60,6 @@ def chunks(items: Iterable[T], size: int = CHUNK) -> Iterator[list[T]]:
     it = iter(items)
     while chunk := list(islice(it, size)):
         yield chunk
-
-
-def _insert(db: Session):
-    """``INSERT`` on the ledger's Core table (not the ORM entity: the ORM's bulk path costs ~10x more per row)."""
-    return (postgresql.insert if _postgres(db) else sqlite.insert)(SampleRow.__table__)
 
 
 def _postgres(db: Session) -> bool:
@@ -138,65 +134,104 @@ def add_samples(db: Session, session_id: str, rows: Iterable[tuple[str, str, str
     return dict(added)
 
 
+_OUTCOME_SET = (
+    "ON CONFLICT (session_id, sample_id) DO UPDATE SET "
+    "status = CASE WHEN samples.status IN ('done', 'cached') THEN samples.status ELSE excluded.status END, "
+    "reason = CASE WHEN samples.status IN ('done', 'cached') THEN samples.reason ELSE excluded.reason END, "
+    "seconds = excluded.seconds, finished_at = excluded.finished_at, updated_at = excluded.updated_at")
+_OUTCOMES_SQLITE = text(
+    "INSERT INTO samples (session_id, sample_id, status, reason, seconds, finished_at, attempts, updated_at) "
+    "SELECT :sid, json_extract(j.value, '$[0]'), json_extract(j.value, '$[1]'), json_extract(j.value, '$[2]'), "
+    "json_extract(j.value, '$[3]'), json_extract(j.value, '$[4]'), 1, :now FROM json_each(:rows) AS j WHERE true "
+    + _OUTCOME_SET)
+_OUTCOMES_POSTGRES = text(
+    "INSERT INTO samples (session_id, sample_id, status, reason, seconds, finished_at, attempts, updated_at) "
+    "SELECT :sid, u.sample_id, u.status, u.reason, u.seconds, u.finished_at, 1, :now "
+    "FROM unnest(CAST(:ids AS VARCHAR[]), CAST(:statuses AS VARCHAR[]), CAST(:reasons AS TEXT[]), "
+    "CAST(:seconds AS FLOAT8[]), CAST(:finished AS FLOAT8[])) AS u(sample_id, status, reason, seconds, finished_at) "
+    + _OUTCOME_SET)
+_STATUS_SQLITE = text("SELECT sample_id, status FROM samples WHERE session_id = :sid "
+                      "AND sample_id IN (SELECT value FROM json_each(:ids))")
+_STATUS_POSTGRES = text("SELECT sample_id, status FROM samples WHERE session_id = :sid "
+                        "AND sample_id = ANY(CAST(:ids AS VARCHAR[]))")
+#: The session row's lock (as :func:`_lock`) that also checks the session exists and, with ``:owner`` not null, is
+#: that user's: no row changed means neither.
+_LOCK_OWNED = text("UPDATE sessions SET pending = pending WHERE id = :sid "
+                   "AND (CAST(:owner AS VARCHAR) IS NULL OR owner = :owner)")
+_COUNT = text("UPDATE sessions SET pending = pending + :published, done = done + :done, cached = cached + :cached, "
+              "failed = failed + :failed WHERE id = :sid")
+
+
 def record_outcomes(db: Session, session_id: str, outcomes: Iterable[dict],
-                    in_flight: Collection[str] = ()) -> tuple[int, list[str]]:
-    """Record worker outcomes ``{sample_id, status, reason, seconds}`` of the session's own samples.
+                    in_flight: Collection[str] = (), owner: str | None = None) -> tuple[int, list[str]]:
+    """Record worker outcomes ``{sample_id, status, reason, seconds, finished_at}`` of the session's own samples.
 
     Only a sample in the session's ledger, or among ``in_flight`` (published, its ledger row not yet written:
     the row is inserted here and the publisher's later insert leaves it), is recorded; any other id is not.
-    One Core executemany per :data:`CHUNK` outcomes (each row its own parameter set, one statement text). A sample
-    already ``done`` or ``cached`` keeps that status (at-least-once delivery can run it twice). The statuses
-    before are read under the session's lock, and the session's counters move by the changes.
+    A sample already ``done`` or ``cached`` keeps that status (at-least-once delivery can run it twice); a sample
+    named twice in one batch ends as the outcomes applied one after the other would leave it.
+
+    The cost does not depend on the ORM: four fixed SQL texts per call (per :data:`CHUNK` outcomes, the ids and
+    rows as one parameter each): the session row's lock, which also checks the session and its ``owner``; the
+    statuses before, read under that lock; one upsert of the batch; the counters' change.
+
+    Args:
+        owner: when given, the session must be this user's.
 
     Returns:
         ``(applied, rejected)``: outcomes recorded, and the sample ids refused (not samples of the session).
+
+    Raises:
+        NotFound: no such session, or (``owner`` given) another user's; nothing is written.
     """
-    _lock(db, session_id)
+    conn = db.connection()
+    if conn.execute(_LOCK_OWNED, {"sid": session_id, "owner": owner}).rowcount == 0:
+        raise NotFound(f"no session {session_id!r}")
+    postgres = _postgres(db)
+    upsert = (_OUTCOMES_POSTGRES if postgres else _OUTCOMES_SQLITE).bindparams(
+        bindparam("now", type_=SampleRow.__table__.c.updated_at.type))
     now = utcnow()
-    rows = (
-        {"session_id": session_id, "sample_id": outcome["sample_id"], "status": status,
-         "reason": outcome.get("reason"), "seconds": outcome.get("seconds"),
-         "finished_at": outcome.get("finished_at"), "attempts": 1, "updated_at": now}
-        for outcome in outcomes
-        if (status := "done" if outcome["status"] == "computed" else outcome["status"]) in _RANK
-    )
-    stmt = _insert(db)
-    table = SampleRow.__table__.c
-    keep = or_(table.status == "done", table.status == "cached")  # no IN: not allowed in executemany
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["session_id", "sample_id"],
-        set_={
-            "status": case((keep, table.status), else_=stmt.excluded.status),
-            "reason": case((keep, table.reason), else_=stmt.excluded.reason),
-            "seconds": stmt.excluded.seconds,
-            "finished_at": stmt.excluded.finished_at,
-            "updated_at": stmt.excluded.updated_at,
-        },
-    )
     applied = 0
     rejected: list[str] = []
     delta: Counter[str] = Counter()
-    for chunk in chunks(rows):
-        state: dict[str, str | None] = dict(db.execute(
-            select(SampleRow.sample_id, SampleRow.status).where(
-                SampleRow.session_id == session_id, _among(db, SampleRow.sample_id, [r["sample_id"] for r in chunk]))
-        ).all())
-        ours = {r["sample_id"] for r in chunk if r["sample_id"] in state or r["sample_id"] in in_flight}
-        rejected += [r["sample_id"] for r in chunk if r["sample_id"] not in ours]
-        chunk = [r for r in chunk if r["sample_id"] in ours]
-        if not chunk:
-            continue
-        for row in chunk:  # the statement's rule, row by row (a chunk may name a sample twice)
-            old = state.get(row["sample_id"])
-            new = old if old in ("done", "cached") else row["status"]
-            if new != old:
+    for chunk in chunks(outcomes):
+        ids = list(dict.fromkeys(o["sample_id"] for o in chunk))
+        state: dict[str, str | None] = dict(conn.execute(
+            _STATUS_POSTGRES if postgres else _STATUS_SQLITE,
+            {"sid": session_id, "ids": ids if postgres else json.dumps(ids)}).all())
+        rows: dict[str, list] = {}  # sample id -> [id, status, reason, seconds, finished_at]: the last word
+        for outcome in chunk:
+            sample_id = outcome["sample_id"]
+            status = "done" if outcome["status"] == "computed" else outcome["status"]
+            if status not in _RANK:
+                continue
+            if sample_id not in state and sample_id not in in_flight:
+                rejected.append(sample_id)
+                continue
+            applied += 1
+            old = state.get(sample_id)
+            row = rows.get(sample_id)
+            if old in ("done", "cached"):  # the statement's rule, row by row: a success stays
+                reason = row[2] if row else None
+                status = old
+            else:
+                reason = outcome.get("reason")
                 if old is not None:
                     delta[old] -= 1
-                delta[new] += 1
-                state[row["sample_id"]] = new
-        db.connection().execute(stmt, chunk)  # Core executemany: no ORM bulk-insert machinery per row
-        applied += len(chunk)
-    _count(db, session_id, delta)
+                delta[status] += 1
+                state[sample_id] = status
+            rows[sample_id] = [sample_id, status, reason, outcome.get("seconds"), outcome.get("finished_at")]
+        if not rows:
+            continue
+        batch = list(rows.values())
+        if postgres:
+            params: dict[str, Any] = {name: [r[i] for r in batch] for i, name in
+                                      enumerate(("ids", "statuses", "reasons", "seconds", "finished"))}
+        else:
+            params = {"rows": json.dumps(batch)}
+        conn.execute(upsert, {"sid": session_id, "now": now, **params})
+    if any(delta.values()):
+        conn.execute(_COUNT, {"sid": session_id, **{s: delta.get(s, 0) for s in COUNTERS}})
     return applied, rejected
 
 

@@ -55,8 +55,8 @@ class SessionCollector(Collector):
         rows.update((row.id, row) for row in self.manager.sessions(ENDED, limit=RECENT))
         for row in rows.values():
             try:
-                p = self.manager.progress(row.id)
-            except NotFound:  # deleted between the two reads
+                p = self.manager.progress_of(row)  # the row just read: no second read per session
+            except NotFound:  # deleted before its first recount
                 continue
             key = [p["id"], p["experiment"]]
             for status, field in (("published", "pending"), ("done", "done"), ("cached", "cached"),

@@ -213,17 +213,29 @@ class SessionService:
             raise NotFound(f"no session {session_id!r}")
         return row
 
-    def progress(self, session_id: str) -> dict[str, Any]:
+    def progress(self, session_id: str, owner: str | None = None) -> dict[str, Any]:
         """A session's progress: counts per status, rate (tasks/s), times, samples/s.
 
         The counts are the counters on the session row (one row read, whatever the session's size: see
         :mod:`~labswarm.sessions.ledger`). The first read of an active session by this manager process recounts
         them from the ledger, the truth (one ``GROUP BY`` per active session per process start).
 
+        Args:
+            owner: when given, the session must be this user's (checked on the same row read).
+
         Raises:
-            NotFound: no such session.
+            NotFound: no such session, or (``owner`` given) another user's.
         """
-        row = self.session(session_id)
+        return self.progress_of(self.session(session_id, owner))
+
+    def progress_of(self, row: SessionRow) -> dict[str, Any]:
+        """:meth:`progress` of a session row just read (e.g. a page of :meth:`sessions`): no second read of it,
+        but for the recount of an active session's first read by this process.
+
+        Raises:
+            NotFound: the session was deleted before its recount.
+        """
+        session_id = row.id
         recounted = self.__dict__.setdefault("_recounted", set())
         if row.status in ACTIVE and session_id not in recounted:
             with self.db() as db:
@@ -364,7 +376,7 @@ class SessionService:
         return [{"sample_id": r.sample_id, "reason": r.reason, "attempts": r.attempts} for r in rows]
 
     # worker side
-    def record_outcomes(self, session_id: str, outcomes: list[dict[str, Any]]
+    def record_outcomes(self, session_id: str, outcomes: list[dict[str, Any]], owner: str | None = None
                         ) -> tuple[int, list[dict[str, str]]]:
         """Apply a batch of worker outcomes to the ledger, for the samples of this session only.
 
@@ -372,17 +384,22 @@ class SessionService:
         (read from the runner BEFORE the ledger: the runner writes the ledger, then forgets). Any other sample
         id (another session's, or unknown) is rejected, never recorded; the rest of the batch is.
 
+        The session's existence and ``owner`` are checked in the same transaction as the write (one database
+        session for the whole request: the hot path of every worker's reports).
+
+        Args:
+            owner: when given, the session must be this user's.
+
         Returns:
             ``(applied, rejected)``: how many were recorded, and ``{sample_id, reason}`` for each one rejected.
 
         Raises:
-            NotFound: no such session.
+            NotFound: no such session, or (``owner`` given) another user's; nothing is recorded.
         """
-        self.session(session_id)
         runner = self._runners.get(session_id)
         in_flight = runner.in_flight([o["sample_id"] for o in outcomes]) if runner is not None else set()
         with self.db() as db:
-            n, unknown = ledger.record_outcomes(db, session_id, outcomes, in_flight)
+            n, unknown = ledger.record_outcomes(db, session_id, outcomes, in_flight, owner)
             db.commit()
         if runner is not None and n:
             refused = set(unknown)

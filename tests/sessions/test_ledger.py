@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from labswarm.db import make_engine, make_sessionmaker
@@ -146,3 +146,53 @@ def test_redelivery_counts_attempts_up_to_max(db: Session) -> None:
     assert _row(db, "ok").attempts == 1
     # a sample the ledger does not know yet (row not committed) runs
     assert ledger.redelivery(db, SID, "unknown", 3) is True
+
+
+def test_a_batch_naming_a_sample_twice_ends_as_its_outcomes_applied_in_order(db: Session) -> None:
+    """record_outcomes upserts each sample once per batch (one statement): the last word, but a success stays;
+    seconds and finish time are the last outcome's; the counters move once per sample, as the ledger did."""
+    ledger.add_samples(db, SID, [(s, "published", None) for s in ("a", "b", "c", "d")])
+    ledger.add_samples(db, "other", [("a", "published", None)])
+    db.commit()
+    applied, rejected = ledger.record_outcomes(db, SID, [
+        {"sample_id": "a", "status": "failed", "reason": "oom", "seconds": 1.0},
+        {"sample_id": "a", "status": "computed", "seconds": 2.0, "finished_at": 20.0},  # a retry succeeded
+        {"sample_id": "b", "status": "computed", "seconds": 3.0},
+        {"sample_id": "b", "status": "failed", "reason": "late duplicate", "seconds": 4.0},  # does not undo it
+        {"sample_id": "c", "status": "failed", "reason": "r1"}, {"sample_id": "c", "status": "failed", "reason": "r2"},
+        {"sample_id": "nope", "status": "computed"}, {"sample_id": "nope", "status": "failed"},
+    ])
+    db.commit()
+    assert (applied, rejected) == (6, ["nope", "nope"])
+    a, b, c, d = (_row(db, s) for s in "abcd")
+    assert (a.status, a.reason, a.seconds, a.finished_at) == ("done", None, 2.0, 20.0)
+    assert (b.status, b.reason, b.seconds) == ("done", None, 4.0)
+    assert (c.status, c.reason) == ("failed", "r2")
+    assert d.status == "published" and _row(db, "nope") is None
+    assert db.get(SampleRow, ("other", "a")).status == "published"
+    assert ledger.counts(db, SID) == ledger.counters(db.get(SessionRow, SID, populate_existing=True)) == {
+        "published": 1, "done": 2, "cached": 0, "failed": 1}
+    # a later batch: a success stays, a failure may still become a success
+    ledger.record_outcomes(db, SID, [{"sample_id": "b", "status": "failed"}, {"sample_id": "c", "status": "cached"}])
+    db.commit()
+    assert ledger.counts(db, SID) == ledger.counters(db.get(SessionRow, SID, populate_existing=True)) == {
+        "published": 1, "done": 2, "cached": 1, "failed": 0}
+
+
+def test_record_outcomes_checks_the_session_and_its_owner_in_its_transaction(db: Session) -> None:
+    """The owner check of POST /sessions/{id}/outcomes happens in the ledger write: another user's session, or
+    none, is NotFound and nothing is written; its owner (and an admin: no owner given) records."""
+    from labswarm.errors import NotFound
+
+    ledger.add_samples(db, SID, [("a", "published", None), ("b", "published", None)])
+    db.execute(update(SessionRow).where(SessionRow.id == SID).values(owner="alice"))
+    db.commit()
+    for session_id, owner in ((SID, "bob"), ("missing", None), ("missing", "alice")):
+        with pytest.raises(NotFound, match="no session"):
+            ledger.record_outcomes(db, session_id, [{"sample_id": "a", "status": "computed"}], owner=owner)
+        db.rollback()
+    assert _row(db, "a").status == "published"
+    assert ledger.record_outcomes(db, SID, [{"sample_id": "a", "status": "computed"}], owner="alice") == (1, [])
+    assert ledger.record_outcomes(db, SID, [{"sample_id": "b", "status": "computed"}]) == (1, [])
+    db.commit()
+    assert ledger.counters(db.get(SessionRow, SID, populate_existing=True))["done"] == 2
