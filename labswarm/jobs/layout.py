@@ -7,10 +7,12 @@ that folder and nothing else (never the user's data)::
       checkpoints/attempt-<n>/epoch-<NNNN>.pt             after epoch NNNN
       checkpoints/attempt-<n>/epoch-<NNNN>.rank-<r>.pt    rank r's copy (a distributed job's other ranks)
       checkpoints/attempt-<n>/epoch-<NNNN>-step-<SSSSSS>.pt  a halt after step SSSSSS of epoch NNNN + 1
+      checkpoints/attempt-<n>/epoch-<NNNN>-step-<SSSSSS>.rank-<r>.pt  rank r's (its own step: asynchronous ranks differ)
       checkpoints/attempt-<n>/files/...                   a ``command`` learner's checkpoint folder
       checkpoints/latest.json                             the pointer: the last committed checkpoint
       metrics.jsonl                                       one record per epoch, as far as the pointer goes
       logs/attempt-<n>/learner-<rank>.log                 each learner's output
+      logs/attempt-<n>/chunks-<rank>.jsonl                a distributed learner's chunks trained (pass, chunk, ids)
       model/model.pt                                      the trained model (``labswarm`` framework)
       results/...                                         a ``command`` learner's results folder
 
@@ -22,6 +24,7 @@ whole files behind it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -68,6 +71,27 @@ def rank_checkpoint_key(key: str, rank: int) -> str:
     return key if rank == 0 else f"{key.removesuffix('.pt')}.rank-{rank}.pt"
 
 
+def latest_rank_copy(storage: Storage, rank: int, min_epoch: int = 0) -> str | None:
+    """Rank ``rank``'s newest own checkpoint copy (:func:`rank_checkpoint_key`) in any attempt, by (attempt, epochs
+    done, step; an epoch's end before the next epoch's steps), among those covering at least ``min_epoch`` epochs.
+    An asynchronous rank stops at its own step, so its copy's key need not match rank 0's (the pointer's).
+
+    Raises:
+        StorageError: the store cannot be listed.
+    """
+    found = []
+    for key in storage.list("checkpoints"):
+        match = _RANK_COPY.fullmatch(key)
+        if match is not None and int(match["rank"]) == rank and int(match["epoch"]) >= min_epoch:
+            step = int(match["step"]) if match["step"] is not None else -1
+            found.append((int(match["attempt"]), int(match["epoch"]), step, key))
+    return max(found)[3] if found else None
+
+
+_RANK_COPY = re.compile(r"checkpoints/attempt-(?P<attempt>\d+)/epoch-(?P<epoch>\d+)(?:-step-(?P<step>\d+))?"
+                        r"\.rank-(?P<rank>\d+)\.pt")
+
+
 def is_rank_copy(key: str) -> bool:
     """Whether ``key`` is another rank's copy (:func:`rank_checkpoint_key`), which rank 0's commit leaves alone."""
     return ".rank-" in key.rsplit("/", 1)[-1]
@@ -76,6 +100,11 @@ def is_rank_copy(key: str) -> bool:
 def log_key(attempt: int, rank: int) -> str:
     """``logs/attempt-<n>/learner-<rank>.log``."""
     return f"logs/attempt-{attempt}/learner-{rank}.log"
+
+
+def chunks_key(attempt: int, rank: int) -> str:
+    """``logs/attempt-<n>/chunks-<rank>.jsonl``: a distributed learner's chunk log (pass, chunk, sample ids)."""
+    return f"logs/attempt-{attempt}/chunks-{rank}.jsonl"
 
 
 def commit_checkpoint(storage: Storage, key: str, *, attempt: int, epochs_done: int, step: int | None = None,

@@ -219,6 +219,7 @@ class Learner:
         self.workdir = spec.workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.workdir / f"learner-{spec.rank}.log"
+        self.chunks_path: Path | None = None  # a distributed learner's chunk log (labswarm.train.distributed)
         self.halt = threading.Event()
         token = token if token is not None else os.environ.get("LABSWARM_API_TOKEN")
         self.reporter = JobReporter(spec.manager_url, job_id=spec.job_id, attempt=spec.attempt, rank=spec.rank,
@@ -271,6 +272,7 @@ class Learner:
             # its place in the job from the environment the lifecycle set (labswarm.learners.context)
             distributed = DistributedTraining(self.manifest.framework.model_dump(mode="json"), lease_s=LEASE_S)
         trainer = Trainer(config, self.workdir / "home", hooks=[JobHooks(self)], distributed=distributed)
+        self.chunks_path = trainer.run_dir / "chunks.jsonl" if distributed is not None else None
         resume = self._restore(trainer)
         try:
             result = trainer.fit(resume=resume)
@@ -296,9 +298,13 @@ class Learner:
             return False
         trainer.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
         for tries_left in range(RESTORE_TRIES - 1, -1, -1):
+            mine = layout.rank_checkpoint_key(pointer["key"], self.spec.rank)
+            if self.spec.rank and trainer.distributed is not None and not trainer.distributed.lockstep:
+                # an asynchronous rank stopped at its own step: its newest copy (its running totals go on)
+                mine = layout.latest_rank_copy(self.storage, self.spec.rank, int(pointer["epoch"])) or mine
             try:  # a distributed job's rank r: its own copy, else rank 0's (the replicas of a sync framework agree)
-                self.storage.get_file(layout.rank_checkpoint_key(pointer["key"], self.spec.rank),
-                                      trainer.checkpoint_path)
+                self.storage.get_file(mine, trainer.checkpoint_path)
+                log.info("restored from %s", mine)
                 break
             except MissingObject:
                 pass
@@ -334,9 +340,12 @@ class Learner:
         return pointer
 
     def upload_log(self) -> None:
-        """Store this learner's log file as ``logs/attempt-<n>/learner-<rank>.log``."""
+        """Store this learner's log file as ``logs/attempt-<n>/learner-<rank>.log`` (and a distributed learner's
+        chunk log as ``logs/attempt-<n>/chunks-<rank>.jsonl``)."""
         if self.log_path.is_file():
             self.storage.put_file(layout.log_key(self.spec.attempt, self.spec.rank), self.log_path)
+        if self.chunks_path is not None and self.chunks_path.is_file():
+            self.storage.put_file(layout.chunks_key(self.spec.attempt, self.spec.rank), self.chunks_path)
 
 
 def _log_to_stderr() -> None:

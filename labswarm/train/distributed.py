@@ -24,11 +24,13 @@ it trains as a single process, on the path it always had. With one, the trainer:
    if any learner asked, all stop at the same step, and each gives back (:meth:`GlobalCursor.release`) the
    chunk it claimed for that step. An asynchronous learner stops on its own after its step, before claiming
    the next chunk, and marks itself stopped in the job's store. The trainer then writes each rank's mid-epoch
-   checkpoint (its running sums, step count and framework state) and rank 0's holds the cursor's state with
-   the stopped pass's claimed-but-untrained chunks free (asynchronous: read once every learner has stopped, up
-   to ``lease_s``); done chunks stay done. Resumed (``fit(resume=True)``, the cursor restored into the
-   coordinator), the pass continues: the free chunks are trained, each sample of that pass exactly once across
-   the halt (``tests/train/test_distributed.py``);
+   checkpoint (its running sums, step count, framework state and communication totals: :meth:`comm`) and rank
+   0's holds the cursor's state with the stopped pass's claimed-but-untrained chunks free (asynchronous: read
+   once every learner has stopped, up to ``lease_s``); done chunks stay done. Resumed (``fit(resume=True)``,
+   the cursor restored into the coordinator, each rank from its own checkpoint: an asynchronous rank's stops at
+   its own step, so a job finds it by :func:`labswarm.jobs.layout.latest_rank_copy`), the pass continues: the
+   free chunks are trained, each sample of that pass exactly once across the halt, and each rank's running
+   totals go on (``tests/train/test_distributed.py``, ``tests/jobs/test_async_halt_job.py``);
 5. validates on **rank 0 only**, on its own replica (after the framework's sync for ``allreduce`` and
    ``sandblaster``, where the replicas are equal; the learner's replica for the others). Other ranks' epoch
    records have no ``val_*``. While rank 0 validates the others may wait in the next collective: validation
@@ -51,7 +53,7 @@ import numpy as np
 
 from labswarm.learners.context import LearnerContext
 from labswarm.learners.cursor import Chunk, GlobalCursor
-from labswarm.learners.frameworks.base import Framework
+from labswarm.learners.frameworks.base import CommStats, Framework
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.train.distributed_data import TrainingSamples
 
@@ -84,6 +86,7 @@ class DistributedTraining:
         self.started = time.perf_counter()
         self.samples: TrainingSamples | None = None
         self._halted: int | None = None  # the pass a halt stopped this learner in
+        self._comm_before = CommStats()  # this rank's communication before the checkpoint it resumed from
         self._joined = False
 
     @property
@@ -177,8 +180,15 @@ class DistributedTraining:
             "samples_per_s": seen / seconds if seconds else 0.0, "data_wait_s": 0.0, "data_wait_share": 0.0,
             "epoch_s": seconds, "respawns": 0, "failed_samples": 0, "rank": self.rank,
             "world_size": self.context.world_size, "chunks": sums["chunks"], "steps": sums["steps"],
-            "elapsed_s": time.perf_counter() - self.started, "comm": self.framework.stats.as_dict(),
+            "elapsed_s": time.perf_counter() - self.started, "comm": self.comm().as_dict(),
         }
+
+    def comm(self) -> CommStats:
+        """This rank's communication over the whole run: the framework's :class:`CommStats` of this process added
+        to those of the checkpoints it resumed from (bytes, syncs, every push's staleness)."""
+        now, before = self.framework.stats, self._comm_before
+        return CommStats(bytes_sent=before.bytes_sent + now.bytes_sent, syncs=before.syncs + now.syncs,
+                         staleness=[*before.staleness, *now.staleness])
 
     def _claim(self, torch: Any, epoch: int, stop: bool) -> tuple[Chunk | None, str]:
         """The next step's chunk and what to do: ``"train"`` (a ``None`` chunk: a lockstep filler), ``"end"``
@@ -235,14 +245,23 @@ class DistributedTraining:
     def state_dict(self) -> dict[str, Any]:
         """The framework's state and, on rank 0, the cursor's (the coordinator writes it back into a new store
         with :meth:`~labswarm.learners.launch.JobCoordinator.restore_cursor` before a restarted attempt)."""
-        out: dict[str, Any] = {"rank": self.rank, "framework": self.framework.state_dict()}
+        comm = self.comm()
+        out: dict[str, Any] = {"rank": self.rank, "framework": self.framework.state_dict(),
+                               "comm": {"bytes_sent": comm.bytes_sent, "syncs": comm.syncs,
+                                        "staleness": comm.staleness}}
         if self.rank == 0 and self.cursor is not None:
             out["cursor"] = self._cursor_state()
         return out
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the framework's state from a checkpoint's :meth:`state_dict` (after :meth:`attach`)."""
+        """Restore the framework's state and this rank's running communication totals from a checkpoint's
+        :meth:`state_dict` (after :meth:`attach`). Another rank's checkpoint (``rank`` differs: an asynchronous
+        rank without its own copy) gives no totals: this rank's start from zero."""
         self.framework.load_state_dict(state["framework"])
+        comm = state.get("comm")
+        if comm is not None and state.get("rank") == self.rank:
+            self._comm_before = CommStats(bytes_sent=int(comm["bytes_sent"]), syncs=int(comm["syncs"]),
+                                          staleness=[int(v) for v in comm["staleness"]])
 
     def finish(self) -> None:
         """Training ended: the framework's last sync, then its hook and the process group are released."""
