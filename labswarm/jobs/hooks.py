@@ -59,8 +59,10 @@ def epoch_size(experiment: ExperimentConfig, rank: int = 0, world: int = 1) -> t
 
 
 class HaltAtEpoch(Exception):
-    """Raised by :meth:`JobHooks.after_epoch` in a distributed learner asked to halt: the epoch's checkpoint is
-    committed; the learner exits as halted. (The distributed trainer honours no halt inside an epoch.)
+    """Raised by :meth:`JobHooks.after_epoch` in a distributed learner asked to halt after an epoch's last step
+    (agreed across the learners of a synchronous framework): the epoch's checkpoint is committed; the learner
+    exits as halted. A halt that comes inside an epoch stops the learners at the next step boundary instead
+    (:meth:`JobHooks.should_stop`, a mid-epoch checkpoint: :mod:`labswarm.train.distributed`).
 
     Args:
         epochs_done: the epochs the checkpoint covers.

@@ -155,7 +155,10 @@ def test_delete_leaves_no_learner_shard_or_coordinator(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_halt_stops_both_learners_at_an_epoch_boundary_and_resume_completes(tmp_path: Path) -> None:
+def test_halt_stops_both_allreduce_learners_at_the_same_step_and_resume_completes(tmp_path: Path) -> None:
+    """A halt after the first epoch's metrics: the lockstep learners agree on it at the same step boundary (mid-epoch,
+    or the epoch's end when it comes after the last step), both exit halted with a checkpoint, and the resume
+    trains the epochs left, each once."""
     with manager(tmp_path, job_slots=2) as m:
         job = m.submit(_distributed(tmp_path, {"name": "allreduce"}, epochs=3))
         read_events(m.http, job["id"], until=_epoch_ended)
@@ -166,7 +169,7 @@ def test_halt_stops_both_learners_at_an_epoch_boundary_and_resume_completes(tmp_
         assert statuses(halted)[-1] == "halted", shown.get("log_tail")
         assert shown["checkpoint"]["epoch"] >= 1
         codes = [lr["exit_code"] for lr in shown["attempts"][0]["learners"]]
-        assert codes == [EXIT_HALTED, EXIT_HALTED], codes  # both stopped at the same boundary, not killed
+        assert codes == [EXIT_HALTED, EXIT_HALTED], codes  # both stopped at the same step, not killed
         assert m.http.patch(f"/v1/jobs/{job['id']}", json={"status": "resume"}).status_code == 200
         stream = read_events(m.http, job["id"], last_event_id=halted[-1]["id"])
         metrics = _metrics(m, job["id"])
