@@ -35,6 +35,7 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 from labswarm.errors import LabswarmError
+from labswarm.queue.embedded import POLL_FAST, install
 
 #: The name of the one task labswarm sends.
 TASK_NAME = "labswarm.compute"
@@ -44,10 +45,10 @@ EXCHANGE = Exchange("labswarm", type="direct", durable=True)
 #: not yet run go back to the queue when their worker dies. 1: see the module docstring for why not 4. The queue's
 #: depth and bound count only the messages not yet delivered: a consumer holds up to this many more.
 PREFETCH_MULTIPLIER = 1
-#: Seconds between polls of the embedded broker (kombu's default is 1 s). A worker that has just acked its task
-#: also waits this long before it fetches the next one when it holds no other, so it bounds the per-task latency; an
-#: idle worker pays ~0.2 ms of SQLite per poll.
-EMBEDDED_POLLING_INTERVAL = 0.005
+#: Seconds between polls of the embedded broker while messages come (kombu's default is 1 s): a worker that has
+#: just acked its task waits up to this long before it fetches the next one when it holds no other. An idle worker
+#: backs off to :data:`labswarm.queue.embedded.POLL_MAX` (see :mod:`labswarm.queue.embedded`).
+EMBEDDED_POLLING_INTERVAL = POLL_FAST
 
 
 def queue_name(experiment: str) -> str:
@@ -136,12 +137,10 @@ def declare_queue(app: Celery, experiment: str) -> None:
 
 def prepare_embedded_broker(broker_url: str) -> None:
     """Create the SQLite file of an embedded broker in WAL mode (commits ~10x faster than the default journal)
-    and make kombu's SQLAlchemy transport poll every :data:`EMBEDDED_POLLING_INTERVAL` seconds."""
-    from kombu.transport import sqlalchemy as sqla_transport
-
-    # kombu passes every transport option to create_engine, so the polling interval cannot go through
-    # broker_transport_options; it is a class attribute of the transport.
-    sqla_transport.Transport.polling_interval = EMBEDDED_POLLING_INTERVAL
+    and make ``sqla+`` URLs use labswarm's transport in this process (:mod:`labswarm.queue.embedded`: read-first
+    polls, claimed messages deleted, ``synchronous=NORMAL``, adaptive polling from
+    :data:`EMBEDDED_POLLING_INTERVAL`)."""
+    install()
     path = _embedded_path(broker_url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
