@@ -19,7 +19,8 @@ tasks take well under a second, so the default is ample here.
 
 The embedded broker (``sqla+sqlite:///...``, kombu's SQLAlchemy transport) needs no server. It cannot redeliver
 the task of a killed worker; the session ledger republishes whatever has no outcome once the queue has drained,
-which makes it as safe, if slower to notice.
+which makes it as safe, if slower to notice. Its transport is :mod:`labswarm.queue.embedded`'s (read-first polls,
+adaptive polling, ``synchronous=NORMAL``: durable against a killed process, not against a power loss).
 """
 
 from __future__ import annotations
