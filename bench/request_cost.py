@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -66,7 +67,8 @@ class Manager:
         self.label, self.home, self.port = label, tmp / f"home-{label}", free_port()
         self.home.mkdir()
         env = {**os.environ, "LABSWARM_HOME": str(self.home), "LABSWARM_API_TOKEN": TOKEN,
-               "LABSWARM_START_WINDOW": str(10**9), "LABSWARM_DATA_ROOTS": str(tmp)}
+               "LABSWARM_START_WINDOW": str(10**9), "LABSWARM_DATA_ROOTS": str(tmp),
+               "LABSWARM_MAX_QUEUE_LENGTH": "0"}  # every sample published at once, past RabbitMQ's default bound
         env.pop("LABSWARM_DATABASE_URL", None)
         if src is not None:
             env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")])
@@ -133,6 +135,8 @@ class Manager:
         return 1000 * max(used - idle * wall, 0.0) / n
 
     def close(self) -> None:
+        if getattr(self, "session", None):  # purges its queue (RabbitMQ keeps it otherwise)
+            self.http.post(f"/sessions/{self.session}/cancel")
         self.http.close()
         self.proc.terminate()
         try:
@@ -166,6 +170,7 @@ def export(ref: str, tmp: Path) -> Path:
 
 
 def main() -> None:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the managers are stopped on a kill too
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=100, help="requests of each kind (default 100)")
     parser.add_argument("--amqp", default=None, help="RabbitMQ URL (default: the embedded broker)")
