@@ -10,10 +10,11 @@ messages (:mod:`labswarm.health.share`).
 Each decision is appended to ``<log_dir>/health-<session>.jsonl`` (for ``labswarm health plot``).
 
 A session is watched from the first tick that sees it running and steered from its first outcome on (the first
-tick with a consume rate to measure); its first decision is always sent, since the first rate set lifts the
-publisher's start window (:mod:`labswarm.sessions.window`), which held it until then. One failing poll or one
-session's bad data never stops the loop: the error is logged with the session and the reason, and the next tick
-runs.
+tick with a consume rate to measure; for the next ``window`` seconds its rates are measured from the last tick
+before that outcome, not over idle seconds of workers still starting); its first decision is always sent, since
+the first rate set lifts the publisher's start window (:mod:`labswarm.sessions.window`), which held it until then.
+One failing poll or one session's bad data never stops the loop: the error is logged with the session and the
+reason, and the next tick runs.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ class SessionTrack:
     rate: TimeSeries = field(default_factory=TimeSeries)
     asked: TimeSeries = field(default_factory=TimeSeries)  # the rate in force at each tick
     decided: bool = False  # a first decision was sent
+    #: The last tick before the first outcome (time, finished): until ``window`` s after it, the consume rate is
+    #: measured from there, not over the whole window, whose start has the workers still starting (no outcome).
+    idle: tuple[float, float] | None = None
+    moving_since: float | None = None
 
 
 class HealthLoop:
@@ -90,11 +95,24 @@ class HealthLoop:
     def observe(self, session: dict[str, Any], queue: QueueStats | None, track: SessionTrack, t: float) -> Observation:
         """Build the controller's observation of one session from the manager's progress and the broker's stats."""
         track.published.append(t, session["published"])
-        track.finished.append(t, session["finished"])
+        finished = session["finished"]
+        if track.moving_since is None:
+            if track.idle is not None and finished > track.idle[1]:
+                track.moving_since = track.idle[0]
+            else:
+                track.idle = (t, finished)
+        track.finished.append(t, finished)
         track.asked.append(t, float(session["rate"]))
-        consume = track.finished.rate(self.window)
-        publish = track.published.rate(self.window)
-        asked = track.asked.mean(self.window)
+        window = self.window
+        if track.moving_since is not None and t - track.moving_since < window:
+            # the session's first outcomes: a rate over the whole window counts the workers' start-up as idle
+            # time (a 5-s window with the first outcome 1 s ago read a fifth of the real rate: the first decision
+            # then cut the rate below it and starved the workers for ~10 s of a 270-sample run)
+            # the publish rate too: before, the start window held the publisher (not its ceiling)
+            window = t - track.moving_since + 1e-6
+        consume = track.finished.rate(window)
+        publish = track.published.rate(window)
+        asked = track.asked.mean(window)
         # Depth from the ledger (published, no outcome yet, less what the consumers hold) is ~0.5 s old; the
         # management API's is up to ~5 s old and moves in steps, which makes any controller overshoot. The
         # broker gives the consumers (and its own depth, logged beside for comparison).

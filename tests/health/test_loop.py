@@ -134,3 +134,42 @@ def test_the_loop_survives_any_error_of_one_poll_and_logs_it(tmp_path: Path, cap
     # the healthy session was steered on the ticks after the failure
     rows = [json.loads(line) for line in (tmp_path / "health-a.jsonl").read_text().splitlines()]
     assert len(rows) >= 4 and "a" in manager.rates
+
+
+class _LateWorkers:
+    """A stand-in for :class:`ManagerMonitor`: one session whose 2 workers start at t = 5 s, then finish 20
+    samples/s; the start window has published 25 samples before (they wait in the queue)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.rates: list[float] = []
+
+    async def sessions(self) -> list[dict]:
+        finished = int(max(0.0, 20.0 * (self.t - 5.0)))
+        return [{"id": "s", "experiment": "s", "queue": "labswarm.s", "status": "running", "weight": 1.0,
+                 "total": 10_000, "published": finished + 27, "republished": 0, "cached": 0,
+                 "finished": finished, "pending": 27, "rate": self.rates[-1] if self.rates else 20.0}]
+
+    async def set_rate(self, session_id: str, rate: float) -> None:
+        self.rates.append(rate)
+
+
+def test_the_first_decision_measures_the_consume_rate_from_the_first_outcome_not_the_idle_start(
+        tmp_path: Path) -> None:
+    """Workers that start late leave the first seconds of the rate window without outcomes: measured over the
+    whole window the consume rate read a fraction of the real one, and the first decision cut the publish rate
+    below it (the queue then drained and the workers starved)."""
+    manager = _LateWorkers()
+    loop = HealthLoop(manager, None, consumers=2, log_dir=tmp_path, clock=lambda: manager.t)
+
+    async def run() -> None:
+        for t in range(10):
+            manager.t = float(t)
+            await loop.tick()
+
+    asyncio.run(run())
+    rows = [json.loads(line) for line in (tmp_path / "health-s.jsonl").read_text().splitlines()]
+    first = rows[0]  # t = 6: the first tick with an outcome (20 of them in the last second)
+    assert first["consume_rate"] == pytest.approx(20.0, rel=0.05), first
+    assert manager.rates[0] >= first["consume_rate"], (manager.rates, first)  # depth 25 is under 3 s x 20/s
+    assert all(r["consume_rate"] == pytest.approx(20.0, rel=0.05) for r in rows), rows  # and the ticks after
