@@ -102,7 +102,11 @@ class HealthLoop:
             else:
                 track.idle = (t, finished)
         track.finished.append(t, finished)
-        track.asked.append(t, float(session["rate"]))
+        if track.decided:  # the rates asked by this loop: before its first decision the start window held the
+            # publisher, whatever rate was in force (the default, thousands/s), and a mean over those made the
+            # publisher look short, so the anti-windup capped the next rates at 1.5x a publish rate the window
+            # had held down (270 real samples: ~12 s to climb from 3 to 20 samples/s, the workers starved)
+            track.asked.append(t, float(session["rate"]))
         window = self.window
         if track.moving_since is not None and t - track.moving_since < window:
             # the session's first outcomes: a rate over the whole window counts the workers' start-up as idle
