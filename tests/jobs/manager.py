@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -18,6 +17,7 @@ import httpx
 import psutil
 from sqlalchemy import select
 
+from labswarm.client import parse_sse
 from labswarm.jobs.models import LearnerRow
 from labswarm.jobs.service import JobService
 from labswarm.manager.api import create_app
@@ -89,21 +89,17 @@ def read_events(http: httpx.Client, job_id: str, *, last_event_id: int | None = 
     with http.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers, timeout=timeout) as response:
         assert response.status_code == 200, response.read()
         assert response.headers["content-type"].startswith("text/event-stream")
-        event: dict[str, Any] = {}
-        for line in response.iter_lines():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the stream did not end within {timeout} s")
-            if line.startswith("id: "):
-                event["id"] = int(line[4:])
-            elif line.startswith("event: "):
-                event["event"] = line[7:]
-            elif line.startswith("data: "):
-                event["data"] = json.loads(line[6:])
-            elif not line and event:
-                out.append(event)
-                if until(event):
-                    return out
-                event = {}
+
+        def lines() -> Iterator[str]:
+            for line in response.iter_lines():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the stream did not end within {timeout} s")
+                yield line
+
+        for event in parse_sse(lines()):
+            out.append(event)
+            if until(event):
+                return out
     return out
 
 

@@ -62,6 +62,16 @@ def _epoch_ended(stream_event: dict) -> bool:
     return stream_event["event"] == "metric" and stream_event["data"].get("epoch") == 1
 
 
+def kill_learner_after_first_checkpoint(m: Manager, job_id: str, rank: int = 1) -> tuple[list[dict], dict, list[dict]]:
+    """Once epoch 1 ended and a checkpoint is committed, SIGKILL learner ``rank`` of the current attempt, then read
+    the event stream to its end: ``(events, the job as shown, its metrics)``."""
+    read_events(m.http, job_id, until=_epoch_ended)
+    wait_until(lambda: m.show(job_id)["checkpoint"], 60, "the first checkpoint")
+    os.kill(_pid(m, job_id, rank), signal.SIGKILL)
+    stream = read_events(m.http, job_id)
+    return stream, m.show(job_id), _metrics(m, job_id)
+
+
 @pytest.mark.slow
 def test_allreduce_with_two_learners_completes_and_its_model_loads(tmp_path: Path) -> None:
     with manager(tmp_path, job_slots=2) as m:
@@ -123,12 +133,7 @@ def test_downpour_learner_killed_restarts_alone_and_the_job_completes(tmp_path: 
 def test_allreduce_learner_killed_restarts_both_from_the_checkpoint(tmp_path: Path) -> None:
     with manager(tmp_path, job_slots=2) as m:
         job = m.submit(_distributed(tmp_path, {"name": "allreduce"}, epochs=3))
-        read_events(m.http, job["id"], until=_epoch_ended)
-        wait_until(lambda: m.show(job["id"])["checkpoint"], 60, "the first checkpoint")
-        os.kill(_pid(m, job["id"], 1), signal.SIGKILL)
-        stream = read_events(m.http, job["id"])
-        shown = m.show(job["id"])
-        metrics = _metrics(m, job["id"])
+        stream, shown, metrics = kill_learner_after_first_checkpoint(m, job["id"])
     assert statuses(stream)[-1] == "completed", shown.get("log_tail")
     first, second = shown["attempts"]
     assert first["error_code"] is not None and second["exit_code"] == 0

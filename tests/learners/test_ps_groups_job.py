@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 
 import pytest
-from jobs.manager import manager, read_events, statuses, wait_until
-from jobs.test_distributed_jobs import _distributed, _metrics, _pid
+from jobs.manager import manager, statuses
+from jobs.test_distributed_jobs import _distributed, kill_learner_after_first_checkpoint
 
 #: a real manager, a shard and 2 learner processes per attempt (each imports torch)
 pytestmark = pytest.mark.slow
@@ -18,12 +16,7 @@ def test_a_dead_group_member_restarts_the_attempt_and_the_job_completes(tmp_path
     # one group of 2: a member killed -9 fails its peer's next in-group all-reduce; both restart from the checkpoint
     with manager(tmp_path, job_slots=2) as m:
         job = m.submit(_distributed(tmp_path, {"name": "downpour", "group_size": 2, "n_fetch": 2}, epochs=3))
-        read_events(m.http, job["id"], until=lambda e: e["event"] == "metric" and e["data"].get("epoch") == 1)
-        wait_until(lambda: m.show(job["id"])["checkpoint"], 60, "the first checkpoint")
-        os.kill(_pid(m, job["id"], 1), signal.SIGKILL)
-        stream = read_events(m.http, job["id"])
-        shown = m.show(job["id"])
-        metrics = _metrics(m, job["id"])
+        stream, shown, metrics = kill_learner_after_first_checkpoint(m, job["id"])
     assert statuses(stream)[-1] == "completed", shown.get("log_tail")
     attempts = shown["attempts"]
     # new attempts, never the dead learner alone (3 attempts were seen once in 3 runs at load 16-24, cause not
