@@ -135,11 +135,10 @@ class Channel(sqla.Channel):
             row = session.execute(
                 text(f"SELECT id FROM {table} WHERE queue_id = :q AND visible = 1 ORDER BY timestamp, id LIMIT 1"),
                 {"q": queue_id}).first()
+            session.commit()
             if row is None:
-                session.commit()
                 self.connection.polled(False)
                 raise Empty()
-            session.commit()
             # the claim: one statement in its own write transaction; another consumer may have taken the row
             # since the read: then the oldest visible one, or none
             claimed = session.execute(
