@@ -28,13 +28,14 @@ from __future__ import annotations
 import fcntl
 import sqlite3
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 from amqp.exceptions import PreconditionFailed
 from celery import Celery
 from kombu import Exchange, Queue
 
+from labswarm.db.engine import enable_wal
 from labswarm.errors import LabswarmError
 from labswarm.queue.embedded import POLL_FAST, install
 
@@ -145,8 +146,8 @@ def prepare_embedded_broker(broker_url: str) -> None:
     path = _embedded_path(broker_url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with sqlite3.connect(path) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
+        with closing(sqlite3.connect(path)) as conn:
+            enable_wal(conn)
 
 
 def make_celery(broker_url: str, max_queue_length: int | None = None) -> Celery:

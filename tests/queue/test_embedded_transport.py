@@ -32,12 +32,16 @@ def _publish(url: str, bodies: list[int]) -> None:
                              serializer="json")
 
 
-def _consume(url: str, limit: float, received: list, ack: bool = True, count=None, total: int = 0) -> Connection:
-    """Consume for ``limit`` s, or until the shared ``count`` reaches ``total``."""
+def _consume(url: str, limit: float, received: list, ack: bool = True, count=None, total: int = 0,
+             on_first=None) -> Connection:
+    """Consume for ``limit`` s, or until the shared ``count`` reaches ``total``; ``on_first()`` runs inside the
+    callback of the first message (a consumer blocked there claims nothing more meanwhile)."""
     conn = Connection(url)
     queue = experiment_queue("t")
 
     def on_message(body, message) -> None:
+        if on_first is not None and not received:
+            on_first()
         received.append(body)
         if ack:
             message.ack()
@@ -91,10 +95,19 @@ def test_message_published_while_backed_off_is_consumed(tmp_path: Path) -> None:
         assert db.execute("SELECT count(*) FROM kombu_message").fetchone()[0] == 0  # claimed rows are deleted
 
 
-def _consumer_process(url: str, results, count, total: int) -> None:
+def _consumer_process(url: str, results, count, total: int, holders, n_consumers: int) -> None:
     prepare_embedded_broker(url)
     received: list = []
-    _consume(url, 120.0, received, count=count, total=total)
+
+    def hold() -> None:
+        """Keep the first message until every consumer holds one: the others must claim rows meanwhile."""
+        with holders.get_lock():
+            holders.value += 1
+        deadline = time.monotonic() + 120
+        while holders.value < n_consumers and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    _consume(url, 120.0, received, count=count, total=total, on_first=hold)
     results.put(received)
 
 
@@ -102,8 +115,8 @@ def test_each_message_claimed_by_exactly_one_consumer(tmp_path: Path) -> None:
     url = _url(tmp_path)
     declare_queue(make_celery(url), "t")
     ctx = multiprocessing.get_context("fork")
-    results, count = ctx.Queue(), ctx.Value("i", 0)
-    procs = [ctx.Process(target=_consumer_process, args=(url, results, count, 120)) for _ in range(3)]
+    results, count, holders = ctx.Queue(), ctx.Value("i", 0), ctx.Value("i", 0)
+    procs = [ctx.Process(target=_consumer_process, args=(url, results, count, 120, holders, 3)) for _ in range(3)]
     for p in procs:
         p.start()
     _publish(url, list(range(120)))
@@ -112,7 +125,8 @@ def test_each_message_claimed_by_exactly_one_consumer(tmp_path: Path) -> None:
         p.join(10)
     everything = sorted(b for part in got for b in part)
     assert everything == list(range(120))  # none lost, none twice
-    assert all(got)  # each consumer claimed some (they raced for the same rows)
+    assert holders.value == 3  # each consumer claimed rows while the others held theirs unacknowledged
+    assert all(got)
 
 
 def test_unacknowledged_message_given_back_on_close(tmp_path: Path) -> None:
