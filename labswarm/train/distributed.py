@@ -132,8 +132,11 @@ class DistributedTraining:
         Returns:
             The epoch's metrics record (the single-process keys, ``samples`` this learner's, plus ``rank``,
             ``world_size``, ``chunks``, ``steps``, ``elapsed_s`` since :meth:`attach`, ``comm``: the framework's
-            cumulative :meth:`CommStats.as_dict`); or ``{"stopped": sums}`` when a hook's ``should_stop`` halted
-            it at a step boundary (the trainer writes the mid-epoch checkpoint).
+            cumulative :meth:`CommStats.as_dict`, ``peer_wait_s``: in lockstep, the seconds this learner waited in
+            the epoch's first collective for its peers to begin the epoch, i.e. for rank 0's validation and
+            checkpoint of the epoch before; ``epoch_s`` and ``samples_per_s`` start after it, as the
+            single-process trainer's leave validation out); or ``{"stopped": sums}`` when a hook's
+            ``should_stop`` halted it at a step boundary (the trainer writes the mid-epoch checkpoint).
 
         Raises:
             CursorError: the cursor's store failed, or no chunk came free in time (asynchronous frameworks).
@@ -144,10 +147,14 @@ class DistributedTraining:
         sums = {"loss_sum": 0.0, "correct": 0, "seen": 0, "steps": 0, "chunks": 0, "seconds": 0.0}
         if partial is not None and partial.get("rank") == self.rank:  # an asynchronous rank may get rank 0's
             sums.update({k: v for k, v in partial.items() if k in sums})
-        t0, stop = time.perf_counter(), False
+        t0, stop, waited, first = time.perf_counter(), False, 0.0, True
         with open(trainer.run_dir / "chunks.jsonl", "a", encoding="utf-8") as trained:
             while True:
                 chunk, verdict = self._claim(torch, epoch, stop)
+                if first and self._joined:  # after the first collective every peer has begun the epoch
+                    now = time.perf_counter()
+                    waited, t0 = now - t0, now
+                first = False
                 if verdict != "train":
                     break
                 index = chunk.samples if chunk is not None else np.zeros(1, dtype=np.int64)
@@ -178,7 +185,7 @@ class DistributedTraining:
             "epoch": epoch + 1, "epochs": trainer.training.epochs, "samples": seen,
             "train_loss": sums["loss_sum"] / max(seen, 1), "train_accuracy": sums["correct"] / max(seen, 1),
             "samples_per_s": seen / seconds if seconds else 0.0, "data_wait_s": 0.0, "data_wait_share": 0.0,
-            "epoch_s": seconds, "respawns": 0, "failed_samples": 0, "rank": self.rank,
+            "epoch_s": seconds, "peer_wait_s": waited, "respawns": 0, "failed_samples": 0, "rank": self.rank,
             "world_size": self.context.world_size, "chunks": sums["chunks"], "steps": sums["steps"],
             "elapsed_s": time.perf_counter() - self.started, "comm": self.comm().as_dict(),
         }

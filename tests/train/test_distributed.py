@@ -67,6 +67,9 @@ def test_allreduce_learners_halted_mid_epoch_resume_the_pass_train_each_sample_o
     assert "val_accuracy" in ranks[0][-1] and "val_accuracy" not in ranks[1][-1]  # rank 0 validates
     assert ranks[0][0]["samples"] + ranks[1][0]["samples"] == 36  # the halted epoch's sums went on
     assert ranks[0][0]["steps"] == ranks[1][0]["steps"] == 5  # lockstep, across the halt
+    for r in (ranks[0][1], ranks[1][1]):  # the wait for the peers (rank 0's validation) is out of epoch_s
+        assert r["peer_wait_s"] >= 0 and r["samples_per_s"] == pytest.approx(r["samples"] / r["epoch_s"])
+        assert r["epoch_s"] + r["peer_wait_s"] <= r["elapsed_s"]
     final = [checkpoint.load(run / f"rank-{r}" / "checkpoint.pt") for r in range(2)]
     buffers = ("running_mean", "running_var", "num_batches_tracked")  # batch-norm statistics: each rank's own
     params = [n for n in final[0]["model"] if not n.endswith(buffers)]
