@@ -31,10 +31,14 @@ it trains as a single process, on the path it always had. With one, the trainer:
    its own step, so a job finds it by :func:`labswarm.jobs.layout.latest_rank_copy`), the pass continues: the
    free chunks are trained, each sample of that pass exactly once across the halt, and each rank's running
    totals go on (``tests/train/test_distributed.py``, ``tests/jobs/test_async_halt_job.py``);
-5. validates on **rank 0 only**, on its own replica (after the framework's sync for ``allreduce`` and
-   ``sandblaster``, where the replicas are equal; the learner's replica for the others). Other ranks' epoch
-   records have no ``val_*``. While rank 0 validates the others may wait in the next collective: validation
-   must take less than the collective timeout (``LABSWARM_COLLECTIVE_TIMEOUT_S``, 30 s by default).
+5. validates: where the replicas are equal after every step (``allreduce``, ``sandblaster``:
+   ``Framework.equal_replicas``) every learner validates a disjoint shard of the validation split (the pipeline's
+   ``rank``/``world`` sharding) with rank 0's parameters and batch-norm statistics (broadcast first: each rank's
+   running statistics saw its own last batch), and the confusion matrix and loss sum are all-reduced
+   (:meth:`DistributedTraining.reduce_validation`): the figures of the whole split, in about ``1/N`` of the time,
+   no learner idle. Otherwise **rank 0 only** validates, on its own replica (the others' differ between syncs),
+   while the others wait in the next collective: validation must then take less than the collective timeout
+   (``LABSWARM_COLLECTIVE_TIMEOUT_S``, 30 s by default). Either way only rank 0's epoch records hold ``val_*``.
 6. checkpoints the framework's state and (rank 0) the cursor's, and calls ``framework.finish()`` at the end;
    rank 0 writes the model file. Each rank keeps its metrics and checkpoint in ``<run dir>/rank-<r>/``.
 """
@@ -98,6 +102,38 @@ class DistributedTraining:
     def lockstep(self) -> bool:
         """Learners step together (synchronous frameworks)."""
         return self.framework.synchronous
+
+    @property
+    def shared_validation(self) -> bool:
+        """Every learner validates a shard of the validation split (module docstring, point 5): the framework's
+        replicas are equal and the learners share a process group (after :meth:`attach`)."""
+        return self._joined and self.framework.equal_replicas
+
+    def validation_start(self, torch: Any, model: Any) -> None:
+        """Before a shared validation: rank 0's parameters and buffers (batch-norm statistics) onto every rank.
+
+        Raises:
+            torch.distributed.DistError: a peer failed or hung (the collective timeout).
+        """
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            for tensor in model.state_dict().values():
+                dist.broadcast(tensor, 0)
+
+    def reduce_validation(self, torch: Any, matrix: np.ndarray, loss_sum: float) -> tuple[np.ndarray, float]:
+        """A shared validation's sums over every rank: the confusion matrices ``(n_classes, n_classes)`` (int64
+        counts; summed in float64, exact below 2**53) and the cross-entropy sums (nats).
+
+        Raises:
+            torch.distributed.DistError: a peer failed or hung (the collective timeout).
+        """
+        import torch.distributed as dist
+
+        sums = torch.tensor([*matrix.ravel().tolist(), loss_sum], dtype=torch.float64)
+        dist.all_reduce(sums)
+        total = sums.numpy()
+        return np.rint(total[:-1]).astype(np.int64).reshape(matrix.shape), float(total[-1])
 
     def attach(self, trainer: Any, torch: Any, model: Any, optimizer: Any, train: Pipeline) -> Any:
         """Join the group, attach the framework, read the training features and open the cursor.

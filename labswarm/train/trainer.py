@@ -132,14 +132,19 @@ class Trainer:
         self.on_epoch = on_epoch
         self.hooks = list(hooks)
 
-    def _pipelines(self) -> tuple[Pipeline, Pipeline]:
-        """Train and validation pipelines; a features block that reads every output reads only the model's."""
+    def _blocks(self) -> list[Block]:
+        """The experiment's pipeline blocks; a features block that reads every output reads only the model's."""
         specs = []
         for spec in self.experiment.pipeline:
             block = Block.from_spec(spec)
             if block.name == "features" and block.config.outputs is None:
                 block = Block.from_spec({**block.spec(), "outputs": [self.input]})
             specs.append(block)
+        return specs
+
+    def _pipelines(self) -> tuple[Pipeline, Pipeline]:
+        """Train and validation pipelines."""
+        specs = self._blocks()
         train = Pipeline(self.experiment, split="train", blocks=specs)
         validation = Pipeline(self.experiment, split="validation", train=False, blocks=specs)
         return train, validation
@@ -194,6 +199,9 @@ class Trainer:
         module = model if dist is None else dist.attach(self, torch, model, optimizer, train)
         if dist is not None and self._restored is not None and "distributed" in self._restored:
             dist.load_state_dict(self._restored["distributed"])
+        if dist is not None and dist.shared_validation:  # each rank validates its shard (labswarm.train.distributed)
+            validation = Pipeline(self.experiment, split="validation", train=False, blocks=self._blocks(),
+                                  rank=dist.rank, world=dist.context.world_size)
         records = checkpoint.read_metrics(self.metrics_path)
         for hook in self.hooks:
             hook.before_fit(self, start)
@@ -209,7 +217,11 @@ class Trainer:
                                       "rng": torch.get_rng_state()})
                 return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started,
                                    stopped=True)
-            if dist is None or dist.rank == 0:  # distributed: rank 0 validates (labswarm.train.distributed)
+            if dist is not None and dist.shared_validation:  # every rank its shard, the sums all-reduced
+                dist.validation_start(torch, model)
+                metrics = self._validate(torch, model, validation, device, reduce=dist.reduce_validation)
+                record.update(metrics if dist.rank == 0 else {})
+            elif dist is None or dist.rank == 0:  # else rank 0 alone validates (labswarm.train.distributed)
                 record.update(self._validate(torch, model, validation, device))
             record["lr"] = optimizer.param_groups[0]["lr"]
             schedule.step()
@@ -328,7 +340,12 @@ class Trainer:
             "respawns": sums["respawns"], "failed_samples": sums["failed"],
         }
 
-    def _validate(self, torch: Any, model: Any, validation: Pipeline, device: Any) -> dict[str, Any]:
+    def _validate(self, torch: Any, model: Any, validation: Pipeline, device: Any,
+                  reduce: Callable[[Any, np.ndarray, float], tuple[np.ndarray, float]] | None = None,
+                  ) -> dict[str, Any]:
+        """The validation figures of ``model`` over ``validation``'s samples; ``reduce(torch, matrix, loss_sum)``
+        (a shared validation's all-reduce) turns this shard's confusion matrix and loss sum into the whole
+        split's before the figures are taken from them."""
         model.eval()
         labels, predictions, loss_sum = [], [], 0.0
         with torch.no_grad(), validation.epoch(0) as batches:
@@ -341,11 +358,15 @@ class Trainer:
                 loss_sum += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
                 labels.append(batch.labels)
                 predictions.append(logits.argmax(1).cpu().numpy())
-        if not labels:
-            return {"val_samples": 0}
-        matrix = confusion(np.concatenate(labels), np.concatenate(predictions), len(validation.classes))
-        f1 = f1_per_class(matrix, validation.classes)
+        n_classes = len(validation.classes)
+        matrix = (confusion(np.concatenate(labels), np.concatenate(predictions), n_classes) if labels
+                  else np.zeros((n_classes, n_classes), dtype=np.int64))
+        if reduce is not None:
+            matrix, loss_sum = reduce(torch, matrix, loss_sum)
         n = int(matrix.sum())
+        if not n:
+            return {"val_samples": 0}
+        f1 = f1_per_class(matrix, validation.classes)
         return {"val_samples": n, "val_loss": loss_sum / n, "val_accuracy": accuracy(matrix), "val_f1": f1,
                 "val_macro_f1": macro_f1(f1), "val_confusion": matrix.tolist()}
 

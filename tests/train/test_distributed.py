@@ -15,6 +15,7 @@ from three_classes import training_experiment
 from labswarm.config import parse_experiment
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.train import checkpoint
+from labswarm.train.trainer import Trainer, load_model
 
 torch = pytest.importorskip("torch")
 
@@ -79,3 +80,13 @@ def test_allreduce_learners_halted_mid_epoch_resume_the_pass_train_each_sample_o
     assert final[0]["distributed"]["framework"]["name"] == "allreduce"
     assert all(v.startswith("D|") for p in final[0]["distributed"]["cursor"]["passes"].values() for v in p)
     assert any((home / "models").iterdir())  # rank 0 wrote the model
+    # shared validation: each rank validated its shard with rank 0's parameters and statistics; the all-reduced
+    # figures are those of the model file over the whole validation split in one process
+    model_file = next((home / "models").iterdir())
+    model, _ = load_model(model_file)
+    trainer = Trainer(config, home)
+    whole = trainer._validate(torch, model, trainer._pipelines()[1], torch.device("cpu"))
+    last = ranks[0][-1]
+    assert whole["val_samples"] == last["val_samples"] > 0
+    assert whole["val_confusion"] == last["val_confusion"]
+    assert whole["val_loss"] == pytest.approx(last["val_loss"], rel=1e-4)

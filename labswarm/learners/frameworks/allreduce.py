@@ -37,6 +37,7 @@ class AllReduce(Framework):
     """
 
     name = "allreduce"
+    equal_replicas = True
     config_model = AllReduceConfig
     config: AllReduceConfig
 

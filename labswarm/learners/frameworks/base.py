@@ -72,12 +72,16 @@ class Framework(ABC):
             together from the last checkpoint; asynchronous ones (``False``) restart the dead learner alone,
             which pulls the current parameters.
         needs_parameter_server: the lifecycle deploys ``ps_shards`` parameter-server processes first.
+        equal_replicas: after every step all learners hold the same parameters (``allreduce``, ``sandblaster``), so
+            the trainer's distributed mode shards validation over them (each validates a disjoint part of the
+            validation split, the sums are all-reduced); otherwise rank 0 validates its own replica alone.
     """
 
     name: ClassVar[str]
     config_model: ClassVar[type[FrameworkConfig]] = FrameworkConfig
     synchronous: ClassVar[bool] = True
     needs_parameter_server: ClassVar[bool] = False
+    equal_replicas: ClassVar[bool] = False
 
     def __init__(self, config: FrameworkConfig | None = None) -> None:
         self.config = config if config is not None else self.config_model(name=self.name)

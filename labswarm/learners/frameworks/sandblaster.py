@@ -26,6 +26,7 @@ class Sandblaster(ParameterServerFramework):
     """
 
     name = "sandblaster"
+    equal_replicas = True
     config_model = FrameworkConfig
 
     def after_step(self) -> None:
