@@ -106,8 +106,8 @@ class DistributedTraining:
     @property
     def shared_validation(self) -> bool:
         """Every learner validates a shard of the validation split (module docstring, point 5): the framework's
-        replicas are equal and the learners share a process group (after :meth:`attach`)."""
-        return self._joined and self.framework.equal_replicas
+        replicas are equal and the learners share a process group (the one :meth:`attach` joins)."""
+        return self.lockstep and self.context.world_size > 1 and self.framework.equal_replicas
 
     def validation_start(self, torch: Any, model: Any) -> None:
         """Before a shared validation: rank 0's parameters and buffers (batch-norm statistics) onto every rank.

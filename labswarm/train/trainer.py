@@ -132,21 +132,19 @@ class Trainer:
         self.on_epoch = on_epoch
         self.hooks = list(hooks)
 
-    def _blocks(self) -> list[Block]:
-        """The experiment's pipeline blocks; a features block that reads every output reads only the model's."""
+    def _pipelines(self, validation_shard: tuple[int, int] = (0, 1)) -> tuple[Pipeline, Pipeline]:
+        """Train and validation pipelines, the latter reading shard ``(rank, world)`` of the split (a shared
+        validation, :mod:`labswarm.train.distributed`); a features block that reads every output reads only the
+        model's."""
         specs = []
         for spec in self.experiment.pipeline:
             block = Block.from_spec(spec)
             if block.name == "features" and block.config.outputs is None:
                 block = Block.from_spec({**block.spec(), "outputs": [self.input]})
             specs.append(block)
-        return specs
-
-    def _pipelines(self) -> tuple[Pipeline, Pipeline]:
-        """Train and validation pipelines."""
-        specs = self._blocks()
+        rank, world = validation_shard
         train = Pipeline(self.experiment, split="train", blocks=specs)
-        validation = Pipeline(self.experiment, split="validation", train=False, blocks=specs)
+        validation = Pipeline(self.experiment, split="validation", train=False, blocks=specs, rank=rank, world=world)
         return train, validation
 
     def _device(self, torch: Any) -> Any:
@@ -183,7 +181,9 @@ class Trainer:
 
     def _fit(self, torch: Any, device: Any, resume: bool) -> TrainResult:
         started = time.perf_counter()
-        train, validation = self._pipelines()
+        dist = self.distributed
+        shared = dist is not None and dist.shared_validation  # each rank validates its shard
+        train, validation = self._pipelines((dist.rank, dist.context.world_size) if shared else (0, 1))
         classes = train.classes
         n_bins = _feature_bins(self.experiment, self.input)
         torch.manual_seed(train.context.seed("init"))  # the same initial weights for the same configuration
@@ -195,13 +195,9 @@ class Trainer:
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda e: 0.5 * (1 + math.cos(math.pi * e / epochs)) if cosine else 1.0)
         start, partial = self._restore(resume, model, optimizer, schedule, train)
-        dist = self.distributed
         module = model if dist is None else dist.attach(self, torch, model, optimizer, train)
         if dist is not None and self._restored is not None and "distributed" in self._restored:
             dist.load_state_dict(self._restored["distributed"])
-        if dist is not None and dist.shared_validation:  # each rank validates its shard (labswarm.train.distributed)
-            validation = Pipeline(self.experiment, split="validation", train=False, blocks=self._blocks(),
-                                  rank=dist.rank, world=dist.context.world_size)
         records = checkpoint.read_metrics(self.metrics_path)
         for hook in self.hooks:
             hook.before_fit(self, start)
@@ -217,10 +213,11 @@ class Trainer:
                                       "rng": torch.get_rng_state()})
                 return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started,
                                    stopped=True)
-            if dist is not None and dist.shared_validation:  # every rank its shard, the sums all-reduced
+            if shared:  # every rank its shard, the sums all-reduced
                 dist.validation_start(torch, model)
                 metrics = self._validate(torch, model, validation, device, reduce=dist.reduce_validation)
-                record.update(metrics if dist.rank == 0 else {})
+                if dist.rank == 0:
+                    record.update(metrics)
             elif dist is None or dist.rank == 0:  # else rank 0 alone validates (labswarm.train.distributed)
                 record.update(self._validate(torch, model, validation, device))
             record["lr"] = optimizer.param_groups[0]["lr"]
