@@ -10,7 +10,38 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import write_dataset
+
+# pytest-xdist's workers start with COLUMNS=80 and LINES=24 in their environment; labswarm's rich consoles are made
+# at import and would keep that width for good, while the CLI tests set COLUMNS per call (wide tables)
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
+from helpers import write_dataset  # noqa: E402
+
+#: Test files whose assertions are rates, shares or the dynamics of the health controller: on a machine whose
+#: other core is busy with another test they would measure that test. Marked ``serial``: the README's test
+#: command runs them after the rest, alone (``pytest -m serial``).
+SERIAL = {"queue/test_health_control.py", "queue/test_fair_share.py", "queue/test_flood.py",
+          "queue/test_memory.py", "health/test_loop.py"}
+#: Test files that share one server state: the RabbitMQ tests (one restarts the broker) run one after another on
+#: one xdist worker; so do the two users of the session-scoped demo set (built once per worker, ~13 s).
+GROUPS = {"queue/": "rabbitmq", "sessions/test_broker.py": "rabbitmq", "datasets/test_demo.py": "demo-set",
+          "test_cli.py": "demo-set"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks for the README's test command (``pytest -n 2 -m "not serial"``, then ``pytest -m serial``): the
+    :data:`SERIAL` files get ``serial``; every other test an ``xdist_group`` (pytest-xdist's ``--dist
+    loadgroup``): its :data:`GROUPS` group, else its own file, so a module-scoped fixture is built once."""
+    tests = Path(__file__).parent
+    for item in items:
+        name = item.path.relative_to(tests).as_posix()
+        if name in SERIAL:
+            item.add_marker(pytest.mark.serial)
+            continue
+        group = next((g for prefix, g in GROUPS.items() if name == prefix or
+                      (prefix.endswith("/") and name.startswith(prefix))), name)
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True, scope="session")
