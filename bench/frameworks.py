@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/frameworks.py [--experiment examples/music_speech_noise.yml] [--epochs 3]
         [--framework NAME[:key=value,...]]... [--learners 1,2] [--target 0.8] [--output DIR] [--workdir DIR]
+        [--rounds R]
 
 The demo experiment needs the demo set: ``labswarm demo-data data/demo`` (the README's main command makes it; its
 features land in ``data/store`` at the first run, or on the fly here, which is slow). Every framework trains the
@@ -19,12 +20,18 @@ its data pipeline; the distributed mode holds its features in memory), so start-
 the plots' wall time is. On a 2-core machine 2 learners of one thread are all the machine has (the manager and the
 learners' reporting threads share the cores): more would be oversubscribed, and figures taken while other work runs
 are noisy (the load average is printed before and after).
+
+``--rounds R`` runs the whole comparison ``R`` times (each round's files in ``round-<r>/``), the one-learner run and
+the frameworks' one after another in every round, so that the machine's drift (~15 % between runs on a shared
+2-core host) falls on both sides of a ratio; printed: each round's scaling ratios, then their medians beside the
+goal. The table and the plots are the last round's.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -41,6 +48,28 @@ BYTES_GOAL = 5.0
 
 def _row(rows: list[dict[str, Any]], name: str, learners: int) -> dict[str, Any] | None:
     return next((r for r in rows if r["framework"] == name and r["learners"] == learners), None)
+
+
+def ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per framework run with 2 learners (by label), its samples/s over the one learner's of the same rows."""
+    single = _row(rows, "labswarm", 1)
+    if single is None or not single["samples_per_s"]:
+        return {}
+    return {r["label"]: r["samples_per_s"] / single["samples_per_s"] for r in rows if r["learners"] == 2}
+
+
+def medians(rounds: list[dict[str, float]]) -> list[str]:
+    """The lines of the medians over rounds of :func:`ratios`, allreduce's beside its goal."""
+    lines = [f"median over {len(rounds)} rounds of samples/s, 2 learners / 1 learner (each round's own):"]
+    for label in rounds[0]:
+        values = [r[label] for r in rounds if label in r]
+        goal = ""
+        if label.startswith("allreduce"):
+            met = "met" if statistics.median(values) >= ALLREDUCE_SCALING_GOAL else "NOT met"
+            goal = f"   goal >= {ALLREDUCE_SCALING_GOAL}x: {met}"
+        lines.append(f"  {label:<28} {statistics.median(values):5.2f}x  (rounds: "
+                     f"{', '.join(f'{v:.2f}' for v in values)}){goal}")
+    return lines
 
 
 def report(rows: list[dict[str, Any]], target: float) -> list[str]:
@@ -81,7 +110,11 @@ def main() -> None:
                                                     "the work folder)")
     parser.add_argument("--workdir", type=Path, help="the embedded manager's state and the jobs' results "
                                                      "(default: a new folder under /tmp)")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the comparison R times and print the "
+                                                                  "medians of the scaling ratios (default 1)")
     args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
 
     from labswarm.config import load_experiment
     from labswarm.learners.compare import compare, parse_learners, table
@@ -108,12 +141,22 @@ def main() -> None:
         elif event["event"] == "status" and data.get("status") in ("queued", "completed", "failed"):
             print(f"  {time.perf_counter() - started:7.1f} s  job {job_id} {data['status']}", flush=True)
 
-    rows = compare(args.experiment, args.framework or list(ALL), output, learners=counts, epochs=args.epochs,
-                   target=args.target, threads=1, workdir=workdir, on_event=on_event)
+    per_round: list[dict[str, float]] = []
+    for r in range(args.rounds):
+        sub = f"round-{r + 1}" if args.rounds > 1 else ""  # Path / "" is the path itself
+        rows = compare(args.experiment, args.framework or list(ALL), output / sub, learners=counts,
+                       epochs=args.epochs, target=args.target, threads=1, workdir=workdir / sub, on_event=on_event)
+        per_round.append(ratios(rows))
+        if args.rounds > 1:
+            print(f"round {r + 1}: " + "  ".join(f"{k} {v:.2f}x" for k, v in per_round[-1].items()), flush=True)
     print()
     print(table(rows))
     for line in report(rows, args.target):
         print(line)
+    if args.rounds > 1 and per_round[0]:
+        print()
+        for line in medians(per_round):
+            print(line)
     print(f"\n{time.perf_counter() - started:.0f} s in all; load average after: "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} (figures are noisy when it exceeds {cores}); "
           f"compare.json, compare.md and the plots in {output}")

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -119,6 +120,9 @@ class LearnerLauncher(ABC):
 
     #: Whether the lifecycle hands out this machine's GPUs (``CUDA_VISIBLE_DEVICES``); a swarm places GPUs itself.
     local_gpus: ClassVar[bool] = True
+    #: Called, from another thread, when a learner this launcher started exits (where the launcher can tell at
+    #: once: local processes): the lifecycle wakes then instead of at its next pass.
+    on_exit: Callable[[], None] | None = None
 
     @abstractmethod
     def start(self, launch: LearnerLaunch) -> LearnerHandle:
@@ -186,11 +190,21 @@ class LocalLearners(LearnerLauncher):
                                        stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=env, start_new_session=True)
         self._children[process.pid] = process
+        if self.on_exit is not None:
+            threading.Thread(target=self._wait, args=(process, self.on_exit), daemon=True,
+                             name=f"labswarm-learner-{process.pid}-exit").start()
         try:
             created = psutil.Process(process.pid).create_time()
         except psutil.Error:  # already gone: its exit is found by poll
             created = 0.0
         return LearnerHandle(pid=process.pid, pid_created=created)
+
+    @staticmethod
+    def _wait(process: subprocess.Popen, on_exit: Callable[[], None]) -> None:
+        """Wait for the process to exit (its status stays in ``process``: :meth:`poll` reads it), then call
+        ``on_exit``."""
+        process.wait()
+        on_exit()
 
     def poll(self, learner: LearnerRow) -> LearnerStatus:
         """Alive, or its exit code (``None``: unknown, e.g. killed while this manager was not its parent)."""

@@ -337,6 +337,20 @@ class Trainer:
             "respawns": sums["respawns"], "failed_samples": sums["failed"],
         }
 
+    def validate(self, model: Any) -> dict[str, Any]:
+        """The validation figures of ``model`` (a module of this experiment's model) over the whole validation split,
+        in this process, on the trainer's device: what each epoch's record holds (``val_samples``, ``val_loss``
+        (mean cross-entropy, nats), ``val_accuracy``, ``val_f1`` per class, ``val_macro_f1``, ``val_confusion``
+        ``(n_classes, n_classes)`` counts, rows the true class); ``{"val_samples": 0}`` for an empty split.
+
+        Raises:
+            PipelineError: the split's features cannot be read.
+        """
+        import torch
+
+        device = self._device(torch)
+        return self._validate(torch, model.to(device), self._pipelines()[1], device)
+
     def _validate(self, torch: Any, model: Any, validation: Pipeline, device: Any,
                   reduce: Callable[[Any, np.ndarray, float], tuple[np.ndarray, float]] | None = None,
                   ) -> dict[str, Any]:

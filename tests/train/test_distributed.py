@@ -85,7 +85,7 @@ def test_allreduce_learners_halted_mid_epoch_resume_the_pass_train_each_sample_o
     model_file = next((home / "models").iterdir())
     model, _ = load_model(model_file)
     trainer = Trainer(config, home)
-    whole = trainer._validate(torch, model, trainer._pipelines()[1], torch.device("cpu"))
+    whole = trainer.validate(model)
     last = ranks[0][-1]
     assert whole["val_samples"] == last["val_samples"] > 0
     assert whole["val_confusion"] == last["val_confusion"]
