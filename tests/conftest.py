@@ -18,30 +18,24 @@ for _name in ("COLUMNS", "LINES"):
 
 from helpers import write_dataset  # noqa: E402
 
-#: Test files whose assertions are rates, shares or the dynamics of the health controller: on a machine whose
-#: other core is busy with another test they would measure that test. Marked ``serial``: the README's test
-#: command runs them after the rest, alone (``pytest -m serial``).
+#: Tests that run after the rest, alone (marked ``serial``; the README's test command runs ``pytest -n 2 -m "not
+#: serial"`` with ``--dist=loadfile``, then ``pytest -m serial``): files whose assertions are rates, shares or the
+#: dynamics of the health controller (on a machine whose other core is busy with another test they would measure
+#: that test), and the test that restarts RabbitMQ (the other worker's RabbitMQ tests would lose their broker).
+#: A file's path under tests/, or a test's ``path::name``.
 SERIAL = {"queue/test_health_control.py", "queue/test_fair_share.py", "queue/test_flood.py",
-          "queue/test_memory.py", "health/test_loop.py"}
-#: Test files that share one server state: the RabbitMQ tests (one restarts the broker) run one after another on
-#: one xdist worker; so do the two users of the session-scoped demo set (built once per worker, ~13 s).
-GROUPS = {"queue/": "rabbitmq", "sessions/test_broker.py": "rabbitmq", "datasets/test_demo.py": "demo-set",
-          "test_cli.py": "demo-set"}
+          "queue/test_memory.py", "health/test_loop.py", "queue/test_no_loss.py::test_broker_restarted"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Marks for the README's test command (``pytest -n 2 -m "not serial"``, then ``pytest -m serial``): the
-    :data:`SERIAL` files get ``serial``; every other test an ``xdist_group`` (pytest-xdist's ``--dist
-    loadgroup``): its :data:`GROUPS` group, else its own file, so a module-scoped fixture is built once."""
+    """The :data:`SERIAL` tests get the ``serial`` mark. (Grouping by ``xdist_group`` is not used: pytest-xdist
+    3.8's ``--dist loadgroup`` rewrites ``item._nodeid``, which pytest 9 no longer reads, so its groups are
+    ignored; ``loadfile`` keeps each file on one worker.)"""
     tests = Path(__file__).parent
     for item in items:
         name = item.path.relative_to(tests).as_posix()
-        if name in SERIAL:
+        if name in SERIAL or f"{name}::{item.name}" in SERIAL:
             item.add_marker(pytest.mark.serial)
-            continue
-        group = next((g for prefix, g in GROUPS.items() if name == prefix or
-                      (prefix.endswith("/") and name.startswith(prefix))), name)
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True, scope="session")
