@@ -75,12 +75,13 @@ def medians(rounds: list[dict[str, float]]) -> list[str]:
 def report(rows: list[dict[str, Any]], target: float) -> list[str]:
     """The lines printed after the table: scaling ratios, bytes ratio, time to target, each beside its goal."""
     lines = []
-    single = _row(rows, "labswarm", 1)
-    if single is not None and single["samples_per_s"]:
+    scaling = ratios(rows)
+    if scaling:
+        single = _row(rows, "labswarm", 1)
         lines.append(f"samples/s, 2 learners of 1 thread / 1 learner of 1 thread ({single['samples_per_s']:.1f}):")
         for r in rows:
             if r["learners"] == 2:
-                ratio = r["samples_per_s"] / single["samples_per_s"]
+                ratio = scaling[r["label"]]
                 met = "met" if ratio >= ALLREDUCE_SCALING_GOAL else "NOT met"
                 goal = f"   goal >= {ALLREDUCE_SCALING_GOAL}x: {met}" if r["framework"] == "allreduce" else ""
                 lines.append(f"  {r['label']:<28} {r['samples_per_s']:8.1f}  {ratio:5.2f}x{goal}")
