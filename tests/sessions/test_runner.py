@@ -28,12 +28,15 @@ class MemoryBroker:
     Args:
         cut: ``(call, confirmed)``: on that ``publish_many`` call (1-based) confirm only the first ``confirmed``
             samples and set ``stop`` (the manager stops mid-batch).
+        gate: when given, every ``publish_many`` waits until it is set (a test reads the ledger before anything
+            more can be published).
     """
 
-    def __init__(self, cut: tuple[int, int] | None = None) -> None:
+    def __init__(self, cut: tuple[int, int] | None = None, gate: threading.Event | None = None) -> None:
         self.ids: list[str] = []
         self.batches: list[int] = []
         self.cut = cut
+        self.gate = gate
         self.lost = False  # the queue lost its messages: it reports an empty queue
 
     def declare_queue(self, experiment: str) -> None:
@@ -41,6 +44,8 @@ class MemoryBroker:
 
     def publish_many(self, session_id: str, experiment: str, samples: Sequence[Sample],
                      stop: threading.Event) -> int:
+        if self.gate is not None:
+            self.gate.wait(30)
         self.batches.append(len(samples))
         n = len(samples)
         if self.cut is not None and len(self.batches) == self.cut[0]:
@@ -175,12 +180,14 @@ def test_a_stop_mid_batch_resumes_at_the_first_unconfirmed_sample(make_service, 
     assert _row(service, sid).cursor == sent and _row(service, sid).published == sent
     service.stop()
     # a new manager process on the same database resumes from the cursor: nothing skipped, nothing twice
-    second = MemoryBroker()
+    gate = threading.Event()  # the resumed runner may publish the window's rest at once: the ledger is read first
+    second = MemoryBroker(gate=gate)
     service = make_service(second)
     service.start()
     with service.db() as db:
         counts = ledger.counts(db, sid)
     assert counts["published"] == sent  # outstanding from the previous process: they count against its window
+    gate.set()
     service.set_rate(sid, 100_000.0)
     _wait(lambda: _row(service, sid).cursor == 90, "the resumed session to publish the rest")
     ids = [s.id for s in iter_samples(service.registry.config("win"))]
