@@ -24,10 +24,7 @@ from helpers import write_dataset  # noqa: E402
 #: that test), and the test that restarts RabbitMQ (the other worker's RabbitMQ tests would lose their broker).
 #: A file's path under tests/, or a test's ``path::name``.
 SERIAL = {"queue/test_health_control.py", "queue/test_fair_share.py", "queue/test_flood.py",
-          "queue/test_memory.py", "health/test_loop.py", "queue/test_no_loss.py::test_broker_restarted",
-          # failed once under the other worker's load (a downpour learner killed, no restart recorded): alone
-          # until understood
-          "jobs/test_distributed_jobs.py"}
+          "queue/test_memory.py", "health/test_loop.py", "queue/test_no_loss.py::test_broker_restarted"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

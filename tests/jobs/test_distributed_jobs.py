@@ -110,11 +110,16 @@ def test_manifest_errors_name_the_field(tmp_path: Path) -> None:
 def test_downpour_learner_killed_restarts_alone_and_the_job_completes(tmp_path: Path) -> None:
     with manager(tmp_path, job_slots=2) as m:
         job = m.submit(_distributed(tmp_path, {"name": "downpour"}, epochs=3, ps_shards=1))
-        # rank 1 mid-pass: at its first step (it does not validate: it may finish all passes before rank 0's first)
-        read_events(m.http, job["id"], until=lambda e: e["event"] == "log" and e["data"].get("rank") == 1
+        # Rank 1 trains the tiny set's 3 passes in ~0.2 s and never waits for rank 0: killed at a log line of its
+        # training, it had sometimes exited 0 already (the kill then hit nothing). So it is frozen while it starts
+        # (it cannot have exited: torch's import alone takes seconds) and killed once rank 0 is mid-pass.
+        read_events(m.http, job["id"], until=lambda e: e["event"] == "attempt" and e["data"]["event"] == "started")
+        rank, victim = 1, _pid(m, job["id"], 1)
+        os.kill(victim, signal.SIGSTOP)
+        wait_until(lambda: psutil.Process(victim).status() == psutil.STATUS_STOPPED, 10, "rank 1 frozen")
+        read_events(m.http, job["id"], until=lambda e: e["event"] == "log" and e["data"].get("rank") == 0
                     and "first step" in e["data"]["line"])
         assert len(_ps_processes(job["id"])) == 1
-        rank, victim = 1, _pid(m, job["id"], 1)
         os.kill(victim, signal.SIGKILL)
         stream = read_events(m.http, job["id"])
         shown = m.show(job["id"])
