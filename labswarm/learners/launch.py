@@ -53,7 +53,7 @@ class ProcessPlan:
 
 def plan_attempt(framework: Mapping[str, Any], learners: int, attempt: int, master: tuple[str, int],
                  ps_addresses: Sequence[tuple[str, int]] = (), checkpoint_dir: Path | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, checkpoint_every: int = 10,
+                 timeout_s: float | None = None, checkpoint_every: int = 10,
                  ps_secret: str | None = None) -> list[ProcessPlan]:
     """The processes of one attempt, in start order: the shards (if the framework needs them), then the learners.
 
@@ -64,7 +64,8 @@ def plan_attempt(framework: Mapping[str, Any], learners: int, attempt: int, mast
         master: the :class:`JobCoordinator`'s ``(host, port)``.
         ps_addresses: one ``(host, port)`` per shard (``ps_shards`` of them) for frameworks that need a server.
         checkpoint_dir: where the shards checkpoint (the job's folder; required with shards).
-        timeout_s: collective / round / request timeout, in s.
+        timeout_s: collective / round / request timeout, in s; ``None``: the framework's ``timeout_s``
+            (:class:`~labswarm.learners.frameworks.base.FrameworkConfig`, default 30).
         checkpoint_every: shard updates between two shard checkpoints.
         ps_secret: the job's parameter-server secret (:func:`labswarm.learners.ps.auth.new_secret`, made once per
             job): set as ``LABSWARM_PS_SECRET`` in the shards' and learners' ``env``, never in an ``argv``.
@@ -76,6 +77,8 @@ def plan_attempt(framework: Mapping[str, Any], learners: int, attempt: int, mast
             folder (each error names its field).
     """
     fw = Framework.from_spec(framework)
+    if timeout_s is None:
+        timeout_s = fw.config.timeout_s
     if learners < 2:
         raise ConfigError([("learners", f"a distributed attempt needs at least 2 learners, got {learners}")])
     fw.check_learners(learners)

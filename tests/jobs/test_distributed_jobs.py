@@ -14,7 +14,7 @@ import pytest
 
 from jobs.manager import Manager, learner_processes, manager, read_events, statuses, wait_until
 from jobs.tiny import tiny_manifest
-from labswarm.jobs.errors import EXIT_HALTED
+from labswarm.jobs.errors import EXIT_HALTED, EXIT_PLATFORM
 from labswarm.train.trainer import load_model
 
 
@@ -97,6 +97,7 @@ def test_manifest_errors_name_the_field(tmp_path: Path) -> None:
     with manager(tmp_path) as m:
         for change, path in (({"framework": {"name": "allreduse"}}, "framework.name"),
                              ({"framework": {"name": "easgd", "tau": 0}}, "framework.tau"),
+                             ({"framework": {"name": "allreduce", "timeout_s": 0}}, "framework.timeout_s"),
                              ({"framework": {"name": "allreduce"}, "ps_shards": 1}, "ps_shards"),
                              ({"framework": {"name": "downpour"}, "learners": 1}, "learners"),
                              ({"framework": {"name": "labswarm"}}, "learners")):
@@ -145,6 +146,34 @@ def test_allreduce_learner_killed_restarts_both_from_the_checkpoint(tmp_path: Pa
     assert second["checkpoint_in"] is not None and second["checkpoint_in"]["epoch"] >= 1
     assert sorted(lr["rank"] for lr in second["learners"]) == [0, 1]
     assert [r["epoch"] for r in metrics] == [1, 2, 3]  # every epoch once
+
+
+@pytest.mark.slow
+def test_a_learner_hung_inside_a_collective_fails_the_step_and_the_learners_restart(tmp_path: Path) -> None:
+    """Rank 1 frozen (SIGSTOP) mid-job: rank 0's next all-reduce times out after the framework's ``timeout_s`` (2 s)
+    and fails its learner; the lifecycle kills the frozen peer and both restart from the checkpoint. The watchdog
+    (60 s without a report) is not what finds it: rank 1 is killed as a peer, not as hung."""
+    manifest = _distributed(tmp_path, {"name": "allreduce", "timeout_s": 2}, epochs=4)
+    with manager(tmp_path, job_slots=2) as m:
+        job = m.submit(manifest)
+        read_events(m.http, job["id"], until=_epoch_ended)
+        wait_until(lambda: m.show(job["id"])["checkpoint"], 60, "the first checkpoint")
+        victim = _pid(m, job["id"], 1)
+        os.kill(victim, signal.SIGSTOP)
+        stream = read_events(m.http, job["id"])
+        shown = m.show(job["id"])
+        metrics = _metrics(m, job["id"])
+    assert statuses(stream)[-1] == "completed", shown.get("log_tail")
+    first, second = shown["attempts"]
+    hung = {lr["rank"]: lr for lr in first["learners"]}
+    assert hung[1]["pid"] == victim and hung[1]["killed"] == "peer", hung
+    assert hung[0]["exit_code"] == EXIT_PLATFORM and hung[0]["killed"] is None, hung
+    rank0 = [e["data"]["line"] for e in stream if e["event"] == "log" and e["data"].get("rank") == 0
+             and e["data"].get("attempt") == 1]
+    # gloo: "Timed out waiting 2000ms for recv operation to complete": the manifest's timeout, not torch's 30 min
+    assert any("timed out waiting 2000ms" in line.lower() for line in rank0), rank0[-5:]
+    assert second["exit_code"] == 0 and second["checkpoint_in"]["epoch"] >= 1
+    assert [r["epoch"] for r in metrics] == [1, 2, 3, 4]  # every epoch once
 
 
 @pytest.mark.slow

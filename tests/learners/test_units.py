@@ -164,6 +164,18 @@ def test_an_attempt_plan_starts_the_shards_first_then_the_learners(tmp_path: Pat
     assert info.value.errors[0][0] == "ps_shards"
 
 
+def test_an_attempt_plan_takes_the_frameworks_timeout(tmp_path: Path) -> None:
+    plan = plan_attempt({"name": "easgd", "timeout_s": 4.5}, 2, 1, ("h", 1), [("h", 7000)], tmp_path)
+    [shard, *learners] = plan
+    assert shard.argv[shard.argv.index("--round-timeout") + 1] == "4.5"
+    assert {LearnerContext.from_env(p.env).timeout_s for p in learners} == {4.5}
+    assert LearnerContext.from_env(plan_attempt({"name": "allreduce"}, 2, 1, ("h", 1))[0].env).timeout_s == 30
+    for bad in (0, -1, 3601, "soon"):
+        with pytest.raises(ConfigError) as info:
+            plan_attempt({"name": "allreduce", "timeout_s": bad}, 2, 1, ("h", 1))
+        assert "timeout_s" in str(info.value), bad
+
+
 def test_the_coordinator_checkpoints_and_restores_the_cursor() -> None:
     first = JobCoordinator()
     cursor = GlobalCursor(first.store, 10, 3, owner="0")

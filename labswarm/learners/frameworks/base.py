@@ -23,7 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from labswarm.learners.context import LearnerContext
+from pydantic import Field
+
+from labswarm.learners.context import DEFAULT_TIMEOUT_S, LearnerContext
 from labswarm.plugin import PluginConfig, build_plugin
 from labswarm.registry import Registry
 
@@ -32,7 +34,17 @@ FRAMEWORKS: Registry = Registry("framework")
 
 
 class FrameworkConfig(PluginConfig):
-    """Base config of a framework; subclasses add its parameters."""
+    """Base config of a framework; subclasses add their parameters.
+
+    Attributes:
+        timeout_s: seconds any one collective operation, parameter-server request or round, or coordinator store
+            wait may take (> 0, at most 3600; default :data:`~labswarm.learners.context.DEFAULT_TIMEOUT_S`, 30):
+            a learner whose peer hangs fails its step within it and the job restarts, where torch's own default
+            (``default_pg_timeout``) waits 30 minutes. It reaches the learners as ``LABSWARM_COLLECTIVE_TIMEOUT_S``
+            and the shards as ``--round-timeout``. Raise it for steps or checkpoints that take longer.
+    """
+
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, le=3600)
 
 
 @dataclass
