@@ -58,21 +58,6 @@ def epoch_size(experiment: ExperimentConfig, rank: int = 0, world: int = 1) -> t
     return sum(sizes), steps, size
 
 
-class HaltAtEpoch(Exception):
-    """Raised by :meth:`JobHooks.after_epoch` in a distributed learner asked to halt after an epoch's last step
-    (agreed across the learners of a synchronous framework): the epoch's checkpoint is committed; the learner
-    exits as halted. A halt that comes inside an epoch stops the learners at the next step boundary instead
-    (:meth:`JobHooks.should_stop`, a mid-epoch checkpoint: :mod:`labswarm.train.distributed`).
-
-    Args:
-        epochs_done: the epochs the checkpoint covers.
-    """
-
-    def __init__(self, epochs_done: int) -> None:
-        super().__init__(f"halted after epoch {epochs_done}")
-        self.epochs_done = epochs_done
-
-
 class JobHooks(TrainerHooks):
     """The trainer's hooks in a learner: progress, checkpoints into the results store, metrics, halt."""
 
@@ -143,22 +128,5 @@ class JobHooks(TrainerHooks):
                 **({"comm": record["comm"]} if "comm" in record else {}))  # every rank's CommStats (compare)
         if self.learner.spec.rank == 0:  # a distributed job's epoch metrics are rank 0's (it validates)
             self.learner.reporter.metric(record, key=f"epoch:{record['epoch']}")
-        if trainer.distributed is not None and int(record["epoch"]) < trainer.training.epochs and self._halt(trainer):
-            raise HaltAtEpoch(int(record["epoch"]))
-
-    def _halt(self, trainer: Trainer) -> bool:
-        """Whether a distributed learner halts at this epoch boundary: its own halt for an asynchronous
-        framework; for a synchronous one any learner's (an all-reduce of the flags, so they all stop together and
-        none waits in a collective for a peer that left)."""
-        halt = self.learner.halt.is_set()
-        import torch.distributed as dist
-
-        if trainer.distributed is not None and trainer.distributed.lockstep and dist.is_initialized():
-            import torch
-
-            flag = torch.tensor([1 if halt else 0])
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            halt = bool(int(flag))
-        return halt
 
 

@@ -28,7 +28,7 @@ checkpoints its own replica (:func:`~labswarm.jobs.layout.rank_checkpoint_key`);
 metrics, commits the checkpoint pointer (its checkpoint carries the global cursor) and stores the model. A halt
 takes effect at the next step boundary, where the learners of a synchronous framework agree on it in the
 lockstep's all-reduce (:mod:`labswarm.train.distributed`), with a mid-epoch checkpoint per rank; one that comes
-after an epoch's last step is agreed at the epoch boundary (:class:`~labswarm.jobs.hooks.HaltAtEpoch`).
+after an epoch's last step stops the next pass before its first step (the same mid-epoch checkpoint, at step 0).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from labswarm.config import ExperimentConfig
 from labswarm.errors import ConfigError, DatasetError, StorageError, format_loc
 from labswarm.jobs import layout
 from labswarm.jobs.errors import EXIT_HALTED, EXIT_PLATFORM, EXIT_STORAGE, EXIT_USER
-from labswarm.jobs.hooks import HaltAtEpoch, JobHooks
+from labswarm.jobs.hooks import JobHooks
 from labswarm.jobs.manifest import CommandFramework, DistributedFramework, JobManifest, parse_manifest
 from labswarm.jobs.processes import EXIT_FILE
 from labswarm.jobs.reporter import JobReporter
@@ -274,13 +274,9 @@ class Learner:
         trainer = Trainer(config, self.workdir / "home", hooks=[JobHooks(self)], distributed=distributed)
         self.chunks_path = trainer.run_dir / "chunks.jsonl" if distributed is not None else None
         resume = self._restore(trainer)
-        try:
-            result = trainer.fit(resume=resume)
-        except HaltAtEpoch as halt:
-            log.info("halted after epoch %d with a checkpoint", halt.epochs_done)
-            return EXIT_HALTED
+        result = trainer.fit(resume=resume)
         if result.stopped:
-            log.info("halted after epoch %d with a checkpoint", len(result.metrics))
+            log.info("halted in epoch %d with a checkpoint", len(result.metrics) + 1)
             return EXIT_HALTED
         if self.spec.rank == 0:
             self.reporter.event("phase", {"phase": "storing"})

@@ -26,11 +26,13 @@ it trains as a single process, on the path it always had. With one, the trainer:
    the next chunk, and marks itself stopped in the job's store. The trainer then writes each rank's mid-epoch
    checkpoint (its running sums, step count, framework state and communication totals: :meth:`comm`) and rank
    0's holds the cursor's state with the stopped pass's claimed-but-untrained chunks free (asynchronous: read
-   once every learner has stopped, up to ``lease_s``); done chunks stay done. Resumed (``fit(resume=True)``,
-   the cursor restored into the coordinator, each rank from its own checkpoint: an asynchronous rank's stops at
-   its own step, so a job finds it by :func:`labswarm.jobs.layout.latest_rank_copy`), the pass continues: the
-   free chunks are trained, each sample of that pass exactly once across the halt, and each rank's running
-   totals go on (``tests/train/test_distributed.py``, ``tests/jobs/test_async_halt_job.py``);
+   once every learner has stopped or finished, up to ``lease_s``); done chunks stay done. A halt asked between
+   two passes (during validation) stops the next pass before its first step: the same path, at step 0, so
+   rank 0 never reads the cursor while an asynchronous peer still marks chunks of the next pass. Resumed
+   (``fit(resume=True)``, the cursor restored into the coordinator, each rank from its own checkpoint: an
+   asynchronous rank's stops at its own step, so a job finds it by :func:`labswarm.jobs.layout.latest_rank_copy`),
+   the pass continues: the free chunks are trained, each sample of that pass exactly once across the halt, and each
+   rank's running totals go on (``tests/train/test_distributed.py``, ``tests/jobs/test_async_halt_job.py``);
 5. validates: where the replicas are equal after every step (``allreduce``, ``sandblaster``:
    ``Framework.equal_replicas``) every learner validates a disjoint shard of the validation split (the pipeline's
    ``rank``/``world`` sharding) with rank 0's parameters and batch-norm statistics (broadcast first: each rank's
@@ -183,7 +185,10 @@ class DistributedTraining:
         sums = {"loss_sum": 0.0, "correct": 0, "seen": 0, "steps": 0, "chunks": 0, "seconds": 0.0}
         if partial is not None and partial.get("rank") == self.rank:  # an asynchronous rank may get rank 0's
             sums.update({k: v for k, v in partial.items() if k in sums})
-        t0, stop, waited, first = time.perf_counter(), False, 0.0, True
+        # a halt asked before the pass's first step (during the last one's validation or checkpoint) stops it there:
+        # the mid-epoch path, at step 0, so an asynchronous rank 0 reads the cursor only once its peers stopped
+        stop = any(hook.should_stop(trainer) for hook in trainer.hooks)
+        t0, waited, first = time.perf_counter(), 0.0, True
         with open(trainer.run_dir / "chunks.jsonl", "a", encoding="utf-8") as trained:
             while True:
                 chunk, verdict = self._claim(torch, epoch, stop)
@@ -307,9 +312,13 @@ class DistributedTraining:
                                           staleness=[int(v) for v in comm["staleness"]])
 
     def finish(self) -> None:
-        """Training ended: the framework's last sync, then its hook and the process group are released."""
+        """Training ended: this rank is marked finished in the job's store (a halting rank 0 waits for every
+        peer to stop or finish before it reads the cursor), then the framework's last sync, then its hook and the
+        process group are released."""
         import torch.distributed as dist
 
+        if self.cursor is not None and self.context.world_size > 1:  # it marks no more chunks: a halting rank 0
+            self.cursor.store.set(f"{HALTED}/{self.context.attempt}/{self.rank}", "end")  # need not wait for it
         self.framework.finish()
         self.framework.close()
         if self._joined and dist.is_initialized():
