@@ -12,8 +12,9 @@ first, then ``N`` learner processes, each with this environment (torchrun's name
                                 restarted attempt never meets the keys of the previous one (the pitfall of
                                 pytorch issues 135712 / 167288, see the runbook)
 ``LABSWARM_PS_ADDRS``           the parameter-server shards, ``host:port,host:port`` in shard order
-``LABSWARM_COLLECTIVE_TIMEOUT_S`` the timeout of every collective operation, in seconds (default 30): a hung
-                                peer fails the step within that time, never torch's 30-minute default
+``LABSWARM_COLLECTIVE_TIMEOUT_S`` the timeout of every collective operation, in seconds (default 30; a job's
+                                is its framework's ``timeout_s``): a hung peer fails the step within that
+                                time, never torch's 30-minute default
 ==============================  =======================================================================
 """
 

@@ -40,7 +40,7 @@ it trains as a single process, on the path it always had. With one, the trainer:
    (:meth:`DistributedTraining.reduce_validation`): the figures of the whole split, in about ``1/N`` of the time,
    no learner idle. Otherwise **rank 0 only** validates, on its own replica (the others' differ between syncs),
    while the others wait in the next collective: validation must then take less than the collective timeout
-   (``LABSWARM_COLLECTIVE_TIMEOUT_S``, 30 s by default). Either way only rank 0's epoch records hold ``val_*``.
+   (the framework's ``timeout_s``, 30 s by default). Either way only rank 0's epoch records hold ``val_*``.
 6. checkpoints the framework's state and (rank 0) the cursor's, and calls ``framework.finish()`` at the end;
    rank 0 writes the model file. Each rank keeps its metrics and checkpoint in ``<run dir>/rank-<r>/``.
 """
