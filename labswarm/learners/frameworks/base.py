@@ -40,8 +40,9 @@ class FrameworkConfig(PluginConfig):
         timeout_s: seconds any one collective operation, parameter-server request or round, or coordinator store
             wait may take (> 0, at most 3600; default :data:`~labswarm.learners.context.DEFAULT_TIMEOUT_S`, 30):
             a learner whose peer hangs fails its step within it and the job restarts, where torch's own default
-            (``default_pg_timeout``) waits 30 minutes. It reaches the learners as ``LABSWARM_COLLECTIVE_TIMEOUT_S``
-            and the shards as ``--round-timeout``. Raise it for steps or checkpoints that take longer.
+            (``default_pg_timeout``) waits 30 minutes. It also bounds the rendezvous (every learner of an attempt
+            must join within it) and any wait for a peer (rank 0's validation alone, its checkpoint). It reaches
+            the learners as ``LABSWARM_COLLECTIVE_TIMEOUT_S`` and the shards as ``--round-timeout``.
     """
 
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, le=3600)
