@@ -150,7 +150,7 @@ def distributed(config, broker: str | None, home: Path, workers: int = 2, rate: 
 
 def trivial_experiment(tmp: Path, n_clips: int):
     """Tiny clips x 5 gain variants, one small STFT: ~0.3 ms of compute per task."""
-    from labswarm.config import parse_experiment
+    from labswarm.config.experiment import parse_experiment
 
     data = tmp / "trivial"
     data.mkdir(parents=True, exist_ok=True)

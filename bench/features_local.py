@@ -54,7 +54,7 @@ def demo_experiment(demo: Path, clips: int, tmp: Path):
 
         print(f"building the demo set in {demo} ...", flush=True)
         build_demo_set(demo, per_class=100, seed=0, jobs=2)
-    from labswarm.config import load_experiment
+    from labswarm.config.experiment import load_experiment
 
     base = load_experiment(ROOT / "examples" / "music_speech_noise.yml")
     dataset = base.dataset.model_copy(update={"root": demo.resolve(), "labels": subset(demo, clips, tmp / "subset")})

@@ -1,5 +1,5 @@
 """Benchmark (issue 13): the training frameworks side by side on the demo experiment, each run a training job
-(``labswarm compare``, :mod:`labswarm.learners.compare`), with 1 and 2 learners of one thread each.
+(``labswarm compare``, :mod:`labswarm.compare.run`), with 1 and 2 learners of one thread each.
 
     .venv/bin/python bench/frameworks.py [--experiment examples/music_speech_noise.yml] [--epochs 3]
         [--framework NAME[:key=value,...]]... [--learners 1,2] [--target 0.8] [--output DIR] [--workdir DIR]
@@ -117,8 +117,8 @@ def main() -> None:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
 
-    from labswarm.config import load_experiment
-    from labswarm.learners.compare import compare, parse_learners, table
+    from labswarm.compare.run import compare, parse_learners, table
+    from labswarm.config.experiment import load_experiment
 
     config = load_experiment(args.experiment)
     if not config.dataset.labels_path.is_file():

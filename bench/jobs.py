@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     args = parser.parse_args()
 
-    from labswarm.jobs.client import JobsClient
+    from labswarm.jobs.client.client import JobsClient
     from labswarm.manager.api import create_app
     from labswarm.manager.server import EmbeddedServer
     from labswarm.settings import Settings

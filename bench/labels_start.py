@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.paths import DataRoots
 from labswarm.sample import count_samples
 from labswarm.sessions.service import SessionService

@@ -72,7 +72,7 @@ class Manager:
         env.pop("LABSWARM_DATABASE_URL", None)
         if src is not None:
             env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")])
-        cmd = [sys.executable, "-c", "from labswarm.cli import app; app()", "manager", "--port", str(self.port)]
+        cmd = [sys.executable, "-c", "from labswarm.cli.main import app; app()", "manager", "--port", str(self.port)]
         if amqp:
             cmd += ["--broker", amqp]
         with open(self.home / "manager.log", "w") as log:  # the child keeps its own copy of the descriptor

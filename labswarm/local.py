@@ -17,7 +17,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_
 from dataclasses import dataclass, field
 from itertools import islice
 
-from labswarm.config import ExperimentConfig
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.pipeline.features import FeaturesBlock, SampleResult
 from labswarm.sample import Sample, count_samples, iter_samples
 from labswarm.store.store import StoreStats

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 from labswarm.errors import ConfigError, DatasetError
 
 if TYPE_CHECKING:
-    from labswarm.config import ExperimentConfig
-    from labswarm.jobs.manifest import JobManifest
+    from labswarm.config.experiment import ExperimentConfig
+    from labswarm.config.manifest import JobManifest
     from labswarm.settings import Settings
 
 #: The reason a path outside every root is refused with (the field's path comes with it).
@@ -277,7 +277,7 @@ def check_labels_paths(config: ExperimentConfig, roots: DataRoots, *, source: st
 def manifest_paths(manifest: JobManifest) -> Iterator[tuple[str, Path]]:
     """Every path a job manifest names: an inline experiment's (``experiment.dataset.root``...), and the ``path``
     of its data and results stores of the ``local`` kind."""
-    from labswarm.config import ExperimentConfig
+    from labswarm.config.experiment import ExperimentConfig
 
     if isinstance(manifest.experiment, ExperimentConfig):
         yield from experiment_paths(manifest.experiment, "experiment.")
@@ -296,7 +296,7 @@ def check_manifest_paths(manifest: JobManifest, roots: DataRoots, *, source: str
         ConfigError: one ``(field, reason)`` pair per path outside every root.
         DatasetError: the inline experiment's labels CSV exists but cannot be read.
     """
-    from labswarm.config import ExperimentConfig
+    from labswarm.config.experiment import ExperimentConfig
 
     roots.check_all(manifest_paths(manifest), source=source)
     experiment = manifest.experiment

@@ -29,7 +29,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from labswarm.audio.io import END_TOLERANCE_S, audio_info
-from labswarm.config import ExperimentConfig
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import LabswarmError, StoreError
 from labswarm.pipeline.base import Block, Context
 from labswarm.pipeline.features import FeaturesBlock

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labswarm.client import ManagerClient
-from labswarm.config import ExperimentConfig
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.deploy.base import Host
 from labswarm.deploy.local import LocalLauncher
 from labswarm.settings import Settings
@@ -189,7 +189,7 @@ def run_experiment(
     same manager (see the module docstring).
 
     Args:
-        config: the experiment (paths absolute, as :func:`~labswarm.config.load_experiment` gives them).
+        config: the experiment (paths absolute, as :func:`~labswarm.config.experiment.load_experiment` gives them).
         workers: local workers to start (0: rely on workers already running against the manager).
         concurrency: pool processes per worker.
         broker_url: broker of the embedded manager (ignored with ``manager_url``); default embedded SQLite.
@@ -239,7 +239,7 @@ def run_experiment(
             # closed even on loopback: a token of this run only, for its client, controller and local workers
             # (they get it through their environment, never their command line), and for its dashboard's login
             # (a file of the user's only: see the module)
-            from labswarm.manager.tokens import new_token
+            from labswarm.auth.tokens import new_token
 
             settings = settings.model_copy(update={"api_token": new_token()})
         app = create_app(settings)
@@ -321,8 +321,8 @@ def train_job(manager_url: str, token: str | None, config: ExperimentConfig,
     Raises:
         ManagerError: the manager refused the job or cannot be reached.
     """
-    from labswarm.jobs.client import JobsClient
-    from labswarm.jobs.layout import MODEL_KEY, job_storage
+    from labswarm.jobs.client.client import JobsClient
+    from labswarm.jobs.spec.layout import MODEL_KEY, job_storage
 
     manifest = job_manifest(config)
     with JobsClient(manager_url, token) as jobs:

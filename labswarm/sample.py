@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from labswarm.config import ExperimentConfig
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.datasets.folder import Clip, clip_path, iter_clips, label_rows
 from labswarm.errors import LabswarmError
 

@@ -35,14 +35,14 @@ class Settings(BaseSettings):
             (:mod:`labswarm.paths`); ``LABSWARM_DATA_ROOTS``, a JSON list or paths separated by ``os.pathsep``
             (``/data:/srv/audio``); empty (the default): the manager's current directory.
         api_token: the admin token (user ``admin``): every manager endpoint but ``/health`` requires
-            ``Authorization: Bearer <token>`` (see :mod:`labswarm.manager.auth`). With no token and no
+            ``Authorization: Bearer <token>`` (see :mod:`labswarm.auth.authenticator`). With no token and no
             ``tokens_file``, a manager answers only loopback clients, and ``labswarm manager`` on another address
             generates one and prints it once. Also read from the file ``LABSWARM_API_TOKEN_FILE`` names.
         tokens_file: a YAML or TOML file of named tokens (``name``, ``role`` admin|user, ``token_sha256``), hashed
             at rest; ``labswarm tokens add`` writes it.
         metrics_token: a scrape token that ``/metrics`` accepts besides the users' tokens (Prometheus).
         max_body_bytes: the largest request body the manager accepts, in bytes (1 MiB,
-            :data:`labswarm.manager.limits.MAX_BODY_BYTES`); a larger one, declared or streamed, is answered 413.
+            :data:`labswarm.auth.limits.MAX_BODY_BYTES`); a larger one, declared or streamed, is answered 413.
         max_attempts: deliveries of one sample (broker redeliveries and republishes) before it is recorded
             as failed: a poison sample cannot loop forever.
         default_rate: publish rate of a new session in tasks/s until someone sets another.
@@ -90,7 +90,7 @@ class Settings(BaseSettings):
         job_halt_grace: seconds a halted learner gets to checkpoint and exit before it is killed.
         job_launcher: how learners run (``LABSWARM_JOB_LAUNCHER``): ``local`` processes (the default) or one docker
             swarm ``service`` per learner, configured by the ``swarm_*`` settings
-            (:mod:`labswarm.jobs.swarm_learners`).
+            (:mod:`labswarm.deploy.swarm_learners`).
     """
 
     model_config = SettingsConfigDict(env_prefix="LABSWARM_", extra="ignore")

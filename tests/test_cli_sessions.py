@@ -11,7 +11,7 @@ import pytest
 from helpers import experiment_dict, write_dataset
 from typer.testing import CliRunner
 
-from labswarm.cli import app
+from labswarm.cli.main import app
 from labswarm.client import ManagerClient
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from helpers import experiment_dict
 
-from labswarm.config import ExperimentConfig, load_experiment, parse_experiment
+from labswarm.config.experiment import ExperimentConfig, load_experiment, parse_experiment
 from labswarm.errors import ConfigError
 
 VALID = {

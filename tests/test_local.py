@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from helpers import experiment_dict, write_tone
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.local import run_local
 from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import iter_samples

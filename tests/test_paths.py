@@ -11,9 +11,9 @@ import httpx
 import pytest
 from helpers import experiment_dict, write_dataset, write_tone
 
-from labswarm.config import load_experiment, parse_experiment
+from labswarm.config.experiment import load_experiment, parse_experiment
+from labswarm.config.manifest import parse_manifest
 from labswarm.errors import ConfigError, DatasetError
-from labswarm.jobs.manifest import parse_manifest
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer
 from labswarm.paths import (

@@ -1,4 +1,4 @@
-"""``labswarm predict`` (labswarm/predict.py, labswarm/cli_predict.py) with a model trained here on real audio
+"""``labswarm predict`` (labswarm/predict.py, labswarm/cli/predict.py) with a model trained here on real audio
 (the training tests' three-class set) and, for a job id, a real manager running a real learner."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from jobs.tiny import tiny_manifest
 from train.three_classes import training_experiment, write_three_classes
 from typer.testing import CliRunner
 
-from labswarm.cli import app
-from labswarm.config import ExperimentConfig, parse_experiment
+from labswarm.cli.main import app
+from labswarm.config.experiment import ExperimentConfig, parse_experiment
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.predict import Prediction, predict
 from labswarm.train.checkpoint import CheckpointError

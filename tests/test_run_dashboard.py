@@ -13,7 +13,7 @@ import httpx
 import pytest
 from helpers import experiment_dict
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.run import dashboard_line, run_experiment, write_private
 from labswarm.settings import Settings
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from helpers import experiment_dict
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.datasets.folder import read_clips
 from labswarm.errors import DatasetError
 from labswarm.sample import Sample, count_samples, iter_samples, sample_seed

@@ -27,7 +27,7 @@ class Base(DeclarativeBase):
 
 
 #: The modules that define tables on :class:`Base`; each table needs a migration too (labswarm/db/migrate.py).
-TABLE_MODULES = ("labswarm.sessions.models", "labswarm.jobs.models")
+TABLE_MODULES = ("labswarm.sessions.models", "labswarm.jobs.service.models")
 
 
 def import_tables() -> None:

@@ -1,6 +1,6 @@
 """The plain data of a docker swarm service and the few helpers that talk to the Docker engine, shared by the
 sessions' worker services (:mod:`labswarm.deploy.swarm`) and the training jobs' learner services
-(:mod:`labswarm.jobs.swarm_learners`).
+(:mod:`labswarm.deploy.swarm_learners`).
 
 :class:`ServiceSpec` is what the manager asks the engine for, testable without an engine;
 :meth:`ServiceSpec.to_docker` turns it into the keyword arguments of ``DockerClient.services.create``.

@@ -32,9 +32,9 @@ from typing import Any
 
 from labswarm.health.controllers import Controller, Observation, make_controller
 from labswarm.health.monitors import ManagerMonitor, QueueStats, RabbitMQMonitor
-from labswarm.health.series import TimeSeries
 from labswarm.health.share import steer
 from labswarm.queue.app import PREFETCH_MULTIPLIER
+from labswarm.timeseries import TimeSeries
 
 log = logging.getLogger(__name__)
 

@@ -35,8 +35,8 @@ def scrape_guard(app: WSGIApp, token: str | None) -> WSGIApp:
         return app
     from starlette.exceptions import HTTPException
 
-    from labswarm.manager.auth import bearer_token
-    from labswarm.manager.tokens import hash_token
+    from labswarm.auth.authenticator import bearer_token
+    from labswarm.auth.tokens import hash_token
 
     expected = hash_token(token)
 
@@ -104,7 +104,7 @@ def serve_metrics(registry: Any, port: int, host: str = DEFAULT_HOST,
     """
     from prometheus_client import make_wsgi_app
 
-    from labswarm.manager.auth import is_loopback
+    from labswarm.auth.authenticator import is_loopback
 
     if token is None and not is_loopback(host):
         raise ConfigError([("metrics_host", f"refusing to serve the health controller's metrics on {host or '*'} "

@@ -4,30 +4,20 @@ This package's public surface is below: the manifest, the job states and their t
 that tell the user's faults from the platform's, the learners' exit codes. The service's parts live in their
 modules, imported where used (they pull in the database, HTTP or torch):
 
-- :mod:`~labswarm.jobs.service` (``JobService``: submit, control, reports; its reads in
-  :mod:`~labswarm.jobs.queries`), :mod:`~labswarm.jobs.lifecycle` (the pass and the watchdog;
-  :mod:`~labswarm.jobs.outcomes`: restarts, completion, failure; :mod:`~labswarm.jobs.deployer`: queue and
-  deploys), :mod:`~labswarm.jobs.events` (the event stream and state changes), :mod:`~labswarm.jobs.models`
-  (tables), :mod:`~labswarm.jobs.processes` (local learner processes), :mod:`~labswarm.jobs.api` (``/v1/jobs``);
-- :mod:`~labswarm.jobs.learner` (``python -m labswarm.jobs.learner SPEC.json``), :mod:`~labswarm.jobs.reporter`,
-  :mod:`~labswarm.jobs.command` (the ``command`` framework), :mod:`~labswarm.jobs.layout` (the results store's
-  layout and checkpoint pointer), :mod:`~labswarm.jobs.storage` (``local``, ``s3``);
-- :mod:`~labswarm.jobs.client` (``JobsClient``), :mod:`~labswarm.jobs.cli` (``labswarm jobs``),
-  :mod:`~labswarm.jobs.bundle`.
+- :mod:`labswarm.jobs.spec`: what a job is (states, error codes, the results store's layout); the manifest
+  schema itself is :mod:`labswarm.config.manifest`;
+- :mod:`labswarm.jobs.service`: ``JobService`` (submit, control, reports), its reads, the event stream, the
+  tables, the attempt credentials, the bundle, the ``/v1/jobs`` routes;
+- :mod:`labswarm.jobs.lifecycle`: the lifecycle pass and watchdog, deploys, outcomes (restarts, completion,
+  failure), a distributed job's cluster (coordinator, shards); learners are started by the launchers of
+  :mod:`labswarm.deploy`;
+- :mod:`labswarm.jobs.learner`: what runs inside a learner process (``python -m labswarm.jobs.learner.entry
+  SPEC.json``): the trainer's job hooks, the ``command`` framework, the reporter;
+- :mod:`labswarm.jobs.client`: ``JobsClient``, following a job's events, plots (``labswarm jobs`` is in
+  :mod:`labswarm.cli.jobs`).
 """
 
-from labswarm.jobs.errors import (
-    ERROR_TEXT,
-    EXIT_HALTED,
-    EXIT_PLATFORM,
-    EXIT_STORAGE,
-    EXIT_USER,
-    ErrorCode,
-    ExitVerdict,
-    Fault,
-    classify_exit,
-)
-from labswarm.jobs.manifest import (
+from labswarm.config.manifest import (
     DEFAULT_USER_EXIT_CODES,
     CommandFramework,
     DistributedFramework,
@@ -39,7 +29,18 @@ from labswarm.jobs.manifest import (
     load_manifest,
     parse_manifest,
 )
-from labswarm.jobs.states import HOLDS_SLOTS, TERMINAL, TRANSITIONS, InvalidTransition, JobState, check_transition
+from labswarm.jobs.spec.errors import (
+    ERROR_TEXT,
+    EXIT_HALTED,
+    EXIT_PLATFORM,
+    EXIT_STORAGE,
+    EXIT_USER,
+    ErrorCode,
+    ExitVerdict,
+    Fault,
+    classify_exit,
+)
+from labswarm.jobs.spec.states import HOLDS_SLOTS, TERMINAL, TRANSITIONS, InvalidTransition, JobState, check_transition
 
 __all__ = [
     "DEFAULT_USER_EXIT_CODES",

@@ -2,8 +2,8 @@
 
 It assembles the app: authentication, the translation of labswarm's errors into HTTP answers, liveness,
 Prometheus metrics, and each service's routes (today the sessions, :mod:`labswarm.sessions.api`).
-Request bodies are limited to ``max_body_bytes`` (1 MiB; 413 past it, :mod:`labswarm.manager.limits`).
-Every route but ``/health`` requires ``Authorization: Bearer <token>`` (:mod:`labswarm.manager.auth`: one
+Request bodies are limited to ``max_body_bytes`` (1 MiB; 413 past it, :mod:`labswarm.auth.limits`).
+Every route but ``/health`` requires ``Authorization: Bearer <token>`` (:mod:`labswarm.auth.authenticator`: one
 dependency on the app, so a route or router added later is authenticated too); ``request.state.user`` is the
 caller.
 """
@@ -17,11 +17,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from labswarm.auth.authenticator import Authenticator, BearerAuth
+from labswarm.auth.limits import BodyLimit
 from labswarm.errors import BrokerError, ConfigError, DatasetError, DeployError, LabswarmError, NotFound
-from labswarm.jobs.api import jobs_router
-from labswarm.jobs.service import JobService
-from labswarm.manager.auth import Authenticator, BearerAuth
-from labswarm.manager.limits import BodyLimit
+from labswarm.jobs.service.api import jobs_router
+from labswarm.jobs.service.service import JobService
 from labswarm.sessions.api import sessions_router
 from labswarm.sessions.metrics import SessionCollector
 from labswarm.sessions.service import SessionService

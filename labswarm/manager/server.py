@@ -47,7 +47,7 @@ def release(app: FastAPI, timeout: float = 30.0) -> None:
 
 
 def _check_bind(app: FastAPI, host: str) -> None:
-    from labswarm.manager.auth import check_bind
+    from labswarm.auth.authenticator import check_bind
 
     check_bind(getattr(app.state, "auth", None), host)
 

@@ -23,7 +23,7 @@ from labswarm.plugin import PluginConfig, build_plugin
 from labswarm.registry import Registry
 
 if TYPE_CHECKING:
-    from labswarm.config import ExperimentConfig
+    from labswarm.config.experiment import ExperimentConfig
 
 #: Every pipeline block class, by ``name``.
 BLOCKS: Registry = Registry("pipeline block")

@@ -18,7 +18,7 @@ from labswarm.audio.features.base import FeatureExtractor
 from labswarm.audio.features.shared import Spectra
 from labswarm.audio.io import load_segment
 from labswarm.audio.transforms.base import Transformation
-from labswarm.config import ExperimentConfig
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import LabswarmError
 from labswarm.sample import Sample
 from labswarm.store.keys import IdentityCache, feature_key

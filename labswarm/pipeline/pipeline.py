@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from labswarm.config import ExperimentConfig
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.datasets.folder import read_clips
 from labswarm.pipeline.base import Block, Context, Split
 from labswarm.pipeline.prefetch import Prefetch, PrefetchConfig, Prefetcher

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from labswarm.config import ExperimentConfig
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import ConfigError
 from labswarm.pipeline.base import SKIPPED, Context, Split, chain
 from labswarm.pipeline.blocks.batch import Batch, fit_frames

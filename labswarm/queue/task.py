@@ -30,7 +30,7 @@ from celery import Celery, Task
 from celery.exceptions import Reject
 
 from labswarm.client import ManagerClient
-from labswarm.config import ExperimentConfig
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import DatasetError, LabswarmError, ManagerError
 from labswarm.pipeline.features import FeaturesBlock, SampleResult
 from labswarm.queue.app import TASK_NAME, app_queue, queue_name

@@ -14,7 +14,7 @@ import socket
 from celery import signals
 
 from labswarm.client import ManagerClient
-from labswarm.config import ExperimentConfig
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import ManagerError
 from labswarm.queue.app import app_queue, declare_queue, is_embedded, make_celery, message_bound, queue_name
 from labswarm.queue.task import WorkerState, set_worker_state, worker_state

@@ -1,6 +1,6 @@
 """The sessions' HTTP routes: experiments, sessions, and what workers report (mounted by the manager).
 
-Every route gets its caller (:func:`labswarm.manager.auth.current_user`). Creating routes record the caller as
+Every route gets its caller (:func:`labswarm.auth.authenticator.current_user`). Creating routes record the caller as
 the owner; reads and controls see only the caller's experiments and sessions (an admin's: everyone's), and answer
 404 for another user's, as for one that does not exist. Workers authenticate as the admin.
 """
@@ -14,10 +14,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request, params
 from pydantic import BaseModel, Field
 
+from labswarm.auth.authenticator import current_user
+from labswarm.auth.limits import MAX_OFFSET
+from labswarm.auth.tokens import User
 from labswarm.errors import ConfigError, Conflict
-from labswarm.manager.auth import current_user
-from labswarm.manager.limits import MAX_OFFSET
-from labswarm.manager.tokens import User
 from labswarm.queue.app import queue_name
 from labswarm.redact import has_password, redact_url
 from labswarm.sessions.models import ExperimentRow

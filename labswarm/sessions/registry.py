@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from labswarm.config import ExperimentConfig, parse_experiment
+from labswarm.config.experiment import ExperimentConfig, parse_experiment
 from labswarm.db import utcnow
 from labswarm.errors import ConfigError, Conflict, DatasetError, NotFound
 from labswarm.paths import DataRoots, check_experiment_paths, check_labels_paths, experiment_paths

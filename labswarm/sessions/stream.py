@@ -25,10 +25,10 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 
 from labswarm.errors import NotFound
-from labswarm.health.series import TimeSeries
 from labswarm.sessions.api import Caller, scope
 from labswarm.sessions.models import ACTIVE
 from labswarm.sessions.service import SessionService
+from labswarm.timeseries import TimeSeries
 
 #: Seconds of snapshots the publish and consume rates are measured over.
 RATE_WINDOW_S = 5.0

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from labswarm.config import ExperimentConfig
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import ConfigError
 from labswarm.pipeline.base import Block
 from labswarm.pipeline.pipeline import Pipeline
@@ -34,7 +34,7 @@ from labswarm.train.metrics import accuracy, confusion, f1_per_class, macro_f1
 from labswarm.train.models.base import Model, import_torch
 
 if TYPE_CHECKING:
-    from labswarm.train.distributed import DistributedTraining
+    from labswarm.train.distributed.training import DistributedTraining
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class Trainer:
         home: labswarm's state folder (``Settings.home``).
         on_epoch: called with each epoch's metrics record (a shorthand for a hook's ``after_epoch``).
         hooks: :class:`TrainerHooks`, called in this order.
-        distributed: train as one learner of several (:mod:`labswarm.train.distributed`); ``None`` (default):
+        distributed: train as one learner of several (:mod:`labswarm.train.distributed.training`); ``None`` (default):
             a single process, on the path the trainer always had. Rank ``r``'s metrics and checkpoint are then in
             ``<run dir>/rank-<r>/``.
 
@@ -134,7 +134,7 @@ class Trainer:
 
     def _pipelines(self, validation_shard: tuple[int, int] = (0, 1)) -> tuple[Pipeline, Pipeline]:
         """Train and validation pipelines, the latter reading shard ``(rank, world)`` of the split (a shared
-        validation, :mod:`labswarm.train.distributed`); a features block that reads every output reads only the
+        validation, :mod:`labswarm.train.distributed.training`); a features block that reads every output reads only the
         model's."""
         specs = []
         for spec in self.experiment.pipeline:
@@ -218,7 +218,7 @@ class Trainer:
                 metrics = self._validate(torch, model, validation, device, reduce=dist.reduce_validation)
                 if dist.rank == 0:
                     record.update(metrics)
-            elif dist is None or dist.rank == 0:  # else rank 0 alone validates (labswarm.train.distributed)
+            elif dist is None or dist.rank == 0:  # else rank 0 alone validates (labswarm.train.distributed.training)
                 record.update(self._validate(torch, model, validation, device))
             record["lr"] = optimizer.param_groups[0]["lr"]
             schedule.step()

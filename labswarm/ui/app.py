@@ -14,9 +14,9 @@
 ``GET /ui/static/...``           CSS, the pages' JavaScript, the vendored uPlot (no data: no login needed)
 ================================ ==============================================================================
 
-The pages are authenticated by the manager's own dependency (:class:`~labswarm.manager.auth.BearerAuth` on the
-manager's :class:`~labswarm.manager.auth.Authenticator`): a bearer header, or the cookie the login page sets
-(:mod:`labswarm.ui.cookie`); on an open manager (no token, loopback) no login is needed, as for the API. A page
+The pages are authenticated by the manager's own dependency (:class:`~labswarm.auth.authenticator.BearerAuth` on the
+manager's :class:`~labswarm.auth.authenticator.Authenticator`): a bearer header, or the cookie the login page sets
+(:mod:`labswarm.auth.cookie`); on an open manager (no token, loopback) no login is needed, as for the API. A page
 asked for without credentials answers 401 (``WWW-Authenticate: Bearer``, as the API) with the login form and no
 data; the form comes back to that page. The login form and the logout are plain routes, like ``/docs``. The
 pages' JavaScript calls the API routes on the same cookie. Every answer carries a Content-Security-Policy that
@@ -35,10 +35,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from labswarm.auth.authenticator import BearerAuth, is_loopback
+from labswarm.auth.cookie import COOKIE, CSRF_HEADER, cookie_allowed
 from labswarm.errors import NotFound
-from labswarm.manager.auth import BearerAuth, is_loopback
 from labswarm.ui import compare_runs, views
-from labswarm.ui.cookie import COOKIE, CSRF_HEADER, cookie_allowed
 
 #: The templates and static files shipped in the package.
 HERE = Path(__file__).parent

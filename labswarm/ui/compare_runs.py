@@ -1,5 +1,5 @@
 """The ``labswarm compare`` runs the dashboard shows: ``<home>/compare/<run>/compare.json``
-(:mod:`labswarm.learners.compare` writes it; ``labswarm compare`` puts its output there by default when run beside
+(:mod:`labswarm.compare.run` writes it; ``labswarm compare`` puts its output there by default when run beside
 a manager's home).
 
 Who sees a run: an admin (or the open manager's local caller) every run; a user only the runs whose
@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from labswarm.compare.run import COMPARE_DIR
 from labswarm.errors import NotFound
-from labswarm.learners.compare import COMPARE_DIR
 
 log = logging.getLogger(__name__)
 

@@ -76,8 +76,8 @@ def learners_seen(sessions: SessionService, job_ids: Iterable[str], owner: str |
         ``last_seen`` (ISO 8601 UTC, ``None`` before its first heartbeat), ``age_s`` (seconds since it, or
         ``None``), ``progress`` (its last report: ``epoch``, ``step``, ... or ``{}``).
     """
-    from labswarm.jobs.models import JobRow, LearnerRow
-    from labswarm.jobs.states import HOLDS_SLOTS
+    from labswarm.jobs.service.models import JobRow, LearnerRow
+    from labswarm.jobs.spec.states import HOLDS_SLOTS
 
     stmt = (select(LearnerRow, JobRow.name).join(JobRow, JobRow.id == LearnerRow.job_id)
             .where(JobRow.status.in_([s.value for s in HOLDS_SLOTS]), LearnerRow.attempt == JobRow.attempt,

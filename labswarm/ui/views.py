@@ -30,7 +30,7 @@ def _counts(sessions: SessionService, column, owner_column, owner: str | None) -
 
 
 def owner_filter(user: Any) -> str | None:
-    """The owner filter of a caller (:class:`~labswarm.manager.tokens.User`): ``None`` (everything) for an admin,
+    """The owner filter of a caller (:class:`~labswarm.auth.tokens.User`): ``None`` (everything) for an admin,
     else the user's name, so a user's pages show their own experiments, sessions and jobs only (as the API does)."""
     return None if user is not None and user.is_admin else getattr(user, "name", "")
 
@@ -40,7 +40,7 @@ def overview(sessions: SessionService, jobs: Any | None, owner: str | None = Non
 
     Args:
         sessions: the session service.
-        jobs: the training-jobs service (:class:`~labswarm.jobs.service.JobService`), ``None`` when the manager
+        jobs: the training-jobs service (:class:`~labswarm.jobs.service.service.JobService`), ``None`` when the manager
             hosts none.
         owner: only this user's experiments, sessions and jobs (and totals); ``None``: everyone's (an admin).
 
@@ -74,8 +74,8 @@ def overview(sessions: SessionService, jobs: Any | None, owner: str | None = Non
     learners: list[dict[str, Any]] = []
     listed: list[dict[str, Any]] = []
     if jobs is not None:
-        from labswarm.jobs.models import JobRow
-        from labswarm.jobs.states import HOLDS_SLOTS
+        from labswarm.jobs.service.models import JobRow
+        from labswarm.jobs.spec.states import HOLDS_SLOTS
 
         listed = jobs.list(limit=RECENT, owner=owner)["jobs"]
         for job in listed:

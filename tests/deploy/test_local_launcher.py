@@ -234,7 +234,7 @@ def test_put_workers_scales_the_local_workers_and_stop_leaves_none(manager) -> N
 
 @pytest.mark.slow
 def test_labswarm_run_on_the_embedded_default_runs_its_workers_through_the_session_launcher(tmp_path: Path) -> None:
-    from labswarm.config import parse_experiment
+    from labswarm.config.experiment import parse_experiment
     from labswarm.run import run_experiment
 
     dataset = write_dataset(tmp_path / "data", n_per_label=2)
@@ -249,7 +249,7 @@ def test_labswarm_run_on_the_embedded_default_runs_its_workers_through_the_sessi
 
 @pytest.mark.slow
 def test_labswarm_run_against_a_remote_manager_runs_its_own_supervised_workers(manager, tmp_path: Path) -> None:
-    from labswarm.config import parse_experiment
+    from labswarm.config.experiment import parse_experiment
     from labswarm.run import run_experiment
 
     server, _ = manager

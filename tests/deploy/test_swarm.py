@@ -252,7 +252,7 @@ def test_session_end_removes_the_service(manager_http: httpx.Client, engine: Fak
 
 def _complete_session(http: httpx.Client, session_id: str, timeout: float = 20.0) -> None:
     """Report every sample of a session done, as workers would, and wait until it is completed."""
-    from labswarm.config import parse_experiment
+    from labswarm.config.experiment import parse_experiment
     from labswarm.sample import iter_samples
 
     deadline = time.monotonic() + timeout

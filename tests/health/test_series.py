@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import math
 
-from labswarm.health.series import TimeSeries
+from labswarm.timeseries import TimeSeries
 
 
 def test_bounded_and_ordered() -> None:

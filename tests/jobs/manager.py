@@ -18,8 +18,8 @@ import psutil
 from sqlalchemy import select
 
 from labswarm.client import parse_sse
-from labswarm.jobs.models import LearnerRow
-from labswarm.jobs.service import JobService
+from labswarm.jobs.service.models import LearnerRow
+from labswarm.jobs.service.service import JobService
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer
 from labswarm.settings import Settings
@@ -156,6 +156,6 @@ def learner_processes(job_id: str) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info["cmdline"] or []
-        if "labswarm.jobs.learner" in cmdline and any(f"/jobs/{job_id}/" in part for part in cmdline):
+        if "labswarm.jobs.learner.entry" in cmdline and any(f"/jobs/{job_id}/" in part for part in cmdline):
             found.append(process)
     return found

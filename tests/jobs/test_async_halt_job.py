@@ -2,7 +2,7 @@
 learner processes and 1 parameter-server shard, the tiny three-class experiment.
 
 Asynchronous ranks stop at their own step, so rank 1's checkpoint copy is not named like rank 0's (the pointer's):
-on resume it must find its own (:func:`labswarm.jobs.layout.latest_rank_copy`), or its running totals restart from
+on resume it must find its own (:func:`labswarm.jobs.spec.layout.latest_rank_copy`), or its running totals restart from
 zero (it used to take rank 0's)."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from train.three_classes import write_three_classes
 
 from jobs.manager import manager, read_events, statuses
 from jobs.tiny import tiny_manifest
-from labswarm.config import parse_experiment
-from labswarm.jobs.errors import EXIT_HALTED
+from labswarm.config.experiment import parse_experiment
+from labswarm.jobs.spec.errors import EXIT_HALTED
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.train import checkpoint
 

@@ -1,4 +1,5 @@
-"""Each attempt's own API token (labswarm.jobs.credentials), with real learner processes over real HTTP: a manager
+"""Each attempt's own API token (labswarm.jobs.service.credentials), with real learner processes over real HTTP: a
+manager
 configured with a tokens file alone (no ``LABSWARM_API_TOKEN``) runs a user's job to COMPLETED on its learners'
 attempt tokens; an attempt token lives in the learner's environment only (not its command line, not its spec file,
 only its SHA-256 in the database), opens its own report route and no other, and is revoked when its attempt
@@ -17,8 +18,8 @@ from sqlalchemy import select
 from jobs.manager import learner_processes, manager, read_events, statuses, wait_until
 from jobs.test_lifecycle import _UNTIL
 from jobs.tiny import tiny_manifest
-from labswarm.jobs.models import AttemptRow
-from labswarm.manager.tokens import add_token
+from labswarm.auth.tokens import add_token
+from labswarm.jobs.service.models import AttemptRow
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""``labswarm jobs ...`` (the typer app of labswarm/jobs/cli.py) against a real manager."""
+"""``labswarm jobs ...`` (the typer app of labswarm/cli/jobs.py) against a real manager."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from jobs.manager import manager
 from jobs.test_lifecycle import _UNTIL
 from jobs.tiny import tiny_manifest
-from labswarm.jobs.cli import jobs_app
+from labswarm.cli.jobs import jobs_app
 
 
 def test_submit_follow_show_list_logs_metrics_and_refusals(tmp_path: Path) -> None:

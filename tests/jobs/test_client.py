@@ -15,7 +15,7 @@ from jobs.manager import manager, manager_process
 from jobs.test_lifecycle import _UNTIL
 from jobs.tiny import tiny_manifest
 from labswarm.errors import ManagerError
-from labswarm.jobs.client import JobsClient
+from labswarm.jobs.client.client import JobsClient
 from labswarm.manager.server import free_port
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from jobs.manager import Manager, learner_processes, manager, read_events, statuses, wait_until
 from jobs.tiny import tiny_manifest
-from labswarm.jobs.errors import EXIT_HALTED, EXIT_PLATFORM
+from labswarm.jobs.spec.errors import EXIT_HALTED, EXIT_PLATFORM
 from labswarm.train.trainer import load_model
 
 
@@ -48,7 +48,7 @@ def _ps_processes(job_id: str) -> list[psutil.Process]:
     found = []
     for process in psutil.process_iter(["cmdline"]):
         cmdline = process.info["cmdline"] or []
-        if "labswarm.learners.ps" in cmdline and any(f"/{job_id}/ps" in part for part in cmdline):
+        if "labswarm.train.distributed.ps" in cmdline and any(f"/{job_id}/ps" in part for part in cmdline):
             found.append(process)
     return found
 

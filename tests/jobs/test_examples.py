@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from labswarm.config import load_experiment
-from labswarm.jobs.manifest import DistributedFramework, load_manifest
+from labswarm.config.experiment import load_experiment
+from labswarm.config.manifest import DistributedFramework, load_manifest
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MANIFESTS = sorted((EXAMPLES / "jobs").glob("*.yml")) + sorted((EXAMPLES / "jobs").glob("*.yaml"))

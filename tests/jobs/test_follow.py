@@ -8,7 +8,7 @@ from typing import Any
 
 from rich.console import Console
 
-from labswarm.jobs.follow import epoch_line, follow
+from labswarm.jobs.client.follow import epoch_line, follow
 
 
 def _stream() -> list[dict[str, Any]]:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from jobs.receiver import receiver
 from jobs.tiny import learner_spec, start_learner, tiny_manifest
-from labswarm.jobs import layout
-from labswarm.jobs.learner import EXIT_HALTED
+from labswarm.jobs.learner.entry import EXIT_HALTED
+from labswarm.jobs.spec import layout
 from labswarm.train.trainer import load_model
 
 

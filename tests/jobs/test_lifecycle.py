@@ -103,7 +103,7 @@ def test_a_manager_killed_mid_job_is_restarted_and_re_attaches_to_its_learner(tm
     # the learner's last line is its exit; only its reporter's own notes (e.g. reconnected to the new manager,
     # written while it flushes) may follow it
     exit_line = max(i for i, line in enumerate(lines) if line.endswith("learner exits with code 0"))
-    assert all("labswarm.jobs.reporter" in line for line in lines[exit_line + 1:]), lines[exit_line:]
+    assert all("labswarm.jobs.learner.reporter" in line for line in lines[exit_line + 1:]), lines[exit_line:]
     assert shown["attempt"] == 1 and shown["attempts"][0]["exit_code"] == 0
     assert shown["attempts"][0]["learners"][0]["pid"] == learner.pid
     assert not learner_processes(job_id)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from labswarm.config import load_experiment
+from labswarm.config.experiment import load_experiment
 from labswarm.errors import ConfigError
 from labswarm.jobs import (
     DEFAULT_USER_EXIT_CODES,

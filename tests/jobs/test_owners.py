@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from jobs.manager import manager
 from jobs.tiny import tiny_manifest
-from labswarm.jobs.cli import jobs_app
-from labswarm.manager.tokens import add_token
+from labswarm.auth.tokens import add_token
+from labswarm.cli.jobs import jobs_app
 
 #: A request body per method where the route wants one (the 404 must come from the owner check, not a 422).
 _BODIES = {"PATCH": {"status": "halt"}, "POST": {"rank": 0, "events": []}}

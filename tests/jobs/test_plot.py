@@ -8,7 +8,7 @@ import matplotlib.image
 import pytest
 
 from labswarm.errors import LabswarmError
-from labswarm.jobs.plot import plot_metrics, wall_times
+from labswarm.jobs.client.plot import plot_metrics, wall_times
 
 
 def _records() -> list[dict]:

@@ -1,12 +1,12 @@
-"""The local learner launcher (labswarm.jobs.processes.LocalLearners) with real processes."""
+"""The local learner launcher (labswarm.deploy.learners.LocalLearners) with real processes."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
-from labswarm.jobs.models import LearnerRow
-from labswarm.jobs.processes import LearnerLaunch, LocalLearners
+from labswarm.deploy.learners import LearnerLaunch, LocalLearners
+from labswarm.jobs.service.models import LearnerRow
 
 
 def test_a_learner_s_exit_calls_on_exit_and_poll_then_has_its_exit_code(tmp_path: Path) -> None:

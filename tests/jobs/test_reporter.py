@@ -5,8 +5,8 @@ one 4 MB request, refused with 413 again and again: the lines never arrived)."""
 from __future__ import annotations
 
 from jobs.receiver import receiver
-from labswarm.jobs.reporter import MAX_LINE, JobReporter
-from labswarm.manager.limits import MAX_BODY_BYTES
+from labswarm.auth.limits import MAX_BODY_BYTES
+from labswarm.jobs.learner.reporter import MAX_LINE, JobReporter
 
 
 def test_a_backlog_of_long_lines_is_sent_in_requests_under_the_body_limit() -> None:

@@ -17,9 +17,9 @@ from deploy.deploy_tools import FakeClient, FakeEngine
 
 from jobs.manager import Manager, manager, read_events, wait_until
 from jobs.tiny import tiny_manifest
-from labswarm.jobs import processes
-from labswarm.jobs.swarm_learners import LABEL_JOB, LABEL_SHARD, SwarmLearners, learner_service_name, ps_service_name
-from labswarm.jobs.swarm_shards import PS_PORT
+from labswarm.deploy import learners as processes
+from labswarm.deploy.swarm_learners import LABEL_JOB, LABEL_SHARD, SwarmLearners, learner_service_name, ps_service_name
+from labswarm.deploy.swarm_shards import PS_PORT
 
 MANAGER_HOST = "manager.labswarm"
 
@@ -101,7 +101,7 @@ def test_shards_first_then_learners_with_their_place_and_delete_removes_all(
     spec = _create(engine, shard)
     container = spec["task_template"]["ContainerSpec"]
     script = container["Command"][-1]
-    assert "exec python -m labswarm.learners.ps " in script and f"--port {PS_PORT}" in script
+    assert "exec python -m labswarm.train.distributed.ps " in script and f"--port {PS_PORT}" in script
     assert "--host 0.0.0.0" in script and "--learners 2" in script  # on every interface of its container
     assert f"--checkpoint-dir {volume}/.labswarm-jobs/{jid}/ps" in script  # the shared volume: any node resumes
     assert [m_["Target"] for m_ in container["Mounts"]] == [str(volume)]

@@ -19,19 +19,19 @@ from deploy.deploy_tools import FakeClient, FakeEngine, FakeService
 
 from jobs.manager import Manager, manager, read_events, statuses, wait_until
 from jobs.tiny import tiny_manifest
-from labswarm.deploy.swarm_secrets import LABEL_MANAGED
-from labswarm.errors import DeployError
-from labswarm.jobs import processes
-from labswarm.jobs.errors import classify_exit
-from labswarm.jobs.models import LearnerRow
-from labswarm.jobs.processes import LearnerLaunch, LearnerStatus
-from labswarm.jobs.swarm_learners import (
+from labswarm.deploy import learners as processes
+from labswarm.deploy.learners import LearnerLaunch, LearnerStatus
+from labswarm.deploy.swarm_learners import (
     GPU_RESOURCE,
     LABEL_JOB,
     SPEC_TARGET,
     SwarmLearners,
     learner_service_name,
 )
+from labswarm.deploy.swarm_secrets import LABEL_MANAGED
+from labswarm.errors import DeployError
+from labswarm.jobs.service.models import LearnerRow
+from labswarm.jobs.spec.errors import classify_exit
 from labswarm.settings import Settings
 
 TOKEN = "attempt-token-do-not-print"
@@ -296,12 +296,13 @@ def test_a_distributed_learners_place_is_in_its_env_and_any_other_variable_in_it
 
 def test_a_shard_service_gets_its_environment_as_a_secret_and_is_removed_with_it(
         tmp_path: Path, swarm: SwarmLearners, engine: FakeEngine) -> None:
-    from labswarm.jobs.swarm_learners import ps_service_name
-    from labswarm.jobs.swarm_shards import PS_PORT
+    from labswarm.deploy.swarm_learners import ps_service_name
+    from labswarm.deploy.swarm_shards import PS_PORT
 
     shards = swarm.shard_runner("abc123def456")
     assert shards.master_host == "manager" and shards.address(0) == (ps_service_name("abc123def456", 0), PS_PORT)
-    argv = [sys.executable, "-m", "labswarm.learners.ps", "--shard", "0", "--learners", "2", "--checkpoint-dir",
+    argv = [sys.executable, "-m", "labswarm.train.distributed.ps", "--shard", "0", "--learners", "2",
+            "--checkpoint-dir",
             str(shards.checkpoint_dir), "--host", ps_service_name("abc123def456", 0), "--port", str(PS_PORT)]
     shards.start(0, argv, {"LABSWARM_PS_SECRET": PS_SECRET})  # the fake's task runs at once
     [create] = engine.created
@@ -318,7 +319,8 @@ def test_a_shard_service_gets_its_environment_as_a_secret_and_is_removed_with_it
 def test_a_shard_whose_task_is_rejected_fails_the_deploy_and_leaves_nothing(
         tmp_path: Path, swarm: SwarmLearners, engine: FakeEngine) -> None:
     shards = swarm.shard_runner("abc123def456")
-    argv = [sys.executable, "-m", "labswarm.learners.ps", "--shard", "0", "--learners", "2", "--checkpoint-dir",
+    argv = [sys.executable, "-m", "labswarm.train.distributed.ps", "--shard", "0", "--learners", "2",
+            "--checkpoint-dir",
             "/data/x", "--host", "h", "--port", "29600"]
     original = engine.services_api.create
 
@@ -335,11 +337,12 @@ def test_a_shard_whose_task_is_rejected_fails_the_deploy_and_leaves_nothing(
 
 def test_a_restarted_manager_removes_the_shards_of_its_jobs_and_keeps_its_live_learners(
         tmp_path: Path, engine: FakeEngine) -> None:
-    from labswarm.jobs.swarm_learners import ps_service_name
+    from labswarm.deploy.swarm_learners import ps_service_name
 
     first = SwarmLearners(_settings(), client=FakeClient(engine))
     live = first.start(_launch(tmp_path, job="ours00000001")).service_id
-    argv = [sys.executable, "-m", "labswarm.learners.ps", "--shard", "0", "--learners", "2", "--checkpoint-dir",
+    argv = [sys.executable, "-m", "labswarm.train.distributed.ps", "--shard", "0", "--learners", "2",
+            "--checkpoint-dir",
             "/data/x", "--host", "h", "--port", "29600"]
     first.shard_runner("ours00000001").start(0, argv, {"LABSWARM_PS_SECRET": PS_SECRET})
     first.shard_runner("other0000001").start(0, argv, {})  # another manager's job

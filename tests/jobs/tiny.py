@@ -11,7 +11,7 @@ from typing import Any
 
 from train.three_classes import training_experiment, write_three_classes
 
-from labswarm.jobs.manifest import parse_manifest
+from labswarm.config.manifest import parse_manifest
 
 
 def tiny_manifest(tmp_path: Path, *, epochs: int = 3, **overrides: Any) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def learner_spec(tmp_path: Path, manifest: dict[str, Any], url: str, *, job_id: 
 
 
 def start_learner(spec: Path, out: Path) -> subprocess.Popen:
-    """``python -m labswarm.jobs.learner SPEC`` in its own process group, its raw output into ``out``."""
+    """``python -m labswarm.jobs.learner.entry SPEC`` in its own process group, its raw output into ``out``."""
     with open(out, "ab") as handle:
-        return subprocess.Popen([sys.executable, "-m", "labswarm.jobs.learner", str(spec)], stdout=handle,
+        return subprocess.Popen([sys.executable, "-m", "labswarm.jobs.learner.entry", str(spec)], stdout=handle,
                                 stderr=subprocess.STDOUT, start_new_session=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from torch.distributed import TCPStore
 
-from labswarm.learners.cursor import GlobalCursor
+from labswarm.train.distributed.cursor import GlobalCursor
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ import yaml
 from train.three_classes import training_experiment, write_three_classes
 from typer.testing import CliRunner
 
-from labswarm.cli import app
+from labswarm.cli.main import app
 
 #: real learner processes: each imports torch (several s on the 2 shared cores)
 pytestmark = pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import calendar
 from pathlib import Path
 
-from labswarm.learners.compare import default_output
+from labswarm.compare.run import default_output
 
 
 def test_the_default_output_is_a_stamped_folder_of_the_managers_home_when_there_is_one(tmp_path: Path) -> None:

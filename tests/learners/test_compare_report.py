@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from train.three_classes import training_experiment
 
+from labswarm.compare.report import CompareError, rank_records, scaling, summarize
+from labswarm.compare.run import job_manifest, parse_frameworks, parse_learners
+from labswarm.config.manifest import parse_manifest
 from labswarm.errors import ConfigError
-from labswarm.jobs.manifest import parse_manifest
-from labswarm.learners.compare import job_manifest, parse_frameworks, parse_learners
-from labswarm.learners.compare_report import CompareError, rank_records, scaling, summarize
 
 T0 = 1_700_000_000.0
 

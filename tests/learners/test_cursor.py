@@ -17,7 +17,7 @@ import pytest
 from torch.distributed import TCPStore
 
 from labswarm.errors import ConfigError
-from labswarm.learners.cursor import CursorError, GlobalCursor
+from labswarm.train.distributed.cursor import CursorError, GlobalCursor
 from learners.tiny import kill_all, logs, wait_all, wait_for
 
 WORKER = Path(__file__).with_name("cursor_worker.py")

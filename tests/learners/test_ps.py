@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from labswarm.learners.ps import assign_shards
+from labswarm.train.distributed.ps import assign_shards
 from learners.test_collective import single_process
 from learners.tiny import kill_all, logs, shard_port, start_learners, start_shard, wait_all, wait_for
 

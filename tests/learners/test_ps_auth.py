@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from labswarm.errors import ConfigError
-from labswarm.learners.launch import plan_attempt
-from labswarm.learners.ps import ParameterServerClient, ParameterServerError
-from labswarm.learners.ps.auth import SECRET_ENV, check_bind, new_secret
-from labswarm.learners.ps.protocol import recv, send
-from labswarm.learners.ps.server import Shard, ShardServer
+from labswarm.train.distributed.launch import plan_attempt
+from labswarm.train.distributed.ps import ParameterServerClient, ParameterServerError
+from labswarm.train.distributed.ps.auth import SECRET_ENV, check_bind, new_secret
+from labswarm.train.distributed.ps.protocol import recv, send
+from labswarm.train.distributed.ps.server import Shard, ShardServer
 
 SECRET = new_secret()
 
@@ -102,7 +102,7 @@ def test_without_a_secret_a_shard_listens_on_loopback_only(tmp_path: Path) -> No
     ShardServer(Shard(0, 1, tmp_path), "0.0.0.0", secret=SECRET).server_close()
     # the shard's command refuses before it imports torch
     env = {k: v for k, v in os.environ.items() if k != SECRET_ENV}
-    done = subprocess.run([sys.executable, "-m", "labswarm.learners.ps", "--shard", "0", "--learners", "2",
+    done = subprocess.run([sys.executable, "-m", "labswarm.train.distributed.ps", "--shard", "0", "--learners", "2",
                            "--checkpoint-dir", str(tmp_path), "--host", "0.0.0.0"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 2 and SECRET_ENV in done.stderr, done.stderr
@@ -120,7 +120,7 @@ def test_the_plan_carries_the_secret_in_environments_only(tmp_path: Path) -> Non
 
 @pytest.mark.slow  # one real shard process (imports torch: 4-7 s on the 2 shared cores)
 def test_a_jobs_shard_gets_the_secret_by_environment_and_keeps_it_across_attempts(tmp_path: Path) -> None:
-    from labswarm.jobs.cluster import JobCluster
+    from labswarm.jobs.lifecycle.cluster import JobCluster
 
     cluster = JobCluster("job1", tmp_path, {"name": "downpour"}, 2, 1)
     try:

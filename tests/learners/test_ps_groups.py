@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from labswarm.errors import ConfigError
-from labswarm.learners.launch import plan_attempt, restart_scope
+from labswarm.train.distributed.launch import plan_attempt, restart_scope
 from learners.test_ps import run_job
 
 

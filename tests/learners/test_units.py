@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from labswarm.errors import ConfigError
-from labswarm.learners import Framework, LearnerContext
-from labswarm.learners.cursor import GlobalCursor
-from labswarm.learners.launch import JobCoordinator, plan_attempt, restart_scope
-from labswarm.learners.ps.protocol import ProtocolError, recv, send
-from labswarm.learners.ps.server import Shard, ShardServer
+from labswarm.train.distributed import Framework, LearnerContext
+from labswarm.train.distributed.cursor import GlobalCursor
+from labswarm.train.distributed.launch import JobCoordinator, plan_attempt, restart_scope
+from labswarm.train.distributed.ps.protocol import ProtocolError, recv, send
+from labswarm.train.distributed.ps.server import Shard, ShardServer
 
 
 def test_context_round_trips_through_the_environment() -> None:

@@ -87,13 +87,13 @@ def wait_for(condition: Any, timeout: float, what: str) -> Any:
 
 
 def start_shard(shard: int, learners: int, run_dir: Path, port: int = 0, every: int = 5) -> subprocess.Popen:
-    """Start one parameter-server shard (``python -m labswarm.learners.ps``) checkpointing into ``run_dir``;
+    """Start one parameter-server shard (``python -m labswarm.train.distributed.ps``) checkpointing into ``run_dir``;
     its port is written to ``run_dir/shard-<k>.port`` once it listens (read it with :func:`shard_port`)."""
     ready = run_dir / f"shard-{shard}.port"
     ready.unlink(missing_ok=True)
     with open(run_dir / f"shard-{shard}.log", "ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "labswarm.learners.ps", "--shard", str(shard), "--learners", str(learners),
+            [sys.executable, "-m", "labswarm.train.distributed.ps", "--shard", str(shard), "--learners", str(learners),
              "--checkpoint-dir", str(run_dir / "ps"), "--checkpoint-every", str(every), "--round-timeout", "20",
              "--port", str(port), "--ready-file", str(ready)],
             stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})

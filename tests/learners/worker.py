@@ -22,8 +22,8 @@ import torch
 import torch.distributed as dist
 from tiny import tiny_batch, tiny_model
 
-from labswarm.learners import Framework, LearnerContext
-from labswarm.learners.cursor import GlobalCursor
+from labswarm.train.distributed import Framework, LearnerContext
+from labswarm.train.distributed.cursor import GlobalCursor
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import yaml
 from helpers import experiment_dict, write_dataset
 
 from labswarm.client import ManagerClient
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.errors import ManagerError
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer

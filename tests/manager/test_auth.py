@@ -20,11 +20,11 @@ import pytest
 from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
+from labswarm.auth.authenticator import current_user, ensure_token, require_admin
+from labswarm.auth.tokens import User, add_token
 from labswarm.errors import ConfigError, ManagerError
 from labswarm.manager.api import create_app
-from labswarm.manager.auth import current_user, ensure_token, require_admin
 from labswarm.manager.server import EmbeddedServer, free_port
-from labswarm.manager.tokens import User, add_token
 from labswarm.settings import Settings
 
 TOKEN = "t0ken-Of-the-admin_42"

@@ -10,8 +10,8 @@ from typing import Annotated
 import httpx
 from fastapi import Depends, FastAPI
 
-from labswarm.manager.auth import Authenticator, BearerAuth, current_user
-from labswarm.manager.tokens import TokenEntry, User, hash_token
+from labswarm.auth.authenticator import Authenticator, BearerAuth, current_user
+from labswarm.auth.tokens import TokenEntry, User, hash_token
 
 ADMIN = "admin-token-1"
 SCOPED = "scoped-token-2-of-the-issued-shape-43-chars"  # the shape of new_token(): hooks see no other

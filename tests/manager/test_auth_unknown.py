@@ -14,15 +14,15 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import event
 
-from labswarm.jobs.credentials import new_attempt_token
-from labswarm.jobs.models import AttemptRow, JobRow
+from labswarm.auth.authenticator import ISSUED_TOKEN, UNKNOWN_SIZE, UnknownTokens
+from labswarm.auth.tokens import new_token
+from labswarm.jobs.service.credentials import new_attempt_token
+from labswarm.jobs.service.models import AttemptRow, JobRow
 from labswarm.manager.api import create_app
-from labswarm.manager.auth import ISSUED_TOKEN, UNKNOWN_SIZE, UnknownTokens
-from labswarm.manager.tokens import new_token
 from labswarm.settings import Settings
 
 ADMIN = "admin-token-for-the-unknown-tokens-test"
-#: What the scoped-token hook's statement selects (labswarm.jobs.credentials.attempt_user).
+#: What the scoped-token hook's statement selects (labswarm.jobs.service.credentials.attempt_user).
 LOOKUP = "job_attempts.token_sha256 FROM job_attempts"
 
 

@@ -1,4 +1,4 @@
-"""The manager's request body limit (labswarm.manager.limits) over real HTTP: a uvicorn server in a thread, raw
+"""The manager's request body limit (labswarm.auth.limits) over real HTTP: a uvicorn server in a thread, raw
 sockets for bodies whose size a client would not declare honestly."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from fastapi import FastAPI, Request
 from helpers import experiment_dict
 
+from labswarm.auth.limits import MAX_BODY_BYTES, BodyLimit
 from labswarm.client import ManagerClient
 from labswarm.manager.api import create_app
-from labswarm.manager.limits import MAX_BODY_BYTES, BodyLimit
 from labswarm.manager.server import EmbeddedServer
 from labswarm.queue.reporter import MAX_PER_REQUEST, Reporter
 from labswarm.settings import Settings

@@ -13,10 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from labswarm.auth.tokens import add_token, load_tokens
 from labswarm.errors import ConfigError
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer
-from labswarm.manager.tokens import add_token, load_tokens
 from labswarm.settings import Settings
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers import experiment_dict, write_tone_set
 
-from labswarm.config import ExperimentConfig, parse_experiment
+from labswarm.config.experiment import ExperimentConfig, parse_experiment
 from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import iter_samples
 

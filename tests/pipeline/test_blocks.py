@@ -10,7 +10,7 @@ import pytest
 import yaml
 from helpers import experiment_dict
 
-from labswarm.config import ExperimentConfig, parse_experiment
+from labswarm.config.experiment import ExperimentConfig, parse_experiment
 from labswarm.errors import ConfigError, SampleError
 from labswarm.pipeline import SKIPPED, Block, Context, Pipeline, chain
 from labswarm.pipeline.blocks import Batch, Batcher, Features, Item, Prefetch, Shuffle, Source

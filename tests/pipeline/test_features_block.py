@@ -5,7 +5,7 @@ from pathlib import Path
 import yaml
 from helpers import experiment_dict, write_tone
 
-from labswarm.config import load_experiment, parse_experiment
+from labswarm.config.experiment import load_experiment, parse_experiment
 from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import iter_samples
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from labswarm.config import ExperimentConfig
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.pipeline import Pipeline, Prefetcher
 from labswarm.pipeline.blocks import Batch
 from labswarm.sample import iter_samples

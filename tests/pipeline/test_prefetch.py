@@ -24,7 +24,7 @@ import psutil
 import pytest
 from pydantic import Field
 
-from labswarm.config import ExperimentConfig
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.pipeline import SKIPPED, Block, BlockConfig, Context, PipelineError, Prefetcher, register_block, shm
 from labswarm.pipeline.prefetch import PrefetchConfig
 from labswarm.sample import iter_samples

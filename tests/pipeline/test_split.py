@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from helpers import experiment_dict, write_tone
 
-from labswarm.config import ExperimentConfig, parse_experiment
+from labswarm.config.experiment import ExperimentConfig, parse_experiment
 from labswarm.datasets.folder import Clip
 from labswarm.pipeline import Pipeline
 from labswarm.pipeline.split import validation_sources

@@ -9,7 +9,7 @@ import torch
 from helpers import experiment_dict
 from torch.utils.data import DataLoader
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.errors import ConfigError
 from labswarm.pipeline import Pipeline
 from labswarm.pipeline.features import FeaturesBlock

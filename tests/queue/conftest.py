@@ -17,7 +17,7 @@ import pytest
 from helpers import SR, delete_queue, experiment_dict, write_dataset, write_tone, write_tone_set
 
 from labswarm.client import ManagerClient
-from labswarm.config import ExperimentConfig, parse_experiment
+from labswarm.config.experiment import ExperimentConfig, parse_experiment
 from labswarm.deploy.local import LocalLauncher
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer, free_port

@@ -17,7 +17,7 @@ import pytest
 from helpers import SR, delete_queue, experiment_dict, write_tone_set
 
 from labswarm.client import ManagerClient
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.deploy.local import LocalLauncher
 from labswarm.health.loop import HealthLoop
 from labswarm.health.monitors import ManagerMonitor, RabbitMQMonitor

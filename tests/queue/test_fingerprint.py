@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.db import make_engine, make_sessionmaker
 from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import iter_samples

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from helpers import SR, experiment_dict
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.deploy.local import LocalLauncher
 from labswarm.run import HealthThread
 from labswarm.store import FeatureStore

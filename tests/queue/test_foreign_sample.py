@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import experiment_dict, write_dataset, write_tone
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.deploy.local import LocalLauncher
 from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import ExperimentSamples, ForeignSample, iter_samples

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import SR, experiment_dict
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.run import HealthThread
 
 pytestmark = pytest.mark.slow

@@ -17,9 +17,9 @@ import httpx
 import pytest
 from helpers import delete_queue, experiment_dict
 
+from labswarm.auth.tokens import add_token
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer
-from labswarm.manager.tokens import add_token
 from labswarm.queue.app import queue_name
 from labswarm.sessions import ledger
 from labswarm.sessions.models import SampleRow, SessionRow

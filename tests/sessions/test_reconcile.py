@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import experiment_dict, write_dataset
 
-from labswarm.config import ExperimentConfig
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import Sample, iter_samples
 from labswarm.sessions import ledger, reconcile

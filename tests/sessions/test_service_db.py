@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 from helpers import experiment_dict
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.db import make_engine, make_sessionmaker
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import experiment_dict
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.sample import count_samples
 from labswarm.sessions.service import SessionService
 from labswarm.settings import Settings

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from labswarm.config import load_experiment
-from labswarm.train.distributed import DistributedTraining
+from labswarm.config.experiment import load_experiment
+from labswarm.train.distributed.training import DistributedTraining
 from labswarm.train.trainer import Trainer, TrainerHooks
 
 HALTING = "test/halting"

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from labswarm.learners.launch import JobCoordinator, plan_attempt
+from labswarm.train.distributed.launch import JobCoordinator, plan_attempt
 
 
 def run_attempt(number: int, argv: Callable[[int], list[str]], log_dir: Path, learners: int = 2,

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from labswarm.config import load_experiment
-from labswarm.train.distributed import DistributedTraining
+from labswarm.config.experiment import load_experiment
+from labswarm.train.distributed.training import DistributedTraining
 from labswarm.train.trainer import Trainer, TrainerHooks
 
 

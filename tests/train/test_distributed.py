@@ -12,7 +12,7 @@ import pytest
 import yaml
 from three_classes import training_experiment
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.train import checkpoint
 from labswarm.train.trainer import Trainer, load_model
@@ -48,7 +48,7 @@ def test_allreduce_learners_halted_mid_epoch_resume_the_pass_train_each_sample_o
     assert sum(v.startswith("D|") for v in values) == 4 and values.count("") == 5  # claimed-untrained: free
 
     # attempt 2 through the learner command, from a fresh coordinator given rank 0's cursor (the deployer's way)
-    codes = run_attempt(2, lambda _rank: [sys.executable, "-m", "labswarm.learners.learner", str(experiment),
+    codes = run_attempt(2, lambda _rank: [sys.executable, "-m", "labswarm.train.distributed.learner", str(experiment),
                                           "--home", str(home), "--framework", '{"name": "allreduce"}', "--resume"],
                         tmp_path, cursor=cursor)
     assert codes == {0: 0, 1: 0}, logs(tmp_path)

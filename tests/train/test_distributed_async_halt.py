@@ -14,7 +14,7 @@ import pytest
 import yaml
 from three_classes import training_experiment
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.train import checkpoint
 

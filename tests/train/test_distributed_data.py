@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from three_classes import training_experiment
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.pipeline.pipeline import Pipeline
 
 torch = pytest.importorskip("torch")
 
 from labswarm.pipeline.torch_data import StoreDataset  # noqa: E402 (imports torch)
-from labswarm.train.distributed_data import TrainingSamples  # noqa: E402
+from labswarm.train.distributed.data import TrainingSamples  # noqa: E402
 
 PIPELINE = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
             {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]

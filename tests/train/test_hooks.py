@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from three_classes import training_experiment
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.train import checkpoint
 from labswarm.train.trainer import Trainer, TrainerHooks, load_model
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from three_classes import training_experiment
 
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 from labswarm.errors import ConfigError
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.pipeline.prefetch import PipelineError

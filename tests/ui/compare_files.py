@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from labswarm.learners.compare import default_output, summarize
+from labswarm.compare.run import default_output, summarize
 
 
 def write_compare(home: Path, frameworks: tuple[str, ...] = ("allreduce", "downpour"), epochs: int = 3,

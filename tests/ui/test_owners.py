@@ -11,7 +11,7 @@ from helpers import experiment_dict, write_dataset
 from jobs.manager import manager
 from jobs.tiny import tiny_manifest
 
-from labswarm.manager.tokens import add_token
+from labswarm.auth.tokens import add_token
 from ui.compare_files import write_compare
 
 

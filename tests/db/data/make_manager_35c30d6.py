@@ -19,7 +19,7 @@ from pathlib import Path
 from labswarm.manager.db import ExperimentRow, SampleRow, SessionRow, make_engine, make_sessionmaker
 
 import labswarm
-from labswarm.config import parse_experiment
+from labswarm.config.experiment import parse_experiment
 
 T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from labswarm.jobs.storage import Storage
+from labswarm.storage import Storage
 
 
 @dataclass

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from labswarm.errors import ConfigError, LabswarmError, StorageError
-from labswarm.jobs.storage import MAX_KEY_BYTES, MissingObject, Storage, check_key
+from labswarm.storage import MAX_KEY_BYTES, MissingObject, Storage, check_key
 
 from .conftest import Backend
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import labswarm.jobs.storage.local as local_module
+import labswarm.storage.local as local_module
 from labswarm.errors import StorageError
-from labswarm.jobs.storage import LocalStorage, Storage
+from labswarm.storage import LocalStorage, Storage
 
 
 def make(root: Path, **params: object) -> LocalStorage:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-import labswarm.jobs.storage.s3 as s3_module
+import labswarm.storage.s3 as s3_module
 from labswarm.errors import ConfigError, StorageError
-from labswarm.jobs.storage import S3_HINT, S3Storage, Storage
+from labswarm.storage import S3_HINT, S3Storage, Storage
 
 from ..conftest import TEST_SECRET, S3Endpoint
 
@@ -134,8 +134,8 @@ def test_describe_names_bucket_and_key_but_no_credential(s3_endpoint: S3Endpoint
 
 
 def test_importing_the_storages_does_not_import_boto3() -> None:
-    code = ("import sys, labswarm.jobs, labswarm.jobs.storage; "
-            "from labswarm.jobs.storage import Storage; "
+    code = ("import sys, labswarm.jobs, labswarm.storage; "
+            "from labswarm.storage import Storage; "
             "Storage.from_spec({'name': 's3', 'bucket': 'results'}); "
             "print('boto3' in sys.modules, 'botocore' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,6 +1,6 @@
 """Owners of experiments and sessions (issue 11, item 2): who registered an experiment, who started a session.
 
-``experiments.owner`` and ``sessions.owner``: a user name (:data:`labswarm.manager.tokens.NAME`, at most 64
+``experiments.owner`` and ``sessions.owner``: a user name (:data:`labswarm.auth.tokens.NAME`, at most 64
 characters), not null, indexed (listing routes filter on it). Rows that exist before this revision get the owner
 ``admin``: the user of ``LABSWARM_API_TOKEN``, a reserved name no tokens file can take, so they stay visible to
 admins only (an admin sees everything; ``local``, the open loopback manager's caller, is an admin too). The server

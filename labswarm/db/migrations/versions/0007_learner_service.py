@@ -1,7 +1,7 @@
 """Learners as docker swarm services (issue 12, item 5).
 
 ``job_learners.service_id``: the id of the swarm service that runs the learner (``job_launcher: swarm``,
-:mod:`labswarm.jobs.swarm_learners`), string(64), nullable: a local learner has a pid instead, and the rows that
+:mod:`labswarm.deploy.swarm_learners`), string(64), nullable: a local learner has a pid instead, and the rows that
 exist before this revision are all local.
 
 Revision 0007 (after '0006').

@@ -1,0 +1,1 @@
+"""Users, API tokens, the dashboard's cookie and the request limits: the manager's authentication, a leaf package."""

@@ -1,0 +1,72 @@
+"""``labswarm compare``: the framework comparison (:mod:`labswarm.compare.run`), each run a training job of an
+embedded manager or of a running one (``--manager``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from labswarm.cli.output import console
+from labswarm.cli.output import fail as _fail
+from labswarm.errors import LabswarmError
+
+
+def _printer() -> Any:
+    """Prints each job's start and each epoch's metrics record (rank 0's) as they arrive."""
+    from labswarm.jobs.client.follow import epoch_line
+
+    def on_event(job_id: str, event: dict[str, Any]) -> None:
+        data = event["data"]
+        if event["event"] == "metric" and "epoch" in data:
+            console.print(f"  {job_id}  {epoch_line(data)}", highlight=False, markup=False)
+        elif event["event"] == "status" and data.get("status") in ("running", "completed", "failed", "halted"):
+            console.print(f"{job_id}: {data['status']}", highlight=False, markup=False)
+    return on_event
+
+
+def compare_command(
+    experiment: Annotated[Path, typer.Argument(help="Experiment YAML with model and training sections.")],
+    framework: Annotated[list[str] | None, typer.Option(
+        "--framework", help="A framework to compare, repeatable: NAME or NAME:key=value,key=value (its "
+                            "parameters). Default: allreduce and downpour.")] = None,
+    frameworks: Annotated[str | None, typer.Option(help="Comma-separated framework names (the same as repeated "
+                                                        "--framework NAME).")] = None,
+    learners: Annotated[str, typer.Option(help="Comma-separated learner counts; each framework runs with each "
+                                               "count >= 2, and 1 runs the single-process trainer once.")] = "1,2",
+    epochs: Annotated[int | None, typer.Option(min=1, help="Override training.epochs.")] = None,
+    target: Annotated[float, typer.Option(min=0.0, max=1.0, help="Validation accuracy to time.")] = 0.8,
+    ps_shards: Annotated[int, typer.Option(min=1, help="Parameter-server shards.")] = 1,
+    threads: Annotated[int, typer.Option(min=1, help="Torch threads (and CPUs) per learner.")] = 1,
+    output: Annotated[Path | None, typer.Option(
+        help="Output folder; default <LABSWARM_HOME>/compare/<UTC stamp> when that home exists (the dashboard's "
+             "/ui/compare lists it), else ./compare.")] = None,
+    owner: Annotated[str | None, typer.Option(help="User recorded as the run's owner (may see it on the "
+                                                   "dashboard; admins see every run).")] = None,
+    manager: Annotated[str | None, typer.Option(
+        help="Run the jobs on this manager (its data roots must hold the experiment's folders and "
+             "OUTPUT/results); default: a manager embedded in this process.")] = None,
+    token_file: Annotated[Path | None, typer.Option(
+        exists=True, dir_okay=False, help="File holding --manager's API token (default: LABSWARM_API_TOKEN).")] = None,
+) -> None:
+    """Train the experiment under each framework and learner count, one training job after another (same model,
+    data, seed, epochs, per-learner batch and schedule), and write a table, plots and compare.json into the
+    output folder."""
+    from labswarm.compare.run import DEFAULT_FRAMEWORKS, compare, default_output, parse_learners, table
+    from labswarm.settings import Settings, load_settings
+
+    if output is None:
+        output = default_output(Settings().home)
+    names = [*(framework or []), *(n.strip() for n in (frameworks or "").split(",") if n.strip())]
+    token = None
+    if manager is not None:
+        token = token_file.read_text().strip() if token_file is not None else load_settings().api_token
+    try:
+        rows = compare(experiment, names or list(DEFAULT_FRAMEWORKS), output, learners=parse_learners(learners),
+                       epochs=epochs, target=target, ps_shards=ps_shards, owner=owner, manager_url=manager,
+                       token=token or None, threads=threads, on_event=_printer())
+    except LabswarmError as exc:
+        raise _fail(exc) from None
+    console.print(table(rows), highlight=False, markup=False)
+    console.print(f"figures, plots and compare.json in {output}")

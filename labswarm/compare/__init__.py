@@ -1,0 +1,1 @@
+"""The comparison of the distributed training frameworks on one workload (``labswarm compare``)."""

@@ -1,0 +1,1 @@
+"""The schemas (pydantic) of what a user writes: the experiment file, its training section, job manifests."""

@@ -1,0 +1,371 @@
+"""Learners as docker swarm services (``LABSWARM_JOB_LAUNCHER=swarm``): one service per learner, created and
+removed by the manager through the Docker engine API, as the sessions' workers are
+(:mod:`labswarm.deploy.swarm`: the same :class:`~labswarm.deploy.swarm.ServiceSpec`, data mount, image, network,
+placement constraints, and errors translated into :class:`~labswarm.errors.DeployError`).
+
+Each learner's service (``labswarm-job-<job>-<attempt>-<rank>``) has 1 replica and restart condition ``none``:
+the lifecycle's restart policy decides whether a learner runs again, never docker. It is labelled with the job,
+the attempt and the rank (and ``labswarm.managed``); the row of the learner keeps the service's id, so a restarted
+manager polls the same service; a labelled service of one of the manager's jobs that no running learner names
+(left by a manager that died while deploying) is removed on the first pass, and services of jobs the manager does
+not know, or without the labels, are never touched.
+
+What the learner needs travels beside the service, never in its spec (``docker service inspect`` shows the
+environment, command line and labels to anyone with access to the engine):
+
+- the attempt's own token (and the ``AWS_*`` credentials of ``s3`` stores the manager holds) as a docker
+  **secret** ``<service>-env``, a file of ``NAME='value'`` lines that the container's command loads into the
+  learner's environment (``set -a; . /run/secrets/labswarm_learner_env``) before it execs the learner: the
+  learner reads ``LABSWARM_API_TOKEN`` as a local one does;
+- its spec (JSON: the resolved manifest, the stores, the checkpoint to start from; no secret) as a docker
+  **config** ``<service>-spec`` mounted at :data:`SPEC_TARGET`, the learner's argument, so a learner on any node
+  reads it. Its ``manager_url`` is ``swarm_manager_url``, its working folder is in the container
+  (:data:`WORKDIR`).
+
+A distributed job (``learners: N``) has one service per learner (each has its own ``RANK``), created after its
+parameter-server shards' services (:mod:`labswarm.deploy.swarm_shards`, through :meth:`SwarmLearners.shard_runner`).
+The learner's place in the job (:data:`PUBLIC_ENV`: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``: the
+coordinator in the manager, by the manager's address on the overlay network; ``LABSWARM_PS_ADDRS``: the shards'
+service names) is in its service's environment; any other variable the lifecycle's plan gives (a per-job
+parameter-server secret) goes into its docker secret with the token.
+
+GPUs are generic resources (:data:`GPU_RESOURCE`, ``resources.gpus`` of the manifest; the nodes advertise them in
+their ``node-generic-resources`` and the NVIDIA runtime maps them to devices); ``cpus`` and ``memory_mb`` are both
+reservation and limit. A task's state is the learner's: ``running`` (and the states before it) alive;
+``complete``/``failed``/``shutdown`` ended with the container's exit code; ``rejected`` a deploy failure (``S105``);
+``orphaned`` (its node lost) or a service that vanished: exit status unknown (``S104``). A halt is the manager's
+answer to the learner's report (no signal can be sent to a service); a kill removes the service (SIGTERM, then
+SIGKILL after :data:`KILL_GRACE_S`), its secret and its config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shlex
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from labswarm.deploy.learners import LearnerHandle, LearnerLaunch, LearnerLauncher, LearnerStatus
+from labswarm.deploy.swarm import (
+    ConfigSpec,
+    ResourceSpec,
+    RestartSpec,
+    ServiceSpec,
+    data_mount,
+    docker_sdk,
+    service_labels,
+    translate_errors,
+)
+from labswarm.deploy.swarm_secrets import LABEL_MANAGED, SecretSpec
+from labswarm.errors import DeployError
+from labswarm.jobs.service.credentials import TOKEN_ENV, learner_environment
+
+if TYPE_CHECKING:
+    from labswarm.deploy.swarm_shards import SwarmShards
+    from labswarm.jobs.service.models import LearnerRow
+    from labswarm.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Labels of a learner's service, secret and config (besides ``labswarm.managed``).
+LABEL_JOB = "labswarm.job"
+LABEL_ATTEMPT = "labswarm.attempt"
+LABEL_RANK = "labswarm.rank"
+#: Label of a parameter-server shard's service and secret (:mod:`labswarm.deploy.swarm_shards`): its index.
+LABEL_SHARD = "labswarm.shard"
+#: Where the learner's spec (a docker config) is mounted in its container.
+SPEC_TARGET = "/run/labswarm/learner.json"
+#: The file name under ``/run/secrets`` of the learner's secret environment (the attempt's token, ``AWS_*``).
+ENV_SECRET_TARGET = "labswarm_learner_env"
+#: The learner's working folder in its container (checkpoint copies, its log): the container's own disk.
+WORKDIR = "/tmp/labswarm-learner"
+#: The generic resource kind of a GPU (a node's ``node-generic-resources``, e.g. ``NVIDIA-GPU=GPU-4b2e...``).
+GPU_RESOURCE = "NVIDIA-GPU"
+#: Seconds a removed learner's container gets between SIGTERM and SIGKILL (a kill; a halt had its grace).
+KILL_GRACE_S = 5.0
+#: Task states of a learner that has not ended (docker's, before and while running).
+ALIVE_STATES = frozenset({"new", "allocated", "pending", "assigned", "accepted", "preparing", "ready", "starting",
+                          "running"})
+#: Environment variables of the manager a learner gets, in its secret (the ``s3`` stores' credentials).
+FORWARDED_PREFIX = "AWS_"
+#: The variables of a distributed learner's place in the job
+#: (:class:`~labswarm.train.distributed.context.LearnerContext`)
+#: that its service's environment shows; any other variable of ``LearnerLaunch.env`` (e.g. a per-job
+#: parameter-server secret) travels in its docker secret.
+PUBLIC_ENV = frozenset({"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LABSWARM_ATTEMPT", "LABSWARM_PS_ADDRS",
+                        "LABSWARM_COLLECTIVE_TIMEOUT_S"})
+#: The container's command: load the secret environment, then run the learner on the spec (``$0``).
+COMMAND = ("sh", "-c", f"set -a && . /run/secrets/{ENV_SECRET_TARGET} && set +a && "
+           'exec python -m labswarm.jobs.learner.entry "$0"', SPEC_TARGET)
+
+
+def learner_service_name(job_id: str, attempt: int, rank: int) -> str:
+    """``labswarm-job-<job>-<attempt>-<rank>`` (a job id is 12 hex digits: well within a service name's 63)."""
+    return f"labswarm-job-{job_id}-{attempt}-{rank}"
+
+
+def ps_service_name(job_id: str, index: int | str) -> str:
+    """``labswarm-job-<job>-ps-<index>``: the service of a job's parameter-server shard (its address on the
+    overlay network)."""
+    return f"labswarm-job-{job_id}-ps-{index}"
+
+
+def split_environment(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``(public, secret)``: the variables of :data:`PUBLIC_ENV` (shown in the service's spec) and all others
+    (carried by its docker secret)."""
+    public = {k: v for k, v in env.items() if k in PUBLIC_ENV}
+    return public, {k: v for k, v in env.items() if k not in PUBLIC_ENV}
+
+
+def secret_environment(token: str, manager_env: dict[str, str] | None = None,
+                       extra: dict[str, str] | None = None) -> str:
+    """The learner's secret environment file: ``NAME='value'`` lines (shell-quoted) of the attempt's token,
+    the manager's ``AWS_*`` variables (``manager_env``, default ``os.environ``) and ``extra`` (the secret part of
+    the learner's place in the job, :func:`split_environment`)."""
+    env = learner_environment(os.environ if manager_env is None else manager_env, token)
+    kept = {k: v for k, v in env.items() if k == TOKEN_ENV or k.startswith(FORWARDED_PREFIX)}
+    kept.update(extra or {})
+    return "".join(f"{name}={shlex.quote(value)}\n" for name, value in sorted(kept.items()))
+
+
+def learner_service_spec(launch: LearnerLaunch, settings: Settings) -> ServiceSpec:
+    """The service of one learner, as data (see the module docstring).
+
+    Args:
+        launch: the learner (job, attempt, rank, the manifest's ``resources``).
+        settings: image, network, data mount and constraints (``swarm_*``).
+
+    Raises:
+        ValueError: an invalid ``swarm_data_nfs``.
+    """
+    name = learner_service_name(launch.job_id, launch.attempt, launch.rank)
+    resources = launch.resources or {}
+    gpus = int(resources.get("gpus") or 0)
+    return ServiceSpec(
+        name=name,
+        image=settings.swarm_image,
+        command=COMMAND,
+        network=settings.swarm_network,
+        replicas=1,
+        mounts=(data_mount(settings),),
+        env={"PYTHONUNBUFFERED": "1", **split_environment(launch.env)[0]},
+        restart=RestartSpec(condition="none", delay_s=0.0, max_attempts=0),
+        labels=_labels(launch.job_id, launch.attempt, launch.rank),
+        constraints=tuple(settings.swarm_constraints),
+        stop_grace_s=KILL_GRACE_S,
+        secrets=(SecretSpec(f"{name}-env", ENV_SECRET_TARGET, TOKEN_ENV),),
+        configs=(ConfigSpec(f"{name}-spec", SPEC_TARGET),),
+        resources=ResourceSpec(cpus=resources.get("cpus"), memory_mb=resources.get("memory_mb"),
+                               generic={GPU_RESOURCE: gpus} if gpus else {}),
+    )
+
+
+class SwarmLearners(LearnerLauncher):
+    """Learners as docker swarm services (see the module docstring). Keeps no state: everything is found from
+    the learner's row (its service id) and the labels.
+
+    Args:
+        settings: the ``swarm_*`` settings (image, network, data mount, constraints, the manager's URL as the
+            containers reach it).
+        client: a ``docker.DockerClient``; default ``docker.from_env()`` on first use.
+    """
+
+    local_gpus = False
+
+    def __init__(self, settings: Settings, client: Any = None) -> None:
+        self.settings = settings
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        """The docker client.
+
+        Raises:
+            DeployError: the docker SDK is missing or the engine cannot be reached.
+        """
+        if self._client is None:
+            docker = docker_sdk()
+            with translate_errors("connect to the Docker engine (DOCKER_HOST or /var/run/docker.sock)"):
+                self._client = docker.from_env()
+        return self._client
+
+    def start(self, launch: LearnerLaunch) -> LearnerHandle:
+        """Create the learner's secret, config and service (a stale set of the same name, of the same job, is
+        replaced); a copy of its spec is written to ``launch.spec_path`` for a post-mortem.
+
+        Raises:
+            DeployError: the engine refused or could not be reached, or a foreign service, secret or config has
+                the name; nothing of the learner is left behind.
+        """
+        spec = learner_service_spec(launch, self.settings)
+        learner = dict(launch.spec, manager_url=self.settings.swarm_manager_url,
+                       workdir=f"{WORKDIR}/rank-{launch.rank}")
+        data = json.dumps(learner)
+        launch.spec_path.parent.mkdir(parents=True, exist_ok=True)
+        launch.spec_path.write_text(data)
+        with translate_errors(f"create learner service {spec.name}"):
+            self._remove_stale(spec.name, launch.job_id)
+            try:
+                secret = self.client.secrets.create(name=spec.secrets[0].name, labels=spec.labels,
+                                                    data=secret_environment(
+                                                        launch.token, extra=split_environment(launch.env)[1]
+                                                    ).encode())
+                config = self.client.configs.create(name=spec.configs[0].name, labels=spec.labels,
+                                                    data=data.encode())
+                service = self.client.services.create(**spec.to_docker({secret.name: secret.id},
+                                                                       {config.name: config.id}))
+            except Exception:
+                with contextlib.suppress(Exception):  # best effort: the original error is what matters
+                    self.remove_named(spec.name, launch.job_id)
+                raise
+        log.info("job %s attempt %d learner %d: service %s (%s)", launch.job_id, launch.attempt, launch.rank,
+                 spec.name, service.id)
+        return LearnerHandle(service_id=service.id)
+
+    def shard_runner(self, job_id: str) -> SwarmShards:
+        """The runner of ``job_id``'s parameter-server shards as services (:mod:`labswarm.deploy.swarm_shards`),
+        which :class:`~labswarm.jobs.lifecycle.cluster.JobCluster` uses instead of local processes.
+
+        Raises:
+            ValueError: ``swarm_manager_url`` has no host (the learners' ``MASTER_ADDR``).
+        """
+        from labswarm.deploy.swarm_shards import SwarmShards
+
+        return SwarmShards(self, job_id)
+
+    def poll(self, learner: LearnerRow) -> LearnerStatus:
+        """The state of the service's task (see the module docstring); alive while the engine cannot tell."""
+        if learner.service_id is None:
+            return LearnerStatus(False)
+        errors = docker_sdk().errors
+        try:
+            with translate_errors(f"read the tasks of learner service {learner.service_id}"):
+                try:
+                    service = self.client.services.get(learner.service_id)
+                except errors.NotFound:
+                    return LearnerStatus(False, reason=f"its service {learner.service_id} no longer exists")
+                tasks = service.tasks()
+        except DeployError as exc:
+            log.warning("job %s learner %d: %s (taken as alive)", learner.job_id, learner.rank, exc)
+            return LearnerStatus(True)
+        return task_status(tasks)
+
+    def terminate(self, learner: LearnerRow) -> None:
+        """Nothing: a service cannot be signalled; the manager's answer to the learner's next report (``halt``)
+        asks it to halt, and :meth:`kill` removes it after the grace."""
+
+    def kill(self, learner: LearnerRow) -> None:
+        """Remove the learner's service (its container gets SIGTERM, SIGKILL after :data:`KILL_GRACE_S`), then
+        its secret and config. An engine error is logged; the lifecycle kills again while the learner lives."""
+        name = learner_service_name(learner.job_id, learner.attempt, learner.rank)
+        try:
+            with translate_errors(f"remove learner service {name}"):
+                self.remove_named(name, learner.job_id, learner.service_id)
+        except DeployError as exc:
+            log.warning("job %s learner %d: %s", learner.job_id, learner.rank, exc)
+
+    def output_tail(self, learner: LearnerRow, lines: int) -> list[str]:
+        """The service's last ``lines`` log lines (the engine's logging driver must keep them: ``json-file``,
+        ``local`` or ``journald``); none when it cannot give them."""
+        if learner.service_id is None:
+            return []
+        try:
+            with translate_errors(f"read the logs of learner service {learner.service_id}"):
+                chunks = self.client.services.get(learner.service_id).logs(stdout=True, stderr=True, tail=lines)
+                text = b"".join(chunks).decode("utf-8", errors="replace")
+        except DeployError as exc:
+            log.info("job %s learner %d: no raw output: %s", learner.job_id, learner.rank, exc)
+            return []
+        return text.splitlines()[-lines:]
+
+    def sweep(self, live: set[str], owns: Callable[[str], bool] = lambda _job: False) -> None:
+        """Adopt the learner services that ``live`` names; remove those of the manager's jobs (``owns(job_id)``)
+        that no running learner names, with their secrets and configs; leave every other service alone."""
+        try:
+            with translate_errors("list the learner services"):
+                for service in self.client.services.list(filters={"label": LABEL_JOB}):
+                    labels = service_labels(service)
+                    job = labels.get(LABEL_JOB)
+                    if labels.get(LABEL_MANAGED) != "true" or not job or service.id in live or not owns(job):
+                        continue
+                    log.warning("job %s: removing learner service %s, which no running learner names", job,
+                                service.id)
+                    service.remove()
+                for collection in (self.client.secrets, self.client.configs):
+                    for item in collection.list(filters={"label": LABEL_JOB}):
+                        labels = (item.attrs.get("Spec") or {}).get("Labels") or {}
+                        job = labels.get(LABEL_JOB, "")
+                        service = (ps_service_name(job, labels[LABEL_SHARD]) if LABEL_SHARD in labels else
+                                   learner_service_name(job, labels.get(LABEL_ATTEMPT, ""), labels.get(LABEL_RANK, "")))
+                        if labels.get(LABEL_MANAGED) == "true" and owns(job) and not self._exists(service):
+                            item.remove()
+        except DeployError as exc:
+            log.warning("cannot sweep the learner services: %s", exc)
+
+    def _exists(self, name: str) -> bool:
+        try:
+            self.client.services.get(name)
+        except docker_sdk().errors.NotFound:
+            return False
+        return True
+
+    def _remove_stale(self, name: str, job_id: str) -> None:
+        """Remove a service, secret or config of this name left by a manager that died while deploying it.
+
+        Raises:
+            DeployError: one of them was not created by labswarm for this job.
+        """
+        self.remove_named(name, job_id, check=True)
+
+    def remove_named(self, name: str, job_id: str, service_id: str | None = None, check: bool = False) -> None:
+        """Remove the service (by id when known, else by name), the secret and the config of a learner, those of
+        ``job_id`` only (``check``: one of another owner raises :class:`DeployError`)."""
+        errors = docker_sdk().errors
+        for kind, collection, key in (("service", self.client.services, service_id or name),
+                                      ("secret", self.client.secrets, f"{name}-env"),
+                                      ("config", self.client.configs, f"{name}-spec")):
+            try:
+                item = collection.get(key)
+            except errors.NotFound:
+                continue
+            labels = (item.attrs.get("Spec") or {}).get("Labels") or {}
+            if labels.get(LABEL_MANAGED) != "true" or labels.get(LABEL_JOB) != job_id:
+                if check:
+                    raise DeployError(f"a docker {kind} named {key} exists and is not labswarm's for job {job_id}; "
+                                      f"remove it (docker {kind} rm)")
+                continue
+            with contextlib.suppress(errors.NotFound):
+                item.remove()
+
+
+def task_status(tasks: list[dict[str, Any]]) -> LearnerStatus:
+    """A learner's status from its service's tasks (the latest one's state; none yet: being created).
+
+    ``running`` and the states before it: alive; ``complete``: exit 0 (or the container's code); ``failed`` and
+    ``shutdown``: the container's exit code (``None`` when it has none); ``rejected``: a deploy failure;
+    ``orphaned``, ``remove`` and any other: exit status unknown.
+    """
+    if not tasks:
+        return LearnerStatus(True)
+    task = max(tasks, key=lambda t: (t.get("CreatedAt") or "", (t.get("Version") or {}).get("Index", 0)))
+    status = task.get("Status") or {}
+    state = status.get("State", "")
+    if state in ALIVE_STATES:
+        return LearnerStatus(True)
+    code = (status.get("ContainerStatus") or {}).get("ExitCode")
+    why = status.get("Err") or status.get("Message") or ""
+    reason = f"its task is {state}" + (f": {why}" if why else "")
+    if state == "complete":
+        return LearnerStatus(False, 0 if code is None else int(code), reason=None)
+    if state in ("failed", "shutdown"):
+        return LearnerStatus(False, None if code is None else int(code), reason=reason)
+    if state == "rejected":
+        return LearnerStatus(False, None, deploy_failed=True, reason=reason)
+    return LearnerStatus(False, None, reason=reason)
+
+
+def _labels(job_id: str, attempt: int, rank: int) -> dict[str, str]:
+    return {LABEL_MANAGED: "true", LABEL_JOB: job_id, LABEL_ATTEMPT: str(attempt), LABEL_RANK: str(rank)}

@@ -1,0 +1,224 @@
+"""Deploying jobs' attempts: the queue's schedule (by priority then submission, while the learners fit in
+``job_slots`` and their GPUs in the free ones: QUEUED → PENDING) and the start of each attempt's learners from
+the last committed checkpoint (the third step of the lifecycle's pass, see :mod:`labswarm.jobs.lifecycle.lifecycle`).
+
+A distributed job (``learners: N`` with a distributed framework) first gets its coordinator and parameter-server
+shards (:mod:`labswarm.jobs.lifecycle.cluster`; on a swarm the shards are services, through the launcher's
+``shard_runner``: :mod:`labswarm.deploy.swarm_shards`), then its learners, through the same launcher as one
+learner (a process or a service each); each learner's environment is its place in the job
+(:func:`~labswarm.train.distributed.launch.plan_attempt`). A learner of an asynchronous framework that died is started
+again alone, in the same attempt, with the attempt's token and the environment its peers got (kept in memory:
+after a manager restart the attempt is restarted whole instead).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from labswarm.config.manifest import parse_manifest
+from labswarm.deploy.learners import LearnerLaunch, LearnerLauncher
+from labswarm.errors import ConfigError, DeployError, StorageError
+from labswarm.jobs.lifecycle.cluster import JobCluster
+from labswarm.jobs.service import events
+from labswarm.jobs.service.credentials import new_attempt_token
+from labswarm.jobs.service.models import AttemptRow, JobRow, LearnerRow, naive_utcnow
+from labswarm.jobs.spec import layout
+from labswarm.jobs.spec.states import HOLDS_SLOTS, JobState
+from labswarm.settings import Settings
+
+if TYPE_CHECKING:
+    from labswarm.jobs.service.service import JobService
+
+log = logging.getLogger(__name__)
+
+_S = JobState
+
+
+class Deployer:
+    """The lifecycle's schedule and deploys (a part of :class:`~labswarm.jobs.lifecycle.lifecycle.JobLifecycle`, which
+    provides ``service``, ``settings``, ``learners``, ``host`` and ``_gpus``)."""
+
+    service: JobService
+    settings: Settings
+    learners: LearnerLauncher
+    host: str
+    _gpus: list[str] | None
+    clusters: dict[str, JobCluster]
+    tokens: dict[tuple[str, int], str]
+
+    def _schedule(self, db: Session) -> None:
+        if self.service.manager_url is None:
+            return  # not served yet: learners would have no one to report to
+        used = sum(db.scalars(select(JobRow.learners).where(JobRow.status.in_([s.value for s in HOLDS_SLOTS]))))
+        queued = db.scalars(select(JobRow).where(JobRow.status == _S.QUEUED.value)
+                            .order_by(JobRow.priority.desc(), JobRow.submitted_at, JobRow.id))
+        for job in list(queued):
+            if used + job.learners > self.settings.job_slots or self._free_gpus(db, job) is None:
+                break  # strict order: a job that does not fit holds the ones behind it
+            events.transition(db, job, _S.PENDING, reason="deploying")
+            job.not_before = None
+            used += job.learners
+            self._deploy(db, job)
+
+    def _gpu_total(self) -> list[str]:
+        if self._gpus is None:
+            if self.settings.job_gpus is not None:
+                self._gpus = [str(i) for i in range(self.settings.job_gpus)]
+            else:
+                self._gpus = _detect_gpus()
+        return self._gpus
+
+    def _free_gpus(self, db: Session, job: JobRow) -> list[str] | None:
+        """The GPUs the job's learners would get (``[]`` without GPUs), ``None`` when not enough are free. A swarm
+        places GPUs itself (generic resources): they are counted here only against ``job_gpus`` when it is set."""
+        wanted = int(job.manifest.get("resources", {}).get("gpus", 0)) * job.learners
+        if not wanted or (not self.learners.local_gpus and self.settings.job_gpus is None):
+            return []
+        busy = {g for row in db.scalars(select(LearnerRow.gpus).where(LearnerRow.ended_at.is_(None))) if row
+                for g in row.split(",")}
+        free = [g for g in self._gpu_total() if g not in busy]
+        return free[:wanted] if len(free) >= wanted else None
+
+    def _deploy(self, db: Session, job: JobRow) -> None:
+        """Start the next attempt's learners from the last committed checkpoint through the launcher
+        (:mod:`labswarm.deploy.learners`), each with the attempt's own API token
+        (:mod:`labswarm.jobs.service.credentials`:
+        only its digest is stored). A learner that cannot be started is ended at once as a deploy failure."""
+        url = self.service.manager_url
+        if url is None:
+            return
+        now = naive_utcnow()
+        try:
+            pointer = layout.latest_checkpoint(self.service.storage(job))
+        except StorageError as exc:
+            log.warning("job %s: cannot read its checkpoint pointer (%s): the last one known is used", job.id, exc)
+            pointer = job.checkpoint
+        job.attempt += 1
+        job.not_before = None
+        number = job.attempt
+        token, digest = new_attempt_token()
+        db.add(AttemptRow(job_id=job.id, number=number, started_at=now, checkpoint_in=pointer, token_sha256=digest))
+        gpus = self._free_gpus(db, job) or []
+        per = int(job.manifest.get("resources", {}).get("gpus", 0))
+        base = self.service.home / job.id / f"attempt-{number}"
+        started: list[int] = []
+        services: list[str] = []
+        envs, failed = self._cluster_attempt(db, job, number, pointer)
+        self.tokens[(job.id, number)] = token
+        for rank in range(job.learners):
+            mine = ",".join(gpus[rank * per:(rank + 1) * per]) if per else None
+            row = LearnerRow(job_id=job.id, attempt=number, rank=rank, host=self.host,
+                             workdir=str(base / f"rank-{rank}"), gpus=mine, started_at=now, received=-1,
+                             halt_sent=False)
+            self._launch(db, job, row, pointer, token, envs[rank], failed)
+            started.extend([row.pid] if row.pid is not None else [])
+            services.extend([row.service_id] if row.service_id else [])
+            db.add(row)
+        where = {"services": services} if services else {"pids": started, "host": self.host}
+        cluster = self.clusters.get(job.id)
+        if cluster is not None:
+            where.update(cluster.where())
+        events.append(db, job, "attempt", {"attempt": number, "event": "started", "checkpoint": pointer, **where},
+                      attempt=number)
+        db.commit()  # the pids (service ids), at once: a manager that dies now finds them
+        log.info("job %s: attempt %d deployed (%s) from %s", job.id, number, services or started,
+                 pointer["key"] if pointer else "scratch")
+
+    def _launch(self, db: Session, job: JobRow, row: LearnerRow, pointer: dict[str, Any] | None, token: str,
+                env: dict[str, str], failed: DeployError | None = None) -> None:
+        """Start the learner of ``row`` (its attempt, rank, working folder and GPUs) through the launcher and fill
+        in its handle; one that cannot be started is ended at once as a deploy failure (S105)."""
+        url = self.service.manager_url or ""
+        base = self.service.home / job.id / f"attempt-{row.attempt}"
+        spec = {"job_id": job.id, "attempt": row.attempt, "rank": row.rank, "world_size": job.learners,
+                "manifest": job.manifest, "manager_url": url, "results_store": job.manifest["results_store"],
+                "checkpoint": pointer, "workdir": str(Path(row.workdir).resolve())}
+        launch = LearnerLaunch(job.id, row.attempt, row.rank, spec, base / f"learner-{row.rank}.json",
+                               base / f"learner-{row.rank}.out", token,
+                               gpus=(row.gpus or "") if self.learners.local_gpus and self._gpu_total() else None,
+                               resources=dict(job.manifest.get("resources") or {}), env=env)
+        try:
+            if failed is not None:
+                raise failed
+            handle = self.learners.start(launch)
+            row.pid, row.pid_created, row.service_id = handle.pid, handle.pid_created, handle.service_id
+        except (OSError, DeployError) as exc:  # the platform's fault (S105), within its restart budget
+            log.error("job %s: cannot start learner %d: %s", job.id, row.rank, exc)
+            row.ended_at, row.killed = naive_utcnow(), "deploy"
+            events.append(db, job, "log", {"line": f"cannot start learner {row.rank}: {exc}", "rank": row.rank,
+                                           "source": "launcher"}, attempt=row.attempt)
+
+    def _restart_learner(self, db: Session, job: JobRow, row: LearnerRow, pointer: dict[str, Any] | None) -> None:
+        """Start the dead learner of ``row`` again, alone, in the same attempt (an asynchronous framework, see
+        :meth:`~labswarm.jobs.lifecycle.outcomes.AttemptOutcomes._restart_learners`), from ``pointer``, with the
+        attempt's
+        token and its place in the job; its row is reset (a new process, a new report sequence)."""
+        cluster = self.clusters.get(job.id)
+        env: dict[str, str] = {}
+        if cluster is not None and cluster.port is not None:
+            env = dict(cluster.envs.get(row.rank, {}))  # the attempt's plan for this rank, as its peers got it
+        row.pid = row.pid_created = row.service_id = None
+        row.ended_at = row.exit_code = row.killed = row.last_seen = row.progress = None
+        row.started_at, row.received, row.halt_sent = naive_utcnow(), -1, False
+        self._launch(db, job, row, pointer, self.tokens[(job.id, row.attempt)], env)
+
+    def _cluster_attempt(self, db: Session, job: JobRow, number: int, pointer: dict[str, Any] | None
+                         ) -> tuple[list[dict[str, str]], DeployError | None]:
+        """A distributed job's coordinator and shards for attempt ``number`` (:mod:`labswarm.jobs.lifecycle.cluster`),
+        the
+        cursor of the checkpoint it starts from restored; returns each rank's environment and the deploy error
+        that fails every learner of the attempt (``None``: deployed). A job of one learner has none."""
+        if job.learners < 2:
+            return [{}], None
+        cluster = self.clusters.get(job.id)
+        if cluster is None:
+            manifest = parse_manifest(job.manifest, source=f"job {job.id}")
+            shard_runner = getattr(self.learners, "shard_runner", None)  # a swarm's services; else local processes
+            try:
+                runner = shard_runner(job.id) if shard_runner is not None else None
+            except (ValueError, DeployError) as exc:
+                return [{} for _ in range(job.learners)], DeployError(f"parameter servers / coordinator: {exc}")
+            cluster = JobCluster(job.id, self.service.home / job.id, job.manifest["framework"], job.learners,
+                                 manifest.shards, runner=runner)
+            self.clusters[job.id] = cluster
+        try:
+            plans = cluster.new_attempt(number, self._cursor(job, pointer))
+        except (DeployError, ConfigError, OSError) as exc:
+            cluster.stop_shards()
+            return [{} for _ in range(job.learners)], DeployError(f"parameter servers / coordinator: {exc}")
+        return [plan.env for plan in sorted(plans, key=lambda p: p.index)], None
+
+    def _cursor(self, job: JobRow, pointer: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The global cursor's state in rank 0's checkpoint ``pointer`` names (``None``: none, or unreadable)."""
+        if pointer is None or pointer.get("kind", "file") != "file":
+            return None
+        from labswarm.train import checkpoint
+
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                path = Path(tmp) / "checkpoint.pt"
+                self.service.storage(job).get_file(pointer["key"], path)
+                state = checkpoint.load(path)
+            except Exception as exc:  # no cursor: the passes after the checkpoint start clean anyway
+                log.warning("job %s: no cursor from checkpoint %s: %s", job.id, pointer["key"], exc)
+                return None
+        return (state.get("distributed") or {}).get("cursor")
+
+
+def _detect_gpus() -> list[str]:
+    """The GPUs ``nvidia-smi -L`` lists (their indices); none without it."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(line for line in out.splitlines() if line.startswith("GPU "))]

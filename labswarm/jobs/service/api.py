@@ -1,0 +1,248 @@
+"""The training jobs' HTTP routes, ``/v1/jobs`` (mounted by the manager beside the sessions' routes).
+
+============================================ ===========================================================
+``POST /v1/jobs``                            submit a manifest (YAML or JSON body): 201, ``Location``
+``POST /v1/jobs/validate``                   check a manifest, its experiment and stores; create nothing
+``GET /v1/jobs``                             list (``status`` repeated, ``name``, ``offset``, ``limit``)
+``GET /v1/jobs/{id}``                        status, reason, error, timestamps, attempts, queue position
+``PATCH /v1/jobs/{id}``                      ``{"status": "halt"}`` or ``{"status": "resume"}``
+``DELETE /v1/jobs/{id}``                     stop it and delete what it owns: 204
+``GET /v1/jobs/{id}/attempts``               each attempt: start, end, exit code, reason, checkpoints
+``GET /v1/jobs/{id}/logs``                   log lines, paged: ``pos`` (after this sequence number),
+                                             ``since`` (ISO time), ``pagesize``
+``GET /v1/jobs/{id}/metrics``                metrics records, each epoch once
+``GET /v1/jobs/{id}/model``                  the trained model file
+``GET /v1/jobs/{id}/bundle``                 a zip: model, logs, metrics, resolved manifest, versions
+``GET /v1/jobs/{id}/events``                 Server-Sent Events: ``status``, ``log``, ``metric``,
+                                             ``checkpoint``, ``attempt``, ``progress``; id = the per-job number;
+                                             data = the payload with ``seq``, ``attempt`` and ``stamp`` (when
+                                             the learner or the manager made the event);
+                                             ``Last-Event-ID`` (or ``?after=``) resumes after it; the stream
+                                             ends after the terminal status
+``POST /v1/jobs/{id}/attempts/{n}/reports``  a learner's report (:mod:`labswarm.jobs.learner.reporter`)
+============================================ ===========================================================
+
+Errors: a bad manifest is 422 with ``{"detail": [{"path": "restart.backoff_s", "reason": ...}]}``; an unknown
+job 404; a refused state change (halting a completed job) 409; a user's ``framework: command`` 403.
+
+Owners (issue 11): a job is its submitter's. A user lists and reaches only their own jobs (another user's job is
+a 404 on every route: its existence is not disclosed), an admin every job. Reports come with the attempt's own
+token (:mod:`labswarm.jobs.service.credentials`), which opens that route and no other, or from an admin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.params import Depends
+from fastapi.responses import FileResponse, StreamingResponse
+from pydantic import BaseModel, Field
+from starlette.background import BackgroundTask
+
+from labswarm.auth.authenticator import current_user
+from labswarm.auth.limits import MAX_OFFSET
+from labswarm.auth.tokens import User
+from labswarm.errors import NotFound
+from labswarm.jobs.service import events as job_events
+from labswarm.jobs.service.credentials import report_scope
+from labswarm.jobs.service.service import JobService
+from labswarm.jobs.spec.errors import AdminOnly
+
+#: Seconds between two reads of a job's events while a stream is idle.
+POLL_S = 0.2
+#: Seconds between two keep-alive comments on an idle stream.
+KEEPALIVE_S = 15.0
+
+
+class StatusBody(BaseModel):
+    """A state change asked of a job."""
+
+    status: Literal["halt", "resume"]
+
+
+class ReportEvent(BaseModel):
+    """One event of a learner's report."""
+
+    n: int = Field(ge=0)
+    kind: Literal["log", "metric", "phase", "checkpoint", "progress"]
+    key: str | None = Field(None, max_length=64)
+    payload: dict[str, Any]
+    time: float | None = None
+
+
+class ReportBody(BaseModel):
+    """A learner's report: its rank, progress and new events."""
+
+    rank: int = Field(0, ge=0)
+    progress: dict[str, Any] = Field(default_factory=dict)
+    events: list[ReportEvent] = Field(default_factory=list, max_length=10_000)
+
+
+Caller = Annotated[User, Depends(current_user)]
+
+
+def _owner(user: User) -> str | None:
+    """The owner filter of ``user``'s requests: ``None`` for an admin (every job), else their name."""
+    return None if user.is_admin else user.name
+
+
+def jobs_router(service: JobService, mutating: Sequence[Depends]) -> APIRouter:
+    """The routes of the training-jobs service; its lifespan starts and stops the lifecycle thread and sets
+    ``app.state.jobs``.
+
+    Args:
+        service: the job service.
+        mutating: dependencies of every route that changes state (authentication).
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.jobs = service
+        service.start()
+        try:
+            yield
+        finally:
+            service.stop()
+
+    router = APIRouter(prefix="/v1/jobs", tags=["jobs"], lifespan=lifespan)
+    mutating = list(mutating)
+
+    async def manifest_text(request: Request) -> str:
+        return (await request.body()).decode("utf-8", "replace")
+
+    @router.post("", status_code=201, dependencies=mutating)
+    async def create(request: Request, response: Response, user: Caller) -> dict[str, Any]:
+        """Submit a job, owned by the caller: the body is its manifest, YAML or JSON. 201 with the job and its
+        ``Location``; 403 for a user's ``framework: command`` (admins only)."""
+        try:
+            job = await run_in_threadpool(service.create, await manifest_text(request), user.name,
+                                          admin=user.is_admin)
+        except AdminOnly as exc:
+            raise HTTPException(403, str(exc)) from None
+        response.headers["Location"] = f"/v1/jobs/{job.id}"
+        return await run_in_threadpool(service.describe, job.id)
+
+    @router.post("/validate", dependencies=mutating)
+    async def validate(request: Request, user: Caller) -> dict[str, Any]:
+        """Check a manifest, its experiment and the reachability of its stores, without creating a job (403 as
+        for a submit)."""
+        try:
+            manifest, experiment = await run_in_threadpool(service.validate, await manifest_text(request),
+                                                           user.name, admin=user.is_admin)
+        except AdminOnly as exc:
+            raise HTTPException(403, str(exc)) from None
+        return {"valid": True, "manifest": manifest.resolved(experiment)}
+
+    @router.get("")
+    def list_jobs(user: Caller, status: Annotated[list[str] | None, Query()] = None, name: str | None = None,
+                  offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+                  limit: Annotated[int, Query(ge=1, le=500)] = 50) -> dict[str, Any]:
+        """A page of the caller's jobs (an admin's: every job), newest first."""
+        return service.list(status=status, name=name, offset=offset, limit=limit, owner=_owner(user))
+
+    @router.get("/{job_id}")
+    def show(job_id: str, user: Caller) -> dict[str, Any]:
+        """One job: status, reason, error code, timestamps per phase, attempts, queue position, progress."""
+        return service.describe(job_id, _owner(user))
+
+    @router.patch("/{job_id}", dependencies=mutating)
+    def change(job_id: str, body: StatusBody, user: Caller) -> dict[str, Any]:
+        """Halt (cooperatively: the learners checkpoint and exit) or resume (from the last checkpoint)."""
+        owner = _owner(user)
+        return service.halt(job_id, owner) if body.status == "halt" else service.resume(job_id, owner)
+
+    @router.delete("/{job_id}", status_code=204, dependencies=mutating)
+    def delete(job_id: str, user: Caller) -> Response:
+        """Stop the job and delete its processes, working folders and results; the user's data stays."""
+        service.delete(job_id, _owner(user))
+        return Response(status_code=204)
+
+    @router.get("/{job_id}/attempts")
+    def attempts(job_id: str, user: Caller) -> dict[str, Any]:
+        """The job's attempts."""
+        return {"attempts": service.attempts(job_id, owner=_owner(user))}
+
+    @router.get("/{job_id}/logs")
+    def logs(job_id: str, user: Caller, since: datetime | None = None,
+             pos: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+             pagesize: Annotated[int, Query(ge=1, le=5000)] = 100) -> dict[str, Any]:
+        """A page of log lines after sequence number ``pos``; ``next_pos`` continues."""
+        return service.logs(job_id, since=since, pos=pos, pagesize=pagesize, owner=_owner(user))
+
+    @router.get("/{job_id}/metrics")
+    def metrics(job_id: str, user: Caller) -> dict[str, Any]:
+        """The metrics records, each epoch once, in the order they were reported."""
+        return {"metrics": service.metrics(job_id, _owner(user))}
+
+    @router.get("/{job_id}/model")
+    def model(job_id: str, user: Caller) -> FileResponse:
+        """The trained model file (``labswarm`` framework)."""
+        path = service.model_file(job_id, _owner(user))
+        return FileResponse(path, media_type="application/octet-stream", filename=path.name,
+                            background=BackgroundTask(shutil.rmtree, path.parent, ignore_errors=True))
+
+    @router.get("/{job_id}/bundle")
+    def bundle(job_id: str, user: Caller) -> FileResponse:
+        """A zip: model, logs, metrics, the resolved manifest, the experiment's fingerprint, the feature store's
+        versions and the library versions (:mod:`labswarm.jobs.service.bundle`)."""
+        path = service.bundle_file(job_id, _owner(user))
+        return FileResponse(path, media_type="application/zip", filename=path.name,
+                            background=BackgroundTask(shutil.rmtree, path.parent, ignore_errors=True))
+
+    @router.get("/{job_id}/events")
+    async def stream(job_id: str, request: Request, user: Caller,
+                     after: Annotated[int | None, Query(ge=0, le=MAX_OFFSET)] = None,
+                     last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
+        """Server-Sent Events of the job from the event after ``Last-Event-ID`` (or ``after``) on."""
+        start = after if after is not None else int(last_event_id) if (last_event_id or "").isdigit() else 0
+        owner = _owner(user)
+        await run_in_threadpool(service.events, job_id, start, 1, owner)  # 404 before the stream starts
+
+        async def sse() -> AsyncIterator[str]:
+            seq, idle = start, 0.0
+            while not await request.is_disconnected():
+                try:
+                    rows, terminal = await run_in_threadpool(service.events, job_id, seq, 500, owner)
+                except NotFound:
+                    return  # deleted
+                for row in rows:
+                    seq = row.seq
+                    data = {**row.payload, "seq": row.seq, "attempt": row.attempt, "stamp": job_events.iso(row.time)}
+                    yield f"id: {row.seq}\nevent: {row.kind}\ndata: {json.dumps(data)}\n\n"
+                if terminal and len(rows) < 500:
+                    return  # everything up to the terminal status is sent
+                if rows:
+                    idle = 0.0
+                    continue
+                await asyncio.sleep(POLL_S)
+                idle += POLL_S
+                if idle >= KEEPALIVE_S:
+                    idle = 0.0
+                    yield ": keep-alive\n\n"
+
+        return StreamingResponse(sse(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @router.post("/{job_id}/attempts/{attempt}/reports", dependencies=mutating)
+    def report(job_id: str, attempt: int, body: ReportBody, user: Caller) -> dict[str, Any]:
+        """A learner's report: heartbeat, progress, log lines, metrics; answers what it stored and whether to
+        halt (409: this attempt is over, the learner must stop). Sent with the attempt's own token (or an
+        admin's); a user's token is refused (404 on another user's job, 403 on their own)."""
+        if user.scope is not None:
+            if user.scope != report_scope(job_id, attempt):  # the app's authentication checked it too
+                raise HTTPException(403, "this token is another attempt's")
+        elif not user.is_admin:
+            with service.db() as db:
+                service.get(db, job_id, user.name)  # 404: not theirs
+            raise HTTPException(403, "reports come from the attempt's learners, with the attempt's own token")
+        return service.report(job_id, attempt, body.model_dump())
+
+    return router

@@ -1,0 +1,330 @@
+"""Storage base class and registry: where a training job reads its data and writes its results.
+
+A storage holds objects under ``/``-separated keys (``checkpoints/attempt-2/epoch-3.pt``). The base class owns
+the invariants: key validation, the configured prefix, the sub-prefix views of :meth:`Storage.at`, atomic
+downloads into local files, and the translation of every failure into :class:`~labswarm.errors.StorageError`.
+A backend fills in a few primitives that take full keys (prefix included) and move bytes.
+
+Keys: non-empty segments joined by ``/``; no absolute keys (leading ``/``), no ``.`` or ``..`` segment, no segment
+starting with ``.`` (those names are the local backend's temporary files), no backslash or control character,
+at most :data:`MAX_KEY_BYTES` bytes with the prefix (S3's limit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any, ClassVar, TypeVar
+
+from pydantic import Field, field_validator
+
+from labswarm.errors import LabswarmError, StorageError
+from labswarm.plugin import PluginConfig, build_plugin
+from labswarm.registry import Registry
+
+T = TypeVar("T")
+
+#: Every storage class, by ``name``.
+STORAGES: Registry = Registry("storage")
+
+#: The longest full key (prefix included), in UTF-8 bytes: S3's limit.
+MAX_KEY_BYTES = 1024
+
+
+class MissingObject(StorageError):
+    """No object is stored under the key (e.g. no checkpoint yet: the caller starts from scratch)."""
+
+
+def check_key(key: str, *, allow_empty: bool = False) -> str:
+    """Validate a storage key (see the module docstring) and return it without a trailing ``/``.
+
+    Args:
+        key: the key, relative to the storage's prefix.
+        allow_empty: accept ``""`` (the whole storage), for :meth:`Storage.list` and :meth:`Storage.delete`.
+
+    Raises:
+        StorageError: the key is empty (unless allowed), absolute, or has an invalid segment or character.
+    """
+    if not isinstance(key, str):
+        raise StorageError(f"a storage key must be a string, got {type(key).__name__}")
+    if key.startswith("/"):
+        raise StorageError(f"invalid key {key!r}: keys are relative (no leading '/')")
+    stripped = key[:-1] if key.endswith("/") else key
+    if not stripped:
+        if allow_empty:
+            return ""
+        raise StorageError("invalid key '': a key names an object")
+    if "\\" in stripped or any(ord(c) < 0x20 for c in stripped):
+        raise StorageError(f"invalid key {key!r}: no backslash or control character")
+    for segment in stripped.split("/"):
+        if not segment:
+            raise StorageError(f"invalid key {key!r}: empty segment ('//')")
+        if segment in (".", ".."):
+            raise StorageError(f"invalid key {key!r}: no '.' or '..' segment")
+        if segment.startswith("."):
+            raise StorageError(f"invalid key {key!r}: no segment may start with '.'")
+    return stripped
+
+
+class StorageConfig(PluginConfig):
+    """Base config of a storage; subclasses add where it is (a folder, a bucket).
+
+    Attributes:
+        prefix: every key is stored under this folder of the storage (``""``: its top level).
+    """
+
+    prefix: str = Field("", max_length=512)
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        try:
+            return check_key(value, allow_empty=True)
+        except StorageError as exc:
+            raise ValueError(str(exc)) from None
+
+
+def _join(*parts: str) -> str:
+    return "/".join(p for p in parts if p)
+
+
+class Storage(ABC):
+    """Base of every storage; owns the invariants, backends implement the ``_`` primitives.
+
+    Every public method takes keys relative to the storage's prefix and raises only
+    :class:`~labswarm.errors.StorageError` (:class:`MissingObject` for a key with no object).
+
+    Class attributes:
+        name: the registry name used in manifests (``local``, ``s3``).
+        config_model: the pydantic model of the parameters.
+
+    Args:
+        config: the validated config.
+        scope: a sub-prefix below ``config.prefix`` (see :meth:`at`).
+    """
+
+    name: ClassVar[str]
+    config_model: ClassVar[type[StorageConfig]] = StorageConfig
+
+    def __init__(self, config: StorageConfig, *, scope: str = "") -> None:
+        self.config = config
+        self._root = _join(config.prefix, check_key(scope, allow_empty=True))
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | StorageConfig) -> Storage:
+        """The registered storage a spec (``{name: ..., **params}`` or a config) names.
+
+        Raises:
+            ConfigError: unknown name (the message lists the known ones) or invalid parameters.
+        """
+        import labswarm.storage  # noqa: F401  (registers the built-ins)
+
+        return build_plugin(STORAGES, spec)
+
+    # views
+    @property
+    def root(self) -> str:
+        """The full prefix of this view (``config.prefix`` plus the scope), ``""`` for the top level."""
+        return self._root
+
+    def at(self, prefix: str) -> Storage:
+        """A view of this storage whose keys live under ``prefix`` (e.g. ``jobs/<id>``); shares the backend's
+        connection. Deleting ``""`` in the view deletes only what lies under ``prefix``.
+
+        Raises:
+            StorageError: ``prefix`` is not a valid key.
+        """
+        view = copy.copy(self)
+        view._root = _join(self._root, check_key(prefix, allow_empty=True))
+        return view
+
+    def describe(self, key: str = "") -> str:
+        """Where ``key`` lives, for messages (``s3://bucket/prefix/key``, a path); never a credential."""
+        return self._describe(_join(self._root, key))
+
+    # operations
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key``, replacing any object there; readers see the old or the new, whole.
+
+        Raises:
+            StorageError: invalid key, or the backend failed.
+        """
+        full = self._full(key)
+        self._guard("write", full, lambda: self._put_bytes(full, bytes(data)))
+
+    def get_bytes(self, key: str) -> bytes:
+        """The bytes stored under ``key``.
+
+        Raises:
+            MissingObject: no object under ``key``.
+            StorageError: invalid key, or the backend failed.
+        """
+        full = self._full(key)
+        return self._guard("read", full, lambda: self._get_bytes(full))
+
+    def put_file(self, key: str, path: str | Path) -> None:
+        """Upload the local file ``path`` under ``key`` (streamed; readers never see a partial object).
+
+        Raises:
+            StorageError: invalid key, ``path`` is not a readable file, or the backend failed.
+        """
+        full = self._full(key)
+        path = Path(path)
+        if not path.is_file():
+            raise StorageError(f"cannot store {path} as {self.describe(key)}: not a file")
+        self._guard("write", full, lambda: self._put_file(full, path))
+
+    def get_file(self, key: str, path: str | Path) -> Path:
+        """Download ``key`` to the local file ``path`` (parents created). The file appears whole or not at all:
+        the bytes go to a temporary file beside it that is then renamed.
+
+        Returns:
+            ``path``.
+
+        Raises:
+            MissingObject: no object under ``key`` (``path`` is left untouched).
+            StorageError: invalid key, the local file cannot be written, or the backend failed.
+        """
+        full = self._full(key)
+        path = Path(path)
+        tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+
+        def download() -> None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                with open(tmp, "wb") as handle:
+                    self._read_into(full, handle)
+                os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+
+        self._guard("read", full, download)
+        return path
+
+    def exists(self, key: str) -> bool:
+        """Whether an object is stored under ``key`` (a "folder" with objects below it is not one).
+
+        Raises:
+            StorageError: invalid key, or the backend failed.
+        """
+        full = self._full(key)
+        return self._guard("check", full, lambda: self._exists(full))
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Keys of the objects under the folder ``prefix`` (``""``: all of this view), relative to this view,
+        sorted. Objects whose names are not valid keys (e.g. starting with ``.``) are left out.
+
+        Raises:
+            StorageError: invalid prefix, or the backend failed.
+        """
+        folder = self._full(prefix, allow_empty=True)
+        fulls = self._guard("list", folder, lambda: list(self._list(folder)))
+        cut = len(self._root) + 1 if self._root else 0
+        out = []
+        for full in fulls:
+            rel = full[cut:]
+            with contextlib.suppress(StorageError):
+                out.append(check_key(rel))
+        return sorted(out)
+
+    def delete(self, prefix: str = "") -> int:
+        """Delete the object ``prefix`` and every object under the folder ``prefix`` (``""``: everything in this
+        view). Missing objects are not an error.
+
+        Returns:
+            The number of objects deleted.
+
+        Raises:
+            StorageError: invalid prefix, or the backend failed.
+        """
+        folder = self._full(prefix, allow_empty=True)
+        itself = check_key(prefix, allow_empty=True) != ""  # "" is this view's folder, not an object
+
+        def remove() -> int:
+            doomed = list(self._list(folder))
+            if itself and self._exists(folder):
+                doomed.append(folder)
+            self._delete_many(doomed)
+            return len(doomed)
+
+        return self._guard("delete", folder, remove)
+
+    def reachable(self) -> None:
+        """Check, without creating or writing anything, that the storage can be used: fail fast at submit time.
+
+        Raises:
+            StorageError: the folder or bucket is missing and cannot be created, is not accessible, or the
+                service cannot be reached (or refuses the credentials).
+        """
+        self._guard("reach", self._root, self._reachable)
+
+    # helpers
+    def _full(self, key: str, *, allow_empty: bool = False) -> str:
+        full = _join(self._root, check_key(key, allow_empty=allow_empty))
+        if len(full.encode()) > MAX_KEY_BYTES:
+            raise StorageError(f"invalid key {key!r}: longer than {MAX_KEY_BYTES} bytes with the prefix")
+        return full
+
+    def _guard(self, action: str, full: str, call: Callable[[], T]) -> T:
+        """Run ``call``; translate any non-labswarm error into a StorageError naming the action and location."""
+        try:
+            return call()
+        except LabswarmError:
+            raise
+        except Exception as exc:
+            raise StorageError(f"cannot {action} {self._describe(full)}: {self._explain(exc)}") from exc
+
+    def _explain(self, exc: Exception) -> str:
+        """A short reason for a backend error (overridden by backends with structured errors)."""
+        if isinstance(exc, OSError) and exc.strerror:
+            return exc.strerror
+        return f"{type(exc).__name__}: {exc}"
+
+    def _missing(self, full: str) -> MissingObject:
+        return MissingObject(f"no object {self._describe(full)}")
+
+    # primitives: full keys (prefix included); raise MissingObject (via _missing) for a missing object
+    @abstractmethod
+    def _describe(self, full: str) -> str:
+        """A human-readable location of ``full`` (never a credential)."""
+
+    @abstractmethod
+    def _put_bytes(self, full: str, data: bytes) -> None:
+        """Store ``data`` atomically."""
+
+    @abstractmethod
+    def _get_bytes(self, full: str) -> bytes:
+        """The stored bytes."""
+
+    @abstractmethod
+    def _put_file(self, full: str, path: Path) -> None:
+        """Store the file's bytes atomically (streamed)."""
+
+    @abstractmethod
+    def _read_into(self, full: str, handle: IO[bytes]) -> None:
+        """Write the object's bytes into an open binary file."""
+
+    @abstractmethod
+    def _exists(self, full: str) -> bool:
+        """Whether an object is stored at ``full``."""
+
+    @abstractmethod
+    def _list(self, folder: str) -> Iterator[str]:
+        """Full keys of every object below the folder ``folder`` (``""``: the whole storage)."""
+
+    @abstractmethod
+    def _delete_many(self, fulls: list[str]) -> None:
+        """Delete these objects; missing ones are ignored."""
+
+    @abstractmethod
+    def _reachable(self) -> None:
+        """Raise StorageError (or any exception) when the storage cannot be used; create nothing."""
+
+
+register_storage = STORAGES.decorator()

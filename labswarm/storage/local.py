@@ -1,0 +1,128 @@
+"""``local``: a directory on a local or shared (NFS) filesystem."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, ClassVar, Literal
+
+from labswarm.errors import StorageError
+from labswarm.storage.base import Storage, StorageConfig, register_storage
+
+
+class LocalStorageConfig(StorageConfig):
+    """Parameters of the ``local`` storage.
+
+    Attributes:
+        path: the directory; the same path on every host that runs the job's learners (NFS). A relative path in a
+            manifest file is relative to the file's folder. Created at the first write.
+        fsync: fsync each file before its rename (durable across a host crash; ~ms per write). Default on, as
+            in the feature store.
+    """
+
+    name: Literal["local"] = "local"
+    path: Path
+    fsync: bool = True
+
+
+@register_storage
+class LocalStorage(Storage):
+    """A directory: a key is a file path below ``path/prefix``.
+
+    Writes go to a uniquely named temporary file in the destination folder (``.<name>.<uuid>.tmp``), are
+    flushed (and fsynced), then ``os.replace``-d into place, as in
+    :class:`~labswarm.store.backend.LocalBackend`: rename within one folder is atomic on POSIX filesystems and on
+    NFS, so a reader sees the old file or the new one, never a part. Keys never start a segment with ``.``, so the
+    temporary files are never listed. Deleting removes the folders it empties, up to the storage's root.
+    """
+
+    name: ClassVar[str] = "local"
+    config_model: ClassVar[type[StorageConfig]] = LocalStorageConfig
+    config: LocalStorageConfig
+
+    def _path(self, full: str) -> Path:
+        return self.config.path / full if full else self.config.path
+
+    def _describe(self, full: str) -> str:
+        return str(self._path(full))
+
+    def _write(self, full: str, fill: Callable[[IO[bytes]], None]) -> None:
+        final = self._path(full)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.is_dir():
+            raise StorageError(f"cannot write {final}: a folder of that name holds other objects")
+        tmp = final.parent / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
+        try:
+            with open(tmp, "wb") as handle:
+                fill(handle)
+                handle.flush()
+                if self.config.fsync:
+                    os.fsync(handle.fileno())
+            os.replace(tmp, final)
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    def _put_bytes(self, full: str, data: bytes) -> None:
+        self._write(full, lambda handle: handle.write(data))
+
+    def _put_file(self, full: str, path: Path) -> None:
+        def copy(handle: IO[bytes]) -> None:
+            with open(path, "rb") as source:
+                shutil.copyfileobj(source, handle, 1 << 20)
+
+        self._write(full, copy)
+
+    def _open(self, full: str) -> IO[bytes]:
+        path = self._path(full)
+        if not path.is_file():
+            raise self._missing(full)
+        try:
+            return open(path, "rb")
+        except FileNotFoundError:
+            raise self._missing(full) from None
+
+    def _get_bytes(self, full: str) -> bytes:
+        with self._open(full) as handle:
+            return handle.read()
+
+    def _read_into(self, full: str, handle: IO[bytes]) -> None:
+        with self._open(full) as source:
+            shutil.copyfileobj(source, handle, 1 << 20)
+
+    def _exists(self, full: str) -> bool:
+        return self._path(full).is_file()
+
+    def _list(self, folder: str) -> Iterator[str]:
+        top = self._path(folder)
+        if not top.is_dir():
+            return
+        base = self.config.path
+        for dirpath, dirs, files in os.walk(top):
+            dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for name in files:
+                if not name.startswith("."):  # temporary files of writes in progress
+                    yield (Path(dirpath) / name).relative_to(base).as_posix()
+
+    def _delete_many(self, fulls: list[str]) -> None:
+        folders: set[Path] = set()
+        for full in fulls:
+            path = self._path(full)
+            path.unlink(missing_ok=True)
+            folders.update(p for p in path.parents if p != self.config.path and self.config.path in p.parents)
+        for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty; never the storage's own directory
+
+    def _reachable(self) -> None:
+        path = self._path(self.root)
+        existing = next((p for p in (path, *path.parents) if p.exists()), None)
+        if existing is None or not existing.is_dir():
+            raise StorageError(f"{path}: {existing} is not a folder" if existing else f"{path}: no such folder")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            what = "folder" if existing == path else f"nearest existing parent {existing}"
+            raise StorageError(f"{path}: the {what} is not writable")

@@ -1,0 +1,257 @@
+"""``s3``: any S3-compatible object store (AWS S3, MinIO, Ceph RGW, moto's server, ...).
+
+The client is **boto3** (``pip install 'labswarm[s3]'``), imported at the first operation. Why boto3 rather than
+obstore or fsspec/s3fs: it is the reference S3 client, kept by AWS and used by most other tools; moto, the S3 API
+server our contract tests run against, is written to test it; it has the fewest surprises with S3-compatible
+servers (path-style addressing, and the newer default checksums turned off here: many such servers reject
+them); and it needs no event loop (s3fs is async underneath) and no native wheel of its own (obstore).
+
+Credentials never go in a manifest: they come from ``credentials_file`` when the manifest names one (an INI file
+like ``~/.aws/credentials``: ``aws_access_key_id``, ``aws_secret_access_key``, optional ``aws_session_token``
+under ``[profile]``), else from the standard environment variables ``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY`` and optional ``AWS_SESSION_TOKEN``. They are read when the first request is made and
+never stored in the config, so dumps and messages cannot show them.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any, ClassVar, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from labswarm.errors import StorageError
+from labswarm.storage.base import Storage, StorageConfig, register_storage
+
+#: How to install what the ``s3`` storage needs.
+S3_HINT = "the s3 storage needs boto3: pip install 'labswarm[s3]'"
+
+#: Keys that would carry a secret; refused in a manifest with a pointer to where credentials go.
+CREDENTIAL_KEYS = frozenset({
+    "aws_access_key_id", "aws_secret_access_key", "aws_session_token", "access_key", "access_key_id",
+    "secret_key", "secret_access_key", "session_token", "secret", "password", "token", "credentials",
+})
+
+#: Error codes S3 answers for a missing object (``404`` and ``NotFound``: HEAD requests have no body).
+_MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
+
+#: The most keys one DeleteObjects request takes (S3's limit).
+_DELETE_BATCH = 1000
+
+
+class S3StorageConfig(StorageConfig):
+    """Parameters of the ``s3`` storage.
+
+    Attributes:
+        endpoint: the service's URL (``http://127.0.0.1:9000``); ``None``: AWS S3 itself. With an endpoint,
+            requests use path-style addressing (``endpoint/bucket/key``), which every S3-compatible server takes.
+        bucket: the bucket; it must exist (the storage never creates one).
+        prefix: every key is stored under this folder of the bucket.
+        region: the region requests are signed for; default ``us-east-1``, AWS's default region, which
+            S3-compatible servers accept.
+        credentials_file: an INI file of credentials (see the module docstring); ``None``: the environment.
+            Read on the host that runs the learner.
+        profile: the section of ``credentials_file`` to read (default ``default``, as the AWS tools).
+    """
+
+    name: Literal["s3"] = "s3"
+    endpoint: str | None = None
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    region: str = Field("us-east-1", pattern=r"^[a-z0-9-]{1,32}$")
+    credentials_file: Path | None = None
+    profile: str = Field("default", min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_credentials(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            found = sorted(k for k in data if isinstance(k, str) and k.lower() in CREDENTIAL_KEYS)
+            if found:
+                # input=None: the secret must not ride along in the error, whatever prints it
+                raise ValidationError.from_exception_data("s3", [InitErrorDetails(
+                    type=PydanticCustomError("credentials", "credentials never go in a manifest: set "
+                                             "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a "
+                                             "`credentials_file`"),
+                    loc=(key,), input=None) for key in found])
+        return data
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)  # the value is never echoed: it could hold a user:secret@ part
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError("must not carry credentials (user:password@); see `credentials_file`")
+        return value.rstrip("/")
+
+
+#: One boto3 session for every storage of the process (made at the first request): a session parses the service
+#: models once (~0.3 s), so storages and their clients come cheap. Creating clients from it is serialized by
+#: :data:`_SESSION_LOCK` (a session is not thread-safe); the clients themselves are.
+_SESSION: Any = None
+_SESSION_LOCK = threading.Lock()
+
+
+class _Connection:
+    """The boto3 client, made at the first request and shared by every view (:meth:`Storage.at`)."""
+
+    def __init__(self, config: S3StorageConfig) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._client: Any = None
+
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = self._make()
+            return self._client
+
+    def _make(self) -> Any:
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError as exc:
+            raise StorageError(S3_HINT) from exc
+        global _SESSION
+        key, secret, token = self._credentials()
+        settings = Config(
+            s3={"addressing_style": "path" if self.config.endpoint else "auto"},
+            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=5, read_timeout=60,
+            request_checksum_calculation="when_required", response_checksum_validation="when_required",
+        )
+        with _SESSION_LOCK:
+            if _SESSION is None:
+                _SESSION = boto3.session.Session()
+            return _SESSION.client("s3", endpoint_url=self.config.endpoint, region_name=self.config.region,
+                                   aws_access_key_id=key, aws_secret_access_key=secret, aws_session_token=token,
+                                   config=settings)
+
+    def _credentials(self) -> tuple[str, str, str | None]:
+        path = self.config.credentials_file
+        if path is None:
+            key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+            if not key or not secret:
+                raise StorageError("no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a "
+                                   "`credentials_file` in the store's spec")
+            return key, secret, os.environ.get("AWS_SESSION_TOKEN") or None
+        parser = configparser.ConfigParser(interpolation=None)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                parser.read_file(handle)
+        except (OSError, configparser.Error) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+            raise StorageError(f"cannot read the credentials file {path}: {reason}") from None
+        profile = self.config.profile
+        section = parser[profile] if parser.has_section(profile) else None
+        if section is None or not section.get("aws_access_key_id") or not section.get("aws_secret_access_key"):
+            raise StorageError(f"the credentials file {path} has no [{profile}] section with aws_access_key_id "
+                               "and aws_secret_access_key")
+        return section["aws_access_key_id"], section["aws_secret_access_key"], section.get("aws_session_token")
+
+
+@register_storage
+class S3Storage(Storage):
+    """A bucket of an S3-compatible store: a key is the object ``prefix/key``. S3 makes each object appear whole
+    (a PUT or a completed multipart upload), so writes are atomic without temporary objects."""
+
+    name: ClassVar[str] = "s3"
+    config_model: ClassVar[type[StorageConfig]] = S3StorageConfig
+    config: S3StorageConfig
+
+    def __init__(self, config: S3StorageConfig, *, scope: str = "") -> None:
+        super().__init__(config, scope=scope)
+        self._conn = _Connection(config)
+
+    @property
+    def _s3(self) -> Any:
+        return self._conn.client()
+
+    def _describe(self, full: str) -> str:
+        where = f" at {self.config.endpoint}" if self.config.endpoint else ""
+        return f"s3://{self.config.bucket}/{full}{where}"
+
+    def _explain(self, exc: Exception) -> str:
+        response = getattr(exc, "response", None)
+        if isinstance(response, dict):
+            error = response.get("Error", {})
+            code = str(error.get("Code", ""))
+            if code == "NoSuchBucket":
+                return f"no bucket {self.config.bucket!r}"
+            if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                return f"access refused ({code}): check the credentials and the bucket's policy"
+            return f"{code or type(exc).__name__}: {error.get('Message') or exc}"
+        if type(exc).__name__ in ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError"):
+            return f"cannot reach {self.config.endpoint or 'AWS S3'} ({type(exc).__name__})"
+        return super()._explain(exc)
+
+    @staticmethod
+    def _code(exc: Exception) -> str:
+        response = getattr(exc, "response", None)
+        return str(response.get("Error", {}).get("Code", "")) if isinstance(response, dict) else ""
+
+    def _put_bytes(self, full: str, data: bytes) -> None:
+        self._s3.put_object(Bucket=self.config.bucket, Key=full, Body=data)
+
+    def _get_bytes(self, full: str) -> bytes:
+        try:
+            response = self._s3.get_object(Bucket=self.config.bucket, Key=full)
+        except Exception as exc:
+            if self._code(exc) in _MISSING:
+                raise self._missing(full) from None
+            raise
+        with response["Body"] as body:
+            return body.read()
+
+    def _put_file(self, full: str, path: Path) -> None:
+        self._s3.upload_file(str(path), self.config.bucket, full)
+
+    def _read_into(self, full: str, handle: IO[bytes]) -> None:
+        try:
+            self._s3.download_fileobj(self.config.bucket, full, handle)
+        except Exception as exc:
+            if self._code(exc) in _MISSING:
+                raise self._missing(full) from None
+            raise
+
+    def _exists(self, full: str) -> bool:
+        try:
+            self._s3.head_object(Bucket=self.config.bucket, Key=full)
+        except Exception as exc:
+            if self._code(exc) in _MISSING:
+                return False
+            raise
+        return True
+
+    def _list(self, folder: str) -> Iterator[str]:
+        pages = self._s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.config.bucket, Prefix=f"{folder}/" if folder else "")
+        for page in pages:
+            for item in page.get("Contents", ()):
+                yield item["Key"]
+
+    def _delete_many(self, fulls: list[str]) -> None:
+        for start in range(0, len(fulls), _DELETE_BATCH):
+            batch = [{"Key": key} for key in fulls[start:start + _DELETE_BATCH]]
+            response = self._s3.delete_objects(Bucket=self.config.bucket, Delete={"Objects": batch, "Quiet": True})
+            if errors := response.get("Errors"):
+                first = errors[0]
+                raise StorageError(f"cannot delete {self._describe(first.get('Key', ''))}: "
+                                   f"{first.get('Code')}: {first.get('Message')} ({len(errors)} objects failed)")
+
+    def _reachable(self) -> None:
+        try:
+            self._s3.head_bucket(Bucket=self.config.bucket)
+        except Exception as exc:
+            if self._code(exc) in ("404", "NoSuchBucket", "NotFound"):
+                raise StorageError(f"{self._describe(self.root)}: no bucket {self.config.bucket!r}") from None
+            raise

@@ -1,0 +1,187 @@
+"""The training-framework base class and registry: how a learner's steps meet the other learners'.
+
+A framework is a hook on the one trainer, not a fork of it (torchft's ``LocalSGD`` shape, STYLE.md rule 12):
+:meth:`Framework.attach` takes the learner's model and optimizer, registers an optimizer step post-hook and
+returns the module the trainer must run its forward pass through (``DistributedDataParallel`` for ``allreduce``,
+the model itself otherwise). After every ``optimizer.step()`` the hook calls :meth:`Framework.after_step`, where
+a framework averages, pushes or pulls. The trainer loop is unchanged::
+
+    framework = Framework.from_spec({"name": "model_averaging", "period": 4})
+    module = framework.attach(model, optimizer, LearnerContext.from_env())
+    for x, y in batches:                      # the trainer's loop, as today
+        optimizer.zero_grad(); loss_fn(module(x), y).backward(); optimizer.step()   # -> after_step()
+    framework.close()
+
+Frameworks whose class says ``needs_parameter_server`` talk to the shards in ``LearnerContext.ps_addresses``;
+the others to the process group the context joins.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import Field
+
+from labswarm.plugin import PluginConfig, build_plugin
+from labswarm.registry import Registry
+from labswarm.train.distributed.context import DEFAULT_TIMEOUT_S, LearnerContext
+
+#: Every framework class, by ``name``.
+FRAMEWORKS: Registry = Registry("framework")
+
+
+class FrameworkConfig(PluginConfig):
+    """Base config of a framework; subclasses add their parameters.
+
+    Attributes:
+        timeout_s: seconds any one collective operation, parameter-server request or round, or coordinator store
+            wait may take (> 0, at most 3600; default :data:`~labswarm.train.distributed.context.DEFAULT_TIMEOUT_S`,
+            30):
+            a learner whose peer hangs fails its step within it and the job restarts, where torch's own default
+            (``default_pg_timeout``) waits 30 minutes. It also bounds the rendezvous (every learner of an attempt
+            must join within it) and any wait for a peer (rank 0's validation alone, its checkpoint). It reaches
+            the learners as ``LABSWARM_COLLECTIVE_TIMEOUT_S`` and the shards as ``--round-timeout``.
+    """
+
+    timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, le=3600)
+
+
+@dataclass
+class CommStats:
+    """What a learner's framework sent and how stale its parameters were.
+
+    Attributes:
+        bytes_sent: payload bytes this learner sent (tensor data only: gradients, parameters, deltas).
+        syncs: communication rounds (an all-reduce, an average, a push or a pull).
+        staleness: for asynchronous frameworks, per push: how many server updates happened between this
+            learner's last pull and the push (0: fresh).
+    """
+
+    bytes_sent: int = 0
+    syncs: int = 0
+    staleness: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-serializable summary (staleness as p50 / p99 / max)."""
+        out: dict[str, Any] = {"bytes_sent": self.bytes_sent, "syncs": self.syncs}
+        if self.staleness:
+            ordered = sorted(self.staleness)
+            out["staleness_p50"] = ordered[len(ordered) // 2]
+            out["staleness_p99"] = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+            out["staleness_max"] = ordered[-1]
+        return out
+
+
+class Framework(ABC):
+    """Base of every framework; owns the hook plumbing, subclasses implement :meth:`_attach` and
+    :meth:`after_step`.
+
+    Class attributes:
+        name: the registry name used in a manifest (``framework: {name: ...}``).
+        config_model: the pydantic model of the parameters.
+        synchronous: learners wait for each other every step (``True``): after a learner dies they restart
+            together from the last checkpoint; asynchronous ones (``False``) restart the dead learner alone,
+            which pulls the current parameters.
+        needs_parameter_server: the lifecycle deploys ``ps_shards`` parameter-server processes first.
+        equal_replicas: after every step all learners hold the same parameters (``allreduce``, ``sandblaster``), so
+            the trainer's distributed mode shards validation over them (each validates a disjoint part of the
+            validation split, the sums are all-reduced); otherwise rank 0 validates its own replica alone.
+    """
+
+    name: ClassVar[str]
+    config_model: ClassVar[type[FrameworkConfig]] = FrameworkConfig
+    synchronous: ClassVar[bool] = True
+    needs_parameter_server: ClassVar[bool] = False
+    equal_replicas: ClassVar[bool] = False
+
+    def __init__(self, config: FrameworkConfig | None = None) -> None:
+        self.config = config if config is not None else self.config_model(name=self.name)
+        self.stats = CommStats()
+        self.steps = 0
+        self.model: Any = None
+        self.optimizer: Any = None
+        self.context = LearnerContext()
+        self._handle: Any = None
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | FrameworkConfig) -> Framework:
+        """Build the registered framework a spec (``{name: ..., **params}`` or a config) names.
+
+        Raises:
+            ConfigError: unknown name (the message lists the known names) or invalid parameters.
+        """
+        from labswarm.train.distributed import frameworks as _builtin  # noqa: F401  (registers the built-ins)
+
+        return build_plugin(FRAMEWORKS, spec)
+
+    def attach(self, model: Any, optimizer: Any, context: LearnerContext) -> Any:
+        """Hook into a learner's training: after this, every ``optimizer.step()`` calls :meth:`after_step`.
+
+        Args:
+            model: the learner's ``torch.nn.Module`` (parameters already on their device).
+            optimizer: its ``torch.optim.Optimizer``.
+            context: the learner's rank, peers and addresses; the process group is joined by the caller
+                (:meth:`LearnerContext.init_process_group`) for frameworks that use one.
+
+        Returns:
+            The module to run the forward pass through (the model, or a wrapper such as DDP).
+        """
+        self.model, self.optimizer, self.context = model, optimizer, context
+        module = self._attach()
+        self._handle = optimizer.register_step_post_hook(lambda _opt, _args, _kwargs: self._stepped())
+        return module
+
+    def _stepped(self) -> None:
+        self.steps += 1
+        self.after_step()
+
+    def check_learners(self, learners: int) -> None:  # noqa: B027  (an optional hook)
+        """Check the parameters against a job of ``learners`` learners (a no-op here; ``downpour``'s
+        ``group_size`` must divide it).
+
+        Raises:
+            ConfigError: a parameter does not fit (the error names it, e.g. ``framework.group_size``).
+        """
+
+    @abstractmethod
+    def _attach(self) -> Any:
+        """Set up with ``self.model`` / ``self.optimizer`` / ``self.context``; return the module to train."""
+
+    @abstractmethod
+    def after_step(self) -> None:
+        """Called after each optimizer step (``self.steps`` counts them, from 1)."""
+
+    def finish(self) -> None:  # noqa: B027  (an optional hook: dramatiq's middleware shape)
+        """Training ended: a final synchronisation where the framework has one (a pull of the server's
+        parameters); a no-op here."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the framework adds to a learner's checkpoint (its step count; subclasses add theirs)."""
+        return {"name": self.name, "steps": self.steps}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (after :meth:`attach`)."""
+        self.steps = int(state["steps"])
+
+    def close(self) -> None:
+        """Remove the hook and release connections; the process group is the caller's to destroy."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def _params(self) -> list[Any]:
+        """The model's trainable parameters, in ``named_parameters`` order."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+
+def register_framework(cls: type[Framework]) -> type[Framework]:
+    """Class decorator: register a :class:`Framework` under its ``name``."""
+    return FRAMEWORKS.register(cls)
+
+
+def tensor_bytes(tensors: Any) -> int:
+    """Bytes of tensor data in an iterable of tensors."""
+    return sum(t.numel() * t.element_size() for t in tensors)

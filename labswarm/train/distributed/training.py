@@ -1,0 +1,326 @@
+"""The trainer's distributed mode: one learner of ``N``, trained under a framework, its samples from the global cursor.
+
+:class:`~labswarm.train.trainer.Trainer` takes a :class:`DistributedTraining` (``distributed=``); without one
+it trains as a single process, on the path it always had. With one, the trainer:
+
+1. joins the process group (synchronous frameworks: ``allreduce``, ``model_averaging``, ``sandblaster``; the
+   lockstep below needs it) and calls ``framework.attach(model, optimizer, context)`` once, training through
+   the module it returns;
+2. reads the training split's full-length features once into memory (:mod:`labswarm.train.distributed.data`)
+   and trains on random crops re-drawn every epoch, each sample's positioned by (experiment seed, epoch, sample
+   index) exactly as :class:`~labswarm.pipeline.torch_data.StoreDataset` with ``random_crop`` positions it (it
+   is that class), so a sample's crop does not depend on which learner trains it; samples indexed in dataset
+   order, the same on every learner;
+3. each epoch is a pass of the global cursor (:mod:`labswarm.train.distributed.cursor`) over those samples, cut into
+   chunks of the pipeline's per-learner batch size: a learner claims a chunk, takes one optimizer step on it,
+   marks it done. Synchronous frameworks claim in **lockstep** (one fresh chunk per learner per step, then an
+   all-reduce of "who has a chunk"): every learner takes the same number of steps, which their collectives
+   need; in the pass's last step a learner without a chunk takes a step of zero loss on one sample (it joins
+   the collective, trains nothing). Asynchronous ones claim on their own and take over an expired lease of a
+   dead learner. Either way each training sample is trained exactly once per pass across the learners; each
+   learner logs its chunks to ``chunks.jsonl`` in its run folder (pass, chunk, sample ids);
+4. honours a hook's ``should_stop`` (a halt) at a step boundary, as the single-process trainer does. In
+   lockstep the "stop requested" flags ride in the same all-reduce as "who has a chunk" (no extra collective):
+   if any learner asked, all stop at the same step, and each gives back (:meth:`GlobalCursor.release`) the
+   chunk it claimed for that step. An asynchronous learner stops on its own after its step, before claiming
+   the next chunk, and marks itself stopped in the job's store. The trainer then writes each rank's mid-epoch
+   checkpoint (its running sums, step count, framework state and communication totals: :meth:`comm`) and rank
+   0's holds the cursor's state with the stopped pass's claimed-but-untrained chunks free (asynchronous: read
+   once every learner has stopped or finished, up to ``lease_s``); done chunks stay done. A halt asked between
+   two passes (during validation) stops the next pass before its first step: the same path, at step 0, so
+   rank 0 never reads the cursor while an asynchronous peer still marks chunks of the next pass. Resumed
+   (``fit(resume=True)``, the cursor restored into the coordinator, each rank from its own checkpoint: an
+   asynchronous rank's stops at its own step, so a job finds it by :func:`labswarm.jobs.spec.layout.latest_rank_copy`),
+   the pass continues: the free chunks are trained, each sample of that pass exactly once across the halt, and each
+   rank's running totals go on (``tests/train/test_distributed.py``, ``tests/jobs/test_async_halt_job.py``);
+5. validates: where the replicas are equal after every step (``allreduce``, ``sandblaster``:
+   ``Framework.equal_replicas``) every learner validates a disjoint shard of the validation split (the pipeline's
+   ``rank``/``world`` sharding) with rank 0's parameters and batch-norm statistics (broadcast first: each rank's
+   running statistics saw its own last batch), and the confusion matrix and loss sum are all-reduced
+   (:meth:`DistributedTraining.reduce_validation`): the figures of the whole split, in about ``1/N`` of the time,
+   no learner idle. Otherwise **rank 0 only** validates, on its own replica (the others' differ between syncs),
+   while the others wait in the next collective: validation must then take less than the collective timeout
+   (the framework's ``timeout_s``, 30 s by default). Either way only rank 0's epoch records hold ``val_*``.
+6. checkpoints the framework's state and (rank 0) the cursor's, and calls ``framework.finish()`` at the end;
+   rank 0 writes the model file. Each rank keeps its metrics and checkpoint in ``<run dir>/rank-<r>/``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+
+from labswarm.pipeline.pipeline import Pipeline
+from labswarm.train.distributed.context import LearnerContext
+from labswarm.train.distributed.cursor import Chunk, GlobalCursor
+from labswarm.train.distributed.data import TrainingSamples
+from labswarm.train.distributed.frameworks.base import CommStats, Framework
+
+log = logging.getLogger(__name__)
+
+#: Seconds a learner waits for a chunk held by a live lease (asynchronous frameworks) before failing.
+CLAIM_TIMEOUT_S = 300.0
+#: Store prefix of the marks of learners that stopped (a halt): ``<prefix>/<attempt>/<rank>``.
+HALTED = "labswarm/halted"
+
+
+class DistributedTraining:
+    """One learner's part of a distributed training run.
+
+    Args:
+        framework: the framework spec (``{name: ..., **params}``, the manifest's ``framework``).
+        context: the learner's rank, peers and addresses (default: :meth:`LearnerContext.from_env`).
+        lease_s: the cursor's lease per chunk, in s (default 30: far longer than one step).
+
+    Raises:
+        ConfigError: an unknown framework or bad parameters, or a malformed environment.
+    """
+
+    def __init__(self, framework: Mapping[str, Any], context: LearnerContext | None = None,
+                 lease_s: float = 30.0) -> None:
+        self.framework = Framework.from_spec(framework)
+        self.context = context if context is not None else LearnerContext.from_env()
+        self.lease_s = lease_s
+        self.cursor: GlobalCursor | None = None
+        self.started = time.perf_counter()
+        self.samples: TrainingSamples | None = None
+        self._halted: int | None = None  # the pass a halt stopped this learner in
+        self._comm_before = CommStats()  # this rank's communication before the checkpoint it resumed from
+        self._joined = False
+
+    @property
+    def rank(self) -> int:
+        """This learner's rank."""
+        return self.context.rank
+
+    @property
+    def lockstep(self) -> bool:
+        """Learners step together (synchronous frameworks)."""
+        return self.framework.synchronous
+
+    @property
+    def shared_validation(self) -> bool:
+        """Every learner validates a shard of the validation split (module docstring, point 5): the framework's
+        replicas are equal and the learners share a process group (the one :meth:`attach` joins)."""
+        return self.lockstep and self.context.world_size > 1 and self.framework.equal_replicas
+
+    def validation_start(self, torch: Any, model: Any) -> None:
+        """Before a shared validation: rank 0's parameters and buffers (batch-norm statistics) onto every rank.
+
+        Raises:
+            torch.distributed.DistError: a peer failed or hung (the collective timeout).
+        """
+        import torch.distributed as dist
+
+        with torch.no_grad():
+            for tensor in model.state_dict().values():
+                dist.broadcast(tensor, 0)
+
+    def reduce_validation(self, torch: Any, matrix: np.ndarray, loss_sum: float) -> tuple[np.ndarray, float]:
+        """A shared validation's sums over every rank: the confusion matrices ``(n_classes, n_classes)`` (int64
+        counts; summed in float64, exact below 2**53) and the cross-entropy sums (nats).
+
+        Raises:
+            torch.distributed.DistError: a peer failed or hung (the collective timeout).
+        """
+        import torch.distributed as dist
+
+        sums = torch.tensor([*matrix.ravel().tolist(), loss_sum], dtype=torch.float64)
+        dist.all_reduce(sums)
+        total = sums.numpy()
+        return np.rint(total[:-1]).astype(np.int64).reshape(matrix.shape), float(total[-1])
+
+    def attach(self, trainer: Any, torch: Any, model: Any, optimizer: Any, train: Pipeline) -> Any:
+        """Join the group, attach the framework, read the training features and open the cursor.
+
+        Returns:
+            The module to train through.
+
+        Raises:
+            PipelineError: no training sample could be read.
+            torch.distributed.DistError: the peers did not join within the timeout.
+        """
+        self.started = time.perf_counter()
+        if self.lockstep and self.context.world_size > 1:
+            self.context.init_process_group("gloo")
+            self._joined = True
+        module = self.framework.attach(model, optimizer, self.context)
+        self.samples = TrainingSamples(trainer.experiment, train, trainer.input)
+        n = len(self.samples.load())
+        log.info("rank %d: %d training samples, %.0f MB of features in memory", self.rank, n,
+                 self.samples.nbytes / 1e6)
+        chunk = next((b.config.size for b in train.blocks if b.name == "batch"), 32)  # the per-learner batch
+        self.cursor = GlobalCursor(self.context.store(), n, chunk,
+                                   owner=f"{self.rank}:{self.context.attempt}:{os.getpid()}", lease_s=self.lease_s,
+                                   seed=trainer.experiment.seed)
+        return module
+
+    def train_epoch(self, trainer: Any, torch: Any, module: Any, optimizer: Any, epoch: int, device: Any,
+                    partial: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """One pass of the cursor, or what is left of it after a halt (``partial``: the stopped epoch's sums from
+        the checkpoint; this rank's own continue the epoch's figures).
+
+        Returns:
+            The epoch's metrics record (the single-process keys, ``samples`` this learner's, plus ``rank``,
+            ``world_size``, ``chunks``, ``steps``, ``elapsed_s`` since :meth:`attach`, ``comm``: the framework's
+            cumulative :meth:`CommStats.as_dict`, ``peer_wait_s``: in lockstep, the seconds this learner waited in
+            the epoch's first collective for its peers to begin the epoch, i.e. for rank 0's validation and
+            checkpoint of the epoch before; ``epoch_s`` and ``samples_per_s`` start after it, as the
+            single-process trainer's leave validation out); or ``{"stopped": sums}`` when a hook's
+            ``should_stop`` halted it at a step boundary (the trainer writes the mid-epoch checkpoint).
+
+        Raises:
+            CursorError: the cursor's store failed, or no chunk came free in time (asynchronous frameworks).
+            torch.distributed.DistError: a peer failed or hung in a collective (synchronous frameworks).
+        """
+        assert self.cursor is not None and self.samples is not None, "attach() first"
+        module.train()
+        sums = {"loss_sum": 0.0, "correct": 0, "seen": 0, "steps": 0, "chunks": 0, "seconds": 0.0}
+        if partial is not None and partial.get("rank") == self.rank:  # an asynchronous rank may get rank 0's
+            sums.update({k: v for k, v in partial.items() if k in sums})
+        # a halt asked before the pass's first step (during the last one's validation or checkpoint) stops it there:
+        # the mid-epoch path, at step 0, so an asynchronous rank 0 reads the cursor only once its peers stopped
+        stop = any(hook.should_stop(trainer) for hook in trainer.hooks)
+        t0, waited, first = time.perf_counter(), 0.0, True
+        with open(trainer.run_dir / "chunks.jsonl", "a", encoding="utf-8") as trained:
+            while True:
+                chunk, verdict = self._claim(torch, epoch, stop)
+                if first and self._joined:  # after the first collective every peer has begun the epoch
+                    now = time.perf_counter()
+                    waited, t0 = now - t0, now
+                first = False
+                if verdict != "train":
+                    break
+                index = chunk.samples if chunk is not None else np.zeros(1, dtype=np.int64)
+                x, y = (t.to(device) for t in self.samples.batch(epoch, index.tolist()))
+                optimizer.zero_grad(set_to_none=True)
+                logits = module(x)
+                loss = torch.nn.functional.cross_entropy(logits, y)
+                (loss if chunk is not None else loss * 0.0).backward()  # a lockstep filler trains nothing
+                optimizer.step()
+                sums["steps"] += 1
+                if chunk is not None and self.cursor.done(chunk):  # else a lost lease: its new holder trains it
+                    value = float(loss.detach())
+                    sums["loss_sum"] += value * len(index)
+                    sums["correct"] += int((logits.argmax(1) == y).sum())
+                    sums["seen"] += len(index)
+                    sums["chunks"] += 1
+                    trained.write(json.dumps({"pass": epoch, "chunk": chunk.index,
+                                          "ids": self.samples.ids(index.tolist())}) + "\n")
+                    for hook in trainer.hooks:
+                        hook.after_step(trainer, epoch, sums["steps"], value)
+                stop = any(hook.should_stop(trainer) for hook in trainer.hooks)
+        sums["seconds"] += time.perf_counter() - t0
+        if verdict == "halt":
+            self._halt(epoch, sums)
+            return {"stopped": {**sums, "rank": self.rank}}
+        seen, seconds = sums["seen"], sums["seconds"]
+        return {
+            "epoch": epoch + 1, "epochs": trainer.training.epochs, "samples": seen,
+            "train_loss": sums["loss_sum"] / max(seen, 1), "train_accuracy": sums["correct"] / max(seen, 1),
+            "samples_per_s": seen / seconds if seconds else 0.0, "data_wait_s": 0.0, "data_wait_share": 0.0,
+            "epoch_s": seconds, "peer_wait_s": waited, "respawns": 0, "failed_samples": 0, "rank": self.rank,
+            "world_size": self.context.world_size, "chunks": sums["chunks"], "steps": sums["steps"],
+            "elapsed_s": time.perf_counter() - self.started, "comm": self.comm().as_dict(),
+        }
+
+    def comm(self) -> CommStats:
+        """This rank's communication over the whole run: the framework's :class:`CommStats` of this process added
+        to those of the checkpoints it resumed from (bytes, syncs, every push's staleness)."""
+        now, before = self.framework.stats, self._comm_before
+        return CommStats(bytes_sent=before.bytes_sent + now.bytes_sent, syncs=before.syncs + now.syncs,
+                         staleness=[*before.staleness, *now.staleness])
+
+    def _claim(self, torch: Any, epoch: int, stop: bool) -> tuple[Chunk | None, str]:
+        """The next step's chunk and what to do: ``"train"`` (a ``None`` chunk: a lockstep filler), ``"end"``
+        (the pass is done) or ``"halt"`` (``stop``: this learner's hooks asked; in lockstep any learner's, folded
+        into the all-reduce of "who has a chunk", so all stop at the same step; a chunk claimed for it goes
+        back)."""
+        import torch.distributed as dist
+
+        assert self.cursor is not None
+        if not self.lockstep:
+            if stop:
+                return None, "halt"  # before claiming: nothing held
+            chunk = self.cursor.claim(epoch, timeout_s=CLAIM_TIMEOUT_S)
+            return chunk, "train" if chunk is not None else "end"
+        chunk = None if stop else self.cursor.claim_fresh(epoch)
+        has, stops = chunk is not None, int(stop)
+        if self._joined:
+            flags = torch.tensor([int(has), stops])
+            dist.all_reduce(flags)
+            has, stops = int(flags[0]) > 0, int(flags[1])
+        if stops:
+            if chunk is not None:
+                self.cursor.release(chunk)
+            return None, "halt"
+        return chunk, "train" if has else "end"
+
+    def _halt(self, epoch: int, sums: Mapping[str, Any]) -> None:
+        """This learner stopped in pass ``epoch``: noted for :meth:`state_dict` and, in the job's store, for
+        rank 0 (``labswarm/halted/<attempt>/<rank>``)."""
+        assert self.cursor is not None
+        self._halted = epoch
+        log.info("rank %d stopped in epoch %d after step %d", self.rank, epoch + 1, sums["steps"])
+        self.cursor.store.set(f"{HALTED}/{self.context.attempt}/{self.rank}", str(epoch))
+
+    def _cursor_state(self) -> dict[str, Any]:
+        """The cursor's state for rank 0's checkpoint. After a halt: in lockstep every learner is past its last
+        ``done`` (the all-reduce), so a lease of the stopped pass is a chunk claimed for the step nobody took:
+        free (each learner released its own; this covers the race with that). Asynchronous learners stop on
+        their own: wait (up to ``lease_s``) until each has stopped, so that no chunk is marked done after the
+        state is read (it would be trained again after the resume); a dead one's lease stays and expires."""
+        assert self.cursor is not None
+        if self._halted is not None and not self.lockstep and self.context.world_size > 1:
+            keys = [f"{HALTED}/{self.context.attempt}/{r}" for r in range(self.context.world_size)]
+            try:
+                self.cursor.store.wait(keys, timedelta(seconds=self.lease_s))
+            except Exception as exc:  # DistStoreError: a peer still training or dead
+                log.warning("not every learner stopped within %.0f s (%s): the cursor's state is read anyway",
+                            self.lease_s, exc)
+        state = self.cursor.state_dict()
+        if self._halted is not None and self.lockstep and self._halted in state["passes"]:
+            state["passes"][self._halted] = ["" if v.startswith("L|") else v for v in state["passes"][self._halted]]
+        return state
+
+    def state_dict(self) -> dict[str, Any]:
+        """The framework's state and, on rank 0, the cursor's (the coordinator writes it back into a new store
+        with :meth:`~labswarm.train.distributed.launch.JobCoordinator.restore_cursor` before a restarted attempt)."""
+        comm = self.comm()
+        out: dict[str, Any] = {"rank": self.rank, "framework": self.framework.state_dict(),
+                               "comm": {"bytes_sent": comm.bytes_sent, "syncs": comm.syncs,
+                                        "staleness": comm.staleness}}
+        if self.rank == 0 and self.cursor is not None:
+            out["cursor"] = self._cursor_state()
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore the framework's state and this rank's running communication totals from a checkpoint's
+        :meth:`state_dict` (after :meth:`attach`). Another rank's checkpoint (``rank`` differs: an asynchronous
+        rank without its own copy) gives no totals: this rank's start from zero."""
+        self.framework.load_state_dict(state["framework"])
+        comm = state.get("comm")
+        if comm is not None and state.get("rank") == self.rank:
+            self._comm_before = CommStats(bytes_sent=int(comm["bytes_sent"]), syncs=int(comm["syncs"]),
+                                          staleness=[int(v) for v in comm["staleness"]])
+
+    def finish(self) -> None:
+        """Training ended: this rank is marked finished in the job's store (a halting rank 0 waits for every
+        peer to stop or finish before it reads the cursor), then the framework's last sync, then its hook and the
+        process group are released."""
+        import torch.distributed as dist
+
+        if self.cursor is not None and self.context.world_size > 1:  # it marks no more chunks: a halting rank 0
+            self.cursor.store.set(f"{HALTED}/{self.context.attempt}/{self.rank}", "end")  # need not wait for it
+        self.framework.finish()
+        self.framework.close()
+        if self._joined and dist.is_initialized():
+            dist.destroy_process_group()
+            self._joined = False
