@@ -108,8 +108,7 @@ def job_manifest(experiment: Mapping[str, Any], framework: Mapping[str, Any] | N
         framework = None
     elif framework is None:
         raise ConfigError([("framework", f"{learners} learners need a distributed framework")])
-    from labswarm.train.distributed import frameworks as _builtin  # noqa: F401  (registers the built-ins)
-    from labswarm.train.distributed.frameworks.base import FRAMEWORKS
+    from labswarm.registry import FRAMEWORKS
 
     name = "labswarm" if framework is None else str(framework["name"])
     if framework is None:  # the pipeline in the trainer's process: its data work is data wait, not compute

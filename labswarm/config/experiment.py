@@ -35,6 +35,7 @@ from labswarm.audio.transforms.base import TRANSFORMATIONS, TransformationConfig
 from labswarm.config.training import TrainingConfig
 from labswarm.errors import ConfigError, format_loc
 from labswarm.plugin import PluginConfig, validate_plugin_spec, validate_plugin_specs
+from labswarm.registry import BLOCKS, MODELS
 
 #: Experiment names become queue names (``labswarm.<name>``) and folder names: keep them to this pattern.
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
@@ -124,8 +125,6 @@ class ExperimentConfig(_Strict):
     @field_validator("transformations", mode="before")
     @classmethod
     def _transformations(cls, value: Any) -> Any:
-        import labswarm.audio.transforms  # noqa: F401  (registers the built-ins)
-
         specs = validate_plugin_specs(value, TRANSFORMATIONS, "transformations")
         if repeat := _first_repeat(json.dumps(s.model_dump(mode="json"), sort_keys=True) for s in specs):
             index, earlier = repeat
@@ -135,8 +134,6 @@ class ExperimentConfig(_Strict):
     @field_validator("features", mode="before")
     @classmethod
     def _features(cls, value: Any) -> Any:
-        import labswarm.audio.features  # noqa: F401  (registers the built-ins)
-
         specs = validate_plugin_specs(value, EXTRACTORS, "features")
         if repeat := _first_repeat(s.output_name for s in specs):
             index, earlier = repeat
@@ -149,9 +146,6 @@ class ExperimentConfig(_Strict):
     @field_validator("pipeline", mode="before")
     @classmethod
     def _pipeline(cls, value: Any, info: ValidationInfo) -> Any:
-        from labswarm.pipeline.base import BLOCKS
-        from labswarm.pipeline.blocks import Prefetch  # registers the built-ins
-
         specs = validate_plugin_specs(value, BLOCKS, "pipeline")
         names = [s.name for s in specs]
         if not names or names[0] != "source":
@@ -159,7 +153,7 @@ class ExperimentConfig(_Strict):
         for required in ("features", "batch"):
             if required not in names:
                 raise ValueError(f"a `{required}` block is missing")
-        if Prefetch.name in names[:-1]:
+        if "prefetch" in names[:-1]:
             raise ValueError("`prefetch` can only be the last block")
         if repeat := _first_repeat(n for n in names if n != "shuffle"):
             raise ValueError(f"item {repeat[0]} repeats the `{names[repeat[0]]}` block of item {repeat[1]}")
@@ -175,8 +169,6 @@ class ExperimentConfig(_Strict):
     @field_validator("model", mode="before")
     @classmethod
     def _model(cls, value: Any, info: ValidationInfo) -> Any:
-        from labswarm.train.models import MODELS  # registers the built-ins
-
         if value is None:
             return None
         spec = value if isinstance(value, PluginConfig) else validate_plugin_spec(value, MODELS, "model")

@@ -16,6 +16,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from labswarm.errors import ConfigError
+from labswarm.registry import FRAMEWORKS
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -128,9 +131,6 @@ class DistributedFramework(BaseModel):
     def _parameters(cls, value: Any) -> Any:
         if not isinstance(value, Mapping) or value.get("name") not in DISTRIBUTED_FRAMEWORKS:
             return value
-        from labswarm.train.distributed import frameworks as _builtin  # noqa: F401  (registers the built-ins)
-        from labswarm.train.distributed.frameworks.base import FRAMEWORKS
-
         model = FRAMEWORKS.get(value["name"]).config_model
         try:
             return model.model_validate(dict(value)).model_dump(mode="json")
@@ -141,11 +141,9 @@ class DistributedFramework(BaseModel):
         """``(parameter, reason)`` when the parameters do not fit a job of ``learners`` learners (the framework's
         :meth:`~labswarm.train.distributed.frameworks.base.Framework.check_learners`, e.g. ``downpour``'s ``group_size``
         must divide it), else ``None``."""
-        from labswarm.errors import ConfigError
-        from labswarm.train.distributed.frameworks.base import Framework
-
+        spec = self.model_dump(mode="json")
         try:
-            Framework.from_spec(self.model_dump(mode="json")).check_learners(learners)
+            FRAMEWORKS.get(self.name).from_spec(spec).check_learners(learners)
         except ConfigError as exc:
             path, reason = exc.errors[0]
             return path.removeprefix("framework.") or "name", reason
@@ -155,8 +153,6 @@ class DistributedFramework(BaseModel):
     def needs_parameter_server(self) -> bool:
         """Whether the lifecycle deploys parameter-server shards for it (``sandblaster``, ``downpour``,
         ``easgd``)."""
-        from labswarm.train.distributed.frameworks.base import FRAMEWORKS
-
         return bool(FRAMEWORKS.get(self.name).needs_parameter_server)
 
 

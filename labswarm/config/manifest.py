@@ -219,8 +219,6 @@ class JobManifest(_Strict):
     @field_validator("data_store", "results_store", mode="before")
     @classmethod
     def _store(cls, value: Any, info: ValidationInfo) -> Any:
-        import labswarm.storage  # noqa: F401  (registers the built-ins)
-
         if value is None or isinstance(value, StorageConfig):
             return value
         return validate_plugin_spec(value, STORAGES, info.field_name)

@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 
 from labswarm.plugin import PluginConfig, build_plugin
-from labswarm.registry import Registry
+from labswarm.registry import BLOCKS
 
 if TYPE_CHECKING:
     from labswarm.config.experiment import ExperimentConfig
 
 #: Every pipeline block class, by ``name``.
-BLOCKS: Registry = Registry("pipeline block")
 
 Split = Literal["train", "validation", "all"]
 
@@ -127,8 +126,6 @@ class Block(ABC):
         Raises:
             ConfigError: unknown name (the message lists the known ones) or invalid parameters.
         """
-        import labswarm.pipeline.blocks  # noqa: F401  (registers the built-in blocks)
-
         return build_plugin(BLOCKS, spec)
 
     def spec(self) -> dict[str, Any]:

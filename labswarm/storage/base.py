@@ -25,12 +25,11 @@ from pydantic import Field, field_validator
 
 from labswarm.errors import LabswarmError, StorageError
 from labswarm.plugin import PluginConfig, build_plugin
-from labswarm.registry import Registry
+from labswarm.registry import STORAGES
 
 T = TypeVar("T")
 
 #: Every storage class, by ``name``.
-STORAGES: Registry = Registry("storage")
 
 #: The longest full key (prefix included), in UTF-8 bytes: S3's limit.
 MAX_KEY_BYTES = 1024
@@ -122,8 +121,6 @@ class Storage(ABC):
         Raises:
             ConfigError: unknown name (the message lists the known ones) or invalid parameters.
         """
-        import labswarm.storage  # noqa: F401  (registers the built-ins)
-
         return build_plugin(STORAGES, spec)
 
     # views

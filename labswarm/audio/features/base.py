@@ -15,10 +15,9 @@ import numpy as np
 from labswarm.audio.features.shared import Spectra
 from labswarm.errors import FeatureError
 from labswarm.plugin import PluginConfig, build_plugin
-from labswarm.registry import Registry
+from labswarm.registry import EXTRACTORS
 
 #: Every feature extractor class, by ``name``.
-EXTRACTORS: Registry = Registry("feature extractor")
 
 
 class FeatureConfig(PluginConfig):
@@ -60,8 +59,6 @@ class FeatureExtractor(ABC):
         Raises:
             ConfigError: unknown name or invalid parameters.
         """
-        from labswarm.audio import features as _builtin  # noqa: F401  (registers the built-in classes)
-
         return build_plugin(EXTRACTORS, spec)
 
     @property

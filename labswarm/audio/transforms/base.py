@@ -15,10 +15,9 @@ import numpy as np
 
 from labswarm.errors import TransformError
 from labswarm.plugin import PluginConfig, build_plugin
-from labswarm.registry import Registry
+from labswarm.registry import TRANSFORMATIONS
 
 #: Every transformation class, by ``name``.
-TRANSFORMATIONS: Registry = Registry("transformation")
 
 
 class TransformationConfig(PluginConfig):
@@ -51,8 +50,6 @@ class Transformation(ABC):
         Raises:
             ConfigError: unknown name or invalid parameters.
         """
-        from labswarm.audio import transforms as _builtin  # noqa: F401  (registers the built-in classes)
-
         return build_plugin(TRANSFORMATIONS, spec)
 
     def spec(self) -> dict[str, Any]:

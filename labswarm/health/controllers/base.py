@@ -14,10 +14,9 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 
 from labswarm.plugin import PluginConfig
-from labswarm.registry import Registry
+from labswarm.registry import CONTROLLERS
 
 #: Every controller class, by ``name``.
-CONTROLLERS: Registry = Registry("controller")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +169,6 @@ def make_controller(spec: dict | None = None) -> Controller:
         ConfigError: unknown name (the message lists the known ones).
         pydantic.ValidationError: invalid settings.
     """
-    from labswarm.health import controllers as _builtin  # noqa: F401  (registers the built-ins)
-
     spec = dict(spec or {"name": "pi"})
     impl = CONTROLLERS.get(str(spec.get("name")))
     return impl(impl.config_model.model_validate(spec))

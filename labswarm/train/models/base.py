@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import Field
 
 from labswarm.plugin import PluginConfig, build_plugin
-from labswarm.registry import Registry
+from labswarm.registry import MODELS
 
 if TYPE_CHECKING:
     import torch
 
 #: Every model class, by ``name``.
-MODELS: Registry = Registry("model")
 
 #: How to install what training needs.
 TORCH_HINT = "training needs PyTorch: pip install 'labswarm[train]' (torch==2.13.0)"
@@ -55,8 +54,6 @@ class Model(ABC):
         Raises:
             ConfigError: unknown name or invalid parameters.
         """
-        import labswarm.train.models  # noqa: F401  (registers the built-ins)
-
         return build_plugin(MODELS, spec)
 
     @abstractmethod

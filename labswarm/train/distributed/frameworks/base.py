@@ -26,11 +26,10 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from labswarm.plugin import PluginConfig, build_plugin
-from labswarm.registry import Registry
+from labswarm.registry import FRAMEWORKS
 from labswarm.train.distributed.context import DEFAULT_TIMEOUT_S, LearnerContext
 
 #: Every framework class, by ``name``.
-FRAMEWORKS: Registry = Registry("framework")
 
 
 class FrameworkConfig(PluginConfig):
@@ -113,8 +112,6 @@ class Framework(ABC):
         Raises:
             ConfigError: unknown name (the message lists the known names) or invalid parameters.
         """
-        from labswarm.train.distributed import frameworks as _builtin  # noqa: F401  (registers the built-ins)
-
         return build_plugin(FRAMEWORKS, spec)
 
     def attach(self, model: Any, optimizer: Any, context: LearnerContext) -> Any:
