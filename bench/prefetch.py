@@ -227,7 +227,7 @@ def main() -> None:
     args = parser.parse_args()
     handoff = args.handoff or 100
 
-    from labswarm.local import limit_threads
+    from labswarm.threads import limit_threads
     from labswarm.pipeline.features import FeaturesBlock
     from labswarm.sample import iter_samples
 

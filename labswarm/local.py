@@ -21,6 +21,7 @@ from labswarm.config.experiment import ExperimentConfig
 from labswarm.pipeline.features import FeaturesBlock, SampleResult
 from labswarm.sample import Sample, count_samples, iter_samples
 from labswarm.store.store import StoreStats
+from labswarm.threads import limit_threads
 
 #: Samples per task sent to a worker process: amortizes inter-process overhead (~0.1 ms) at ~50 ms a sample.
 CHUNK = 4
@@ -68,15 +69,6 @@ class RunSummary:
             self.cached += 1
         else:
             self.failures.append((result.sample_id, result.reason or "unknown"))
-
-
-def limit_threads(n: int = 1) -> None:
-    """Limit the BLAS / OpenMP thread pools of this process to ``n`` threads (threadpoolctl)."""
-    from threadpoolctl import threadpool_limits
-
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-        os.environ[var] = str(n)
-    threadpool_limits(n)
 
 
 def _init_worker(config_json: str) -> None:

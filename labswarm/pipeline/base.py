@@ -14,7 +14,7 @@ import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -25,9 +25,27 @@ from labswarm.registry import BLOCKS
 if TYPE_CHECKING:
     from labswarm.config.experiment import ExperimentConfig
 
-#: Every pipeline block class, by ``name``.
-
 Split = Literal["train", "validation", "all"]
+
+
+@dataclass
+class Batch:
+    """A batch of samples.
+
+    Attributes:
+        features: per output name, float32 array ``(batch, n_bins, frames)``.
+        labels: int64 array ``(batch,)`` of class indices (positions in the context's ``classes``).
+        ids: the sample ids, in batch order.
+        failed: ``(sample id, reason)`` of the samples dropped from this batch because their features failed.
+    """
+
+    features: dict[str, np.ndarray]
+    labels: np.ndarray
+    ids: list[str]
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ids)
 
 
 class BlockConfig(PluginConfig):

@@ -51,7 +51,7 @@ import psutil
 from pydantic import Field
 
 from labswarm.errors import LabswarmError
-from labswarm.pipeline.base import Block, BlockConfig, Context, chain, register_block
+from labswarm.pipeline.base import Batch, Block, BlockConfig, Context, chain, register_block
 from labswarm.pipeline.shm import MAX_SLOTS, SlotRing, SlotWriter
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ def _produce(blocks: Sequence[Block], ctx: Context, out: Any, credits: Any, stop
     """A producer process: run the chain, put ``("batch", seq, batch, placement)`` per batch (the batch without
     its arrays when :class:`~labswarm.pipeline.shm.Placement` says which slot of the ring holds them), then
     ``("end", n)``; on an error put ``("error", traceback)``. Returns early when ``stop`` or ``retire`` is set."""
-    from labswarm.local import limit_threads
+    from labswarm.threads import limit_threads
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops us
     limit_threads(threads)
@@ -183,8 +183,6 @@ def _resumed(items: Iterator[Any], skip: int) -> Iterator[tuple[int, Any]]:
 def _arrays(item: Any) -> dict[str, np.ndarray] | None:
     """The feature arrays of a batch, to hand over in shared memory; ``None`` for any other item, a batch
     without arrays, or one with arrays of Python objects (those go pickled)."""
-    from labswarm.pipeline.blocks.batch import Batch  # not at the top: the blocks package imports this module
-
     if not isinstance(item, Batch) or not isinstance(item.features, dict) or not item.features:
         return None
     arrays = item.features.values()

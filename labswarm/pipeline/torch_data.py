@@ -42,7 +42,7 @@ def _limit_worker_threads(threads: int | None, limited: list[int]) -> None:
     slower than one plain loop (see the runbook)."""
     if threads is None or get_worker_info() is None or limited == [os.getpid()]:
         return
-    from labswarm.local import limit_threads
+    from labswarm.threads import limit_threads
 
     limit_threads(threads)
     torch.set_num_threads(threads)

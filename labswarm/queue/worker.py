@@ -21,7 +21,7 @@ from labswarm.queue.task import WorkerState, set_worker_state, worker_state
 
 
 def _process_init(**_kwargs) -> None:
-    from labswarm.local import limit_threads
+    from labswarm.threads import limit_threads
 
     limit_threads(1)
     worker_state()  # builds the features block, client and reporter of this pool process

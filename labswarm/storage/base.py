@@ -29,8 +29,6 @@ from labswarm.registry import STORAGES
 
 T = TypeVar("T")
 
-#: Every storage class, by ``name``.
-
 #: The longest full key (prefix included), in UTF-8 bytes: S3's limit.
 MAX_KEY_BYTES = 1024
 

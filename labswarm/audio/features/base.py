@@ -17,8 +17,6 @@ from labswarm.errors import FeatureError
 from labswarm.plugin import PluginConfig, build_plugin
 from labswarm.registry import EXTRACTORS
 
-#: Every feature extractor class, by ``name``.
-
 
 class FeatureConfig(PluginConfig):
     """Base config of a feature extractor.

@@ -17,8 +17,6 @@ from labswarm.errors import TransformError
 from labswarm.plugin import PluginConfig, build_plugin
 from labswarm.registry import TRANSFORMATIONS
 
-#: Every transformation class, by ``name``.
-
 
 class TransformationConfig(PluginConfig):
     """Base config of a transformation; subclasses add the parameters (in SI-ish units: Hz, dB, semitones)."""

@@ -16,8 +16,6 @@ from pydantic import Field, model_validator
 from labswarm.plugin import PluginConfig
 from labswarm.registry import CONTROLLERS
 
-#: Every controller class, by ``name``.
-
 
 @dataclass(frozen=True, slots=True)
 class Observation:

@@ -4,36 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import Field
 
 from labswarm.errors import SampleError
-from labswarm.pipeline.base import SKIPPED, Block, BlockConfig, Context, register_block
+from labswarm.pipeline.base import SKIPPED, Batch, Block, BlockConfig, Context, register_block
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Batch:
-    """A batch of samples.
-
-    Attributes:
-        features: per output name, float32 array ``(batch, n_bins, frames)``.
-        labels: int64 array ``(batch,)`` of class indices (positions in the context's ``classes``).
-        ids: the sample ids, in batch order.
-        failed: ``(sample id, reason)`` of the samples dropped from this batch because their features failed.
-    """
-
-    features: dict[str, np.ndarray]
-    labels: np.ndarray
-    ids: list[str]
-    failed: list[tuple[str, str]] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
 
 class BatchConfig(BlockConfig):

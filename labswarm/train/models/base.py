@@ -15,8 +15,6 @@ from labswarm.registry import MODELS
 if TYPE_CHECKING:
     import torch
 
-#: Every model class, by ``name``.
-
 #: How to install what training needs.
 TORCH_HINT = "training needs PyTorch: pip install 'labswarm[train]' (torch==2.13.0)"
 

@@ -29,8 +29,6 @@ from labswarm.plugin import PluginConfig, build_plugin
 from labswarm.registry import FRAMEWORKS
 from labswarm.train.distributed.context import DEFAULT_TIMEOUT_S, LearnerContext
 
-#: Every framework class, by ``name``.
-
 
 class FrameworkConfig(PluginConfig):
     """Base config of a framework; subclasses add their parameters.
