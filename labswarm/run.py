@@ -223,9 +223,9 @@ def run_experiment(
     settings = settings or Settings()
     server = None
     if manager_url is None:
+        from labswarm.config.roots import experiment_folders
         from labswarm.manager.api import create_app
         from labswarm.manager.server import EmbeddedServer
-        from labswarm.paths import experiment_folders
 
         if broker_url:
             settings = settings.model_copy(update={"broker_url": broker_url})

@@ -13,18 +13,11 @@ from helpers import experiment_dict, write_dataset, write_tone
 
 from labswarm.config.experiment import load_experiment, parse_experiment
 from labswarm.config.manifest import parse_manifest
+from labswarm.config.roots import check_experiment_paths, check_labels_paths, check_manifest_paths, experiment_folders
 from labswarm.errors import ConfigError, DatasetError
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer
-from labswarm.paths import (
-    LIST_FOLDER_AFTER,
-    OUTSIDE,
-    DataRoots,
-    check_experiment_paths,
-    check_labels_paths,
-    check_manifest_paths,
-    experiment_folders,
-)
+from labswarm.paths import LIST_FOLDER_AFTER, OUTSIDE, DataRoots
 from labswarm.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]

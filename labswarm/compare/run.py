@@ -234,8 +234,8 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
     """
     from labswarm.config.experiment import load_experiment
     from labswarm.config.manifest import parse_manifest
+    from labswarm.config.roots import experiment_folders
     from labswarm.jobs.client.client import JobsClient
-    from labswarm.paths import experiment_folders
 
     if not frameworks:
         raise ConfigError([("framework", "name at least one framework")])

@@ -23,9 +23,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from labswarm.config.experiment import ExperimentConfig, parse_experiment
+from labswarm.config.roots import check_experiment_paths, check_labels_paths, experiment_paths
 from labswarm.db import utcnow
 from labswarm.errors import ConfigError, Conflict, DatasetError, NotFound
-from labswarm.paths import DataRoots, check_experiment_paths, check_labels_paths, experiment_paths
+from labswarm.paths import DataRoots
 from labswarm.sessions.models import DEFAULT_OWNER, ExperimentRow, active_session
 
 

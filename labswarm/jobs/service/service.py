@@ -20,6 +20,7 @@ from sqlalchemy import select
 from labswarm.auth.tokens import User
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.config.manifest import CommandFramework, JobManifest, parse_manifest
+from labswarm.config.roots import check_manifest_paths
 from labswarm.datasets.folder import read_clips
 from labswarm.errors import ConfigError, Conflict, DatasetError, NotFound, StorageError
 from labswarm.jobs.lifecycle.lifecycle import JobLifecycle
@@ -29,7 +30,6 @@ from labswarm.jobs.service.models import AttemptRow, JobEventRow, JobRow, Learne
 from labswarm.jobs.service.queries import JobQueries
 from labswarm.jobs.spec.errors import AdminOnly
 from labswarm.jobs.spec.states import HOLDS_SLOTS, JobState
-from labswarm.paths import check_manifest_paths
 from labswarm.sessions.models import DEFAULT_OWNER
 from labswarm.sessions.service import SessionService
 from labswarm.storage.base import Storage
