@@ -1,6 +1,6 @@
 """The manager's database (SQLAlchemy): the declarative base every service's tables share, engine, sessions,
 migrations (:mod:`labswarm.db.migrate`)."""
 
-from labswarm.db.engine import TABLE_MODULES, Base, import_tables, make_engine, make_sessionmaker, utcnow
+from labswarm.db.engine import Base, make_engine, make_sessionmaker, utcnow
 
-__all__ = ["TABLE_MODULES", "Base", "import_tables", "make_engine", "make_sessionmaker", "utcnow"]
+__all__ = ["Base", "make_engine", "make_sessionmaker", "utcnow"]

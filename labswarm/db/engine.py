@@ -7,7 +7,6 @@ does), PostgreSQL by URL. :func:`make_engine` brings the schema to the newest mi
 
 from __future__ import annotations
 
-import importlib
 import sqlite3
 import time
 from datetime import UTC, datetime
@@ -24,16 +23,6 @@ def utcnow() -> datetime:
 
 class Base(DeclarativeBase):
     """The declarative base of every table of the manager (sessions, jobs)."""
-
-
-#: The modules that define tables on :class:`Base`; each table needs a migration too (labswarm/db/migrate.py).
-TABLE_MODULES = ("labswarm.sessions.models", "labswarm.jobs.service.models")
-
-
-def import_tables() -> None:
-    """Import every module of :data:`TABLE_MODULES`, so that ``Base.metadata`` holds every table."""
-    for module in TABLE_MODULES:
-        importlib.import_module(module)
 
 
 #: SQLite connections the pool keeps open, and how many more it may open under load (SQLAlchemy's defaults,

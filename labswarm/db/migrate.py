@@ -13,7 +13,7 @@ The revisions live in ``labswarm/db/migrations/versions``, numbered ``0001_...``
 
 Adding a revision (a new column, the training jobs' tables)::
 
-    1. change or add the models; a new module of tables goes into ``labswarm.db.engine.TABLE_MODULES``
+    1. change or add the models; a new module of tables goes into ``TABLE_MODULES``
     2. .venv/bin/python -m labswarm.db.migrate revision "add jobs table"
        (autogenerates labswarm/db/migrations/versions/000N_add_jobs_table.py against ``Base.metadata``, the
        models of every module of ``TABLE_MODULES``, compared with a scratch SQLite database at the newest revision)
@@ -26,6 +26,7 @@ Adding a revision (a new column, the training jobs' tables)::
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import tempfile
@@ -35,10 +36,20 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, inspect, text
+from sqlalchemy import Connection, create_engine, inspect, text
 from sqlalchemy.engine import Engine
 
 from labswarm.errors import LabswarmError
+
+#: The modules that define tables on :class:`Base`; each table needs a migration too (a revision
+#: in labswarm/db/migrations/versions, see the module docstring).
+TABLE_MODULES = ("labswarm.sessions.models", "labswarm.jobs.service.models")
+
+
+def import_tables() -> None:
+    """Import every module of :data:`TABLE_MODULES`, so that ``Base.metadata`` holds every table."""
+    for module in TABLE_MODULES:
+        importlib.import_module(module)
 
 log = logging.getLogger(__name__)
 
@@ -169,12 +180,10 @@ def new_revision(message: str) -> Path:
     """Autogenerate the next revision (``000N_<slug>.py``) from the difference between ``Base.metadata`` and the
     newest revision (applied to a scratch SQLite database). Returns the new file; read and complete it.
     """
-    from labswarm.db.engine import import_tables, make_engine
-
     import_tables()
     rev_id = f"{int(head()) + 1:04d}"
     with tempfile.TemporaryDirectory() as tmp:
-        engine = make_engine(f"sqlite:///{Path(tmp) / 'scratch.sqlite'}")
+        engine = create_engine(f"sqlite:///{Path(tmp) / 'scratch.sqlite'}")
         try:
             with engine.begin() as conn:
                 script = command.revision(alembic_config(conn), message, autogenerate=True, rev_id=rev_id)
@@ -189,10 +198,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) == 2 and args[0] == "revision":
         print(new_revision(args[1]))
     elif len(args) == 2 and args[0] in ("upgrade", "current"):
-        from labswarm.db.engine import make_engine
-
-        engine = make_engine(args[1], migrate=args[0] == "upgrade")
+        engine = create_engine(args[1])
         try:
+            if args[0] == "upgrade":
+                upgrade(engine)
             print(current(engine))
         finally:
             engine.dispose()

@@ -25,24 +25,42 @@ adaptive polling, ``synchronous=NORMAL``: durable against a killed process, not 
 
 from __future__ import annotations
 
-import fcntl
 import sqlite3
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
-from pathlib import Path
+from contextlib import closing
 
 from amqp.exceptions import PreconditionFailed
 from celery import Celery
-from kombu import Exchange, Queue
 
 from labswarm.db.engine import enable_wal
 from labswarm.errors import LabswarmError
 from labswarm.queue.embedded import POLL_FAST, install
+from labswarm.queue.names import (
+    EXCHANGE,
+    TASK_NAME,
+    app_queue,
+    embedded_lock,
+    embedded_path,
+    experiment_queue,
+    is_embedded,
+    message_bound,
+    queue_name,
+)
 
-#: The name of the one task labswarm sends.
-TASK_NAME = "labswarm.compute"
-#: The exchange every experiment queue is bound to (direct; routing key = queue name).
-EXCHANGE = Exchange("labswarm", type="direct", durable=True)
+__all__ = [
+    "EMBEDDED_POLLING_INTERVAL",
+    "EXCHANGE",
+    "PREFETCH_MULTIPLIER",
+    "TASK_NAME",
+    "app_queue",
+    "declare_queue",
+    "experiment_queue",
+    "is_embedded",
+    "make_celery",
+    "message_bound",
+    "prepare_embedded_broker",
+    "queue_name",
+]
+
 #: Messages each worker process holds (Celery's ``worker_prefetch_multiplier``): with late acks the ones held and
 #: not yet run go back to the queue when their worker dies. 1: see the module docstring for why not 4. The queue's
 #: depth and bound count only the messages not yet delivered: a consumer holds up to this many more.
@@ -53,70 +71,6 @@ PREFETCH_MULTIPLIER = 1
 EMBEDDED_POLLING_INTERVAL = POLL_FAST
 
 
-def queue_name(experiment: str) -> str:
-    """The queue of an experiment: ``labswarm.<experiment>``."""
-    return f"labswarm.{experiment}"
-
-
-def experiment_queue(experiment: str, max_length: int | None = None) -> Queue:
-    """The durable kombu queue of an experiment.
-
-    Args:
-        experiment: the experiment's name.
-        max_length: the hard bound on messages waiting (``x-max-length``) with ``x-overflow: reject-publish``:
-            past it RabbitMQ refuses new messages, and the publisher, which waits for confirms, backs off and
-            publishes them again (back-pressure; nothing is lost). ``None``: unbounded. The embedded broker
-            ignores it. Every declaration of a queue must use the same value (RabbitMQ refuses a mismatch).
-    """
-    name = queue_name(experiment)
-    arguments = {"x-max-length": int(max_length), "x-overflow": "reject-publish"} if max_length else None
-    return Queue(name, EXCHANGE, routing_key=name, durable=True, queue_arguments=arguments)
-
-
-def message_bound(max_queue_length: int | None, samples_per_message: int = 1) -> int | None:
-    """The queue's ``x-max-length`` in messages for a bound of ``max_queue_length`` samples when each message
-    carries up to ``samples_per_message`` (rounded up: the bound in samples holds to within one message).
-    ``None`` or 0: unbounded. The manager and its workers compute it alike (from the manager's ``/settings``), so
-    they declare the queue with the same arguments."""
-    if not max_queue_length:
-        return max_queue_length
-    return -(-int(max_queue_length) // max(1, int(samples_per_message)))
-
-
-def app_queue(app: Celery, experiment: str) -> Queue:
-    """:func:`experiment_queue` with the bound configured on ``app`` (see :func:`make_celery`)."""
-    return experiment_queue(experiment, app.conf.get("labswarm_max_queue_length"))
-
-
-def is_embedded(broker_url: str) -> bool:
-    """Whether ``broker_url`` is the server-less SQLAlchemy transport."""
-    return broker_url.startswith(("sqla+", "sqlalchemy+"))
-
-
-def _embedded_path(broker_url: str) -> Path | None:
-    """The SQLite file of an embedded broker URL, else ``None``."""
-    if not is_embedded(broker_url):
-        return None
-    url = broker_url.split("+", 1)[1]
-    return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
-
-
-@contextmanager
-def _embedded_lock(broker_url: str) -> Iterator[None]:
-    """An exclusive lock between processes on ``<broker file>.lock`` for the embedded broker; no-op otherwise."""
-    path = _embedded_path(broker_url)
-    if path is None:
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def declare_queue(app: Celery, experiment: str) -> None:
     """Declare the experiment's durable queue (idempotent).
 
@@ -125,7 +79,7 @@ def declare_queue(app: Celery, experiment: str) -> None:
     a unique-constraint error: there the declaration holds a lock between processes, and workers declare before
     they consume.
     """
-    with _embedded_lock(app.conf.broker_url), app.connection_for_write() as conn:
+    with embedded_lock(app.conf.broker_url), app.connection_for_write() as conn:
         try:
             app_queue(app, experiment)(conn.default_channel).declare()
         except PreconditionFailed as exc:
@@ -143,7 +97,7 @@ def prepare_embedded_broker(broker_url: str) -> None:
     polls, claimed messages deleted, ``synchronous=NORMAL``, adaptive polling from
     :data:`EMBEDDED_POLLING_INTERVAL`)."""
     install()
-    path = _embedded_path(broker_url)
+    path = embedded_path(broker_url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with closing(sqlite3.connect(path)) as conn:

@@ -39,7 +39,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from kombu.serialization import dumps
 
 from labswarm.errors import PublishError
-from labswarm.queue.app import TASK_NAME, _embedded_lock, is_embedded
+from labswarm.queue.names import TASK_NAME, embedded_lock, is_embedded
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ class EmbeddedPublisher:
             self._conn = Connection(self.url, transport_options=self.transport_options)
         channel = self._conn.default_channel
         if queue.name not in self._declared:
-            with _embedded_lock(self.url):
+            with embedded_lock(self.url):
                 queue(channel).declare()
             self._declared.add(queue.name)
         try:

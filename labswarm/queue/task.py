@@ -33,7 +33,7 @@ from labswarm.client import ManagerClient
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import DatasetError, LabswarmError, ManagerError
 from labswarm.pipeline.features import FeaturesBlock, SampleResult
-from labswarm.queue.app import TASK_NAME, app_queue, queue_name
+from labswarm.queue.names import TASK_NAME, app_queue, queue_name
 from labswarm.queue.reporter import Reporter
 from labswarm.sample import ExperimentSamples, ForeignSample, Sample
 

@@ -17,8 +17,8 @@ from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 
 import labswarm
-from labswarm.db import TABLE_MODULES, Base, import_tables, make_engine
-from labswarm.db.migrate import BASELINE, MigrationError, current, head, upgrade
+from labswarm.db import Base, make_engine
+from labswarm.db.migrate import BASELINE, TABLE_MODULES, MigrationError, current, head, import_tables, upgrade
 from labswarm.sessions.models import ONE_ACTIVE_INDEX
 
 

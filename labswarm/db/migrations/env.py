@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from labswarm.db.engine import Base, import_tables
+from labswarm.db.engine import Base
+from labswarm.db.migrate import import_tables
 
 import_tables()
 
