@@ -16,7 +16,7 @@ producer left half written in it, is unlinked), so a new producer never writes i
 read. Segments are unlinked by :meth:`SlotRing.close`, when the ring is garbage collected, and at interpreter exit;
 if the trainer is killed, multiprocessing's resource tracker unlinks them, and if the tracker was killed with it
 (SIGKILL to the process group), the next ring created in the same pid namespace unlinks what that dead trainer
-left (:func:`sweep_stale`). Producers attach to a segment without
+left (:func:`labswarm.pipeline.segments.sweep_stale`). Producers attach to a segment without
 registering it with the resource tracker: before Python 3.13 every attach registers (gh-82300), and a producer
 forked before the trainer's tracker started would start a tracker of its own, which unlinks the trainer's live
 segments when the producer exits and warns of leaks.
@@ -33,27 +33,22 @@ import contextlib
 import logging
 import multiprocessing
 import os
-import secrets
-import sys
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
+from labswarm.pipeline import segments
+
 log = logging.getLogger(__name__)
 
 #: Byte offsets of the arrays in a slot are multiples of this (a cache line).
 ALIGN = 64
-#: Slot sizes are multiples of this many bytes.
-GRAIN = 64 * 2**10
 #: A ring that must grow grows to at least this factor times its slot size (batches that vary regrow rarely).
 GROWTH = 1.25
-#: Segment names start with this, then ``<pid namespace>_<pid of the trainer>_``.
-PREFIX = "labswarm_"
 #: Most slots in a ring: their credits (~120 bytes each) always fit in a pipe's buffer, so giving them never blocks.
 MAX_SLOTS = 64
 
@@ -150,7 +145,7 @@ class SlotRing:
         self.broken: str | None = None
         self.reader, self._credits = multiprocessing.Pipe(duplex=False)
         self._segments: dict[int, SharedMemory] = {}
-        self._finalizer = weakref.finalize(self, _release, self._segments, os.getpid())
+        self._finalizer = weakref.finalize(self, segments.release, self._segments, os.getpid())
         self.start(size)
 
     @property
@@ -200,9 +195,9 @@ class SlotRing:
     def _grow(self, need: int, given: list[int] | None = None) -> list[int]:
         """Raise the slot size to fit ``need`` bytes; the slots to give: all of them when the ring starts."""
         if self.size == 0:
-            self.size = _round_up(need)
+            self.size = segments.round_up(need)
             return list(range(self.count))
-        self.size = _round_up(max(need, int(self.size * GROWTH)))
+        self.size = segments.round_up(max(need, int(self.size * GROWTH)))
         return given or []
 
     def _give(self, index: int) -> None:
@@ -212,9 +207,9 @@ class SlotRing:
         shm = self._segments.get(index)
         if shm is None or shm.size < self.size:
             if shm is not None:
-                _unlink(self._segments.pop(index))
+                segments.unlink(self._segments.pop(index))
             try:
-                shm = self._segments[index] = _create(self.size)
+                shm = self._segments[index] = segments.create(self.size)
             except OSError as exc:
                 self.broken = f"cannot create a {self.size / 2**20:.1f} MiB shared-memory segment: {exc}"
                 log.warning("%s; its producer pickles its batches instead (slower)", self.broken)
@@ -323,124 +318,11 @@ class SlotWriter:
             if shm is not None:
                 shm.close()
                 del self._attached[credit.index]
-            shm = _attach(credit.name)
+            shm = segments.attach(credit.name)
             try:
-                _reserve(shm)
+                segments.reserve(shm)
             except OSError:
                 shm.close()
                 raise
             self._attached[credit.index] = shm
         return shm
-
-
-def _namespace() -> str:
-    """This process's pid namespace (the inode of ``/proc/self/ns/pid``), in hex: a pid means something only
-    within its namespace, so stale segments are judged only against the trainers of the same one."""
-    try:
-        return format(os.stat("/proc/self/ns/pid").st_ino, "x")
-    except OSError:
-        return "0"
-
-
-_swept = False
-
-
-def sweep_stale(root: str = "/dev/shm") -> list[str]:
-    """Unlink the segments that dead trainers of this pid namespace left behind (a trainer killed together with
-    its resource tracker); segments of live processes, and of other namespaces, are left alone.
-
-    Returns:
-        The names unlinked.
-    """
-    import psutil
-
-    mine = f"{PREFIX}{_namespace()}_"
-    removed = []
-    with contextlib.suppress(OSError):
-        for name in os.listdir(root):
-            if not name.startswith(mine):
-                continue
-            pid = name[len(mine):].split("_", 1)[0]
-            if not pid.isdigit() or int(pid) == os.getpid() or psutil.pid_exists(int(pid)):
-                continue
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(root, name))
-                removed.append(name)
-    if removed:
-        log.warning("removed %d shared-memory segments left by dead trainers: %s", len(removed), removed)
-    return removed
-
-
-def _round_up(n: int) -> int:
-    return max(GRAIN, -(-n // GRAIN) * GRAIN)
-
-
-def _create(size: int) -> SharedMemory:
-    """A new segment of ``size`` bytes (its memory not yet taken), registered with the resource tracker, which
-    unlinks it if this process is killed.
-
-    Raises:
-        OSError: it cannot be created (too many open files, no ``/dev/shm``).
-    """
-    global _swept
-    if not _swept:
-        _swept = True
-        sweep_stale()
-    while True:
-        try:
-            return SharedMemory(f"{PREFIX}{_namespace()}_{os.getpid()}_{secrets.token_hex(4)}", create=True, size=size)
-        except FileExistsError:
-            continue
-
-
-def _reserve(shm: SharedMemory) -> None:
-    """Take a segment's memory now, so that writing it cannot fail with ``SIGBUS`` (POSIX; elsewhere a no-op).
-
-    Raises:
-        OSError: ``/dev/shm`` is full (``ENOSPC``).
-    """
-    fd = getattr(shm, "_fd", -1)  # the segment's file descriptor: SharedMemory has no public way to it
-    if fd >= 0 and hasattr(os, "posix_fallocate"):
-        os.posix_fallocate(fd, 0, shm.size)
-
-
-def _attach(name: str) -> SharedMemory:
-    """The existing segment ``name``, attached without registering it with the resource tracker."""
-    if sys.version_info >= (3, 13):
-        return SharedMemory(name, track=False)
-    with _untracked(name):
-        return SharedMemory(name)
-
-
-@contextlib.contextmanager
-def _untracked(name: str) -> Iterator[None]:
-    """Skip the resource tracker's registration of segment ``name`` (what ``SharedMemory(name)`` does before
-    Python 3.13); restored on exit."""
-    register = resource_tracker.register
-
-    def skip(resource: str, rtype: str) -> None:
-        if rtype != "shared_memory" or resource.lstrip("/") != name.lstrip("/"):
-            register(resource, rtype)
-
-    resource_tracker.register = skip
-    try:
-        yield
-    finally:
-        resource_tracker.register = register
-
-
-def _unlink(shm: SharedMemory) -> None:
-    with contextlib.suppress(BufferError):  # a view still alive: the mapping goes when the view does
-        shm.close()
-    with contextlib.suppress(FileNotFoundError):
-        shm.unlink()
-
-
-def _release(segments: dict[int, SharedMemory], owner: int) -> None:
-    """Unlink a ring's segments (its finalizer): in the process that created them only, not in a forked child's
-    copy of the ring."""
-    if os.getpid() != owner:
-        return
-    for shm in segments.values():
-        _unlink(shm)
-    segments.clear()

@@ -16,15 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from labswarm.pipeline import segments as shm_segments
 from labswarm.pipeline import shm
-from labswarm.pipeline.shm import ALIGN, GRAIN, GROWTH, Placement, SlotRing, SlotWriter, layout
+from labswarm.pipeline.segments import GRAIN
+from labswarm.pipeline.shm import ALIGN, GROWTH, Placement, SlotRing, SlotWriter, layout
 
 pytestmark = pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="POSIX shared memory in /dev/shm (Linux)")
 
 
 def segments() -> set[str]:
     """This process's segments in /dev/shm."""
-    return {p.name for p in Path("/dev/shm").glob(f"{shm.PREFIX}{shm._namespace()}_{os.getpid()}_*")}
+    return {p.name for p in Path("/dev/shm").glob(f"{shm_segments.PREFIX}{shm_segments.namespace()}_{os.getpid()}_*")}
 
 
 @pytest.fixture(autouse=True)
@@ -143,7 +145,7 @@ def test_a_ring_that_cannot_create_slots_makes_its_producer_pickle(monkeypatch: 
     def full(size: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(shm, "_create", full)
+    monkeypatch.setattr(shm_segments, "create", full)
     ring = SlotRing(2)
     writer = SlotWriter(ring.reader)
     try:
@@ -162,7 +164,7 @@ def test_a_producer_that_cannot_reserve_a_slot_pickles_from_then_on(monkeypatch:
     def full(segment: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(shm, "_reserve", full)
+    monkeypatch.setattr(shm_segments, "reserve", full)
     ring = SlotRing(2)
     writer = SlotWriter(ring.reader)
     try:
@@ -213,11 +215,11 @@ def test_sweep_removes_what_dead_trainers_of_this_namespace_left(tmp_path: Path)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead_pid = int(dead.stdout)
     names = {
-        "dead": f"{shm.PREFIX}{shm._namespace()}_{dead_pid}_feed",
-        "alive": f"{shm.PREFIX}{shm._namespace()}_{os.getpid()}_feed",
-        "other namespace": f"{shm.PREFIX}ffff0000_{dead_pid}_feed",
+        "dead": f"{shm_segments.PREFIX}{shm_segments.namespace()}_{dead_pid}_feed",
+        "alive": f"{shm_segments.PREFIX}{shm_segments.namespace()}_{os.getpid()}_feed",
+        "other namespace": f"{shm_segments.PREFIX}ffff0000_{dead_pid}_feed",
     }
     for name in names.values():
         (tmp_path / name).write_bytes(b"x")
-    assert shm.sweep_stale(str(tmp_path)) == [names["dead"]]
+    assert shm_segments.sweep_stale(str(tmp_path)) == [names["dead"]]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([names["alive"], names["other namespace"]])
