@@ -4,10 +4,15 @@ Imported by the tests as ``from helpers import ...`` (tests/ is on ``sys.path`` 
 
 from __future__ import annotations
 
+import importlib
+import os
 import time
 from pathlib import Path
+from types import ModuleType
+from typing import NoReturn
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 SR = 22050
@@ -74,3 +79,19 @@ def delete_queue(broker_url: str, name: str) -> None:
             return
         except Exception:
             time.sleep(0.5)
+
+
+def missing(reason: str) -> NoReturn:
+    """What a test does when something it needs is not there: skip here, fail in CI (env ``CI=true``), where
+    everything the tests need is installed and a skip would hide a test that never runs. Works at module level."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: a test must not skip there)", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require(module: str) -> ModuleType:
+    """``module`` imported, or :func:`missing`: ``pytest.importorskip`` that fails in CI instead of skipping."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        missing(f"{module} is not installed ({exc})")

@@ -7,8 +7,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from helpers import require
 
-torch = pytest.importorskip("torch")
+torch = require("torch")  # skips here, fails in CI (tests/helpers.py)
 
 
 @pytest.fixture

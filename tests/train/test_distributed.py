@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import require
 from three_classes import training_experiment
 
 from labswarm.config.experiment import parse_experiment
@@ -17,7 +18,7 @@ from labswarm.pipeline.pipeline import Pipeline
 from labswarm.train import checkpoint
 from labswarm.train.trainer import Trainer, load_model
 
-torch = pytest.importorskip("torch")
+torch = require("torch")  # skips here, fails in CI (tests/helpers.py)
 
 from distributed_run import logs, run_attempt  # noqa: E402 (imports torch)
 

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import require
 from three_classes import training_experiment
 
 from labswarm.config.experiment import parse_experiment
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.train import checkpoint
 
-torch = pytest.importorskip("torch")
+torch = require("torch")  # skips here, fails in CI (tests/helpers.py)
 
 from distributed_run import logs, run_attempt  # noqa: E402 (imports torch)
 from learners.tiny import kill_all, shard_port, start_shard  # noqa: E402

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
+from helpers import require
 from three_classes import training_experiment
 
 from labswarm.config.experiment import parse_experiment
 from labswarm.pipeline.pipeline import Pipeline
 
-torch = pytest.importorskip("torch")
+torch = require("torch")  # skips here, fails in CI (tests/helpers.py)
 
 from labswarm.pipeline.torch_data import StoreDataset  # noqa: E402 (imports torch)
 from labswarm.train.distributed.data import TrainingSamples  # noqa: E402
