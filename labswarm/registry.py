@@ -15,6 +15,7 @@ The registries (kind, built-ins module, entry-point group):
 - :data:`FRAMEWORKS`: ``labswarm.train.distributed.frameworks``, ``labswarm.frameworks``
 - :data:`STORAGES`: ``labswarm.storage``, ``labswarm.storages``
 - :data:`CONTROLLERS`: ``labswarm.health.controllers``, ``labswarm.controllers``
+- :data:`LAUNCHERS`: ``labswarm.deploy.platforms``, ``labswarm.launchers``
 """
 
 from __future__ import annotations
@@ -136,3 +137,6 @@ FRAMEWORKS: Registry = Registry("framework", "labswarm.train.distributed.framewo
 STORAGES: Registry = Registry("storage", "labswarm.storage", "labswarm.storages")
 #: Publish-rate controllers of the health controller (:class:`labswarm.health.controllers.base.Controller`).
 CONTROLLERS: Registry = Registry("controller", "labswarm.health.controllers", "labswarm.controllers")
+#: Launchers by platform (:class:`labswarm.deploy.base.Platform`): each gives the launcher of a session's workers and
+#: that of a job's learners (``launcher`` of a session, ``LABSWARM_JOB_LAUNCHER``).
+LAUNCHERS: Registry = Registry("launcher", "labswarm.deploy.platforms", "labswarm.launchers")

@@ -1,11 +1,19 @@
-"""The launcher interface: how a session gets its workers."""
+"""The launcher family's interfaces: how a session gets its workers (:class:`Launcher`), and the platforms that
+give every kind of launcher (:class:`Platform`, registered by name in :data:`~labswarm.registry.LAUNCHERS`); a
+job's learners have theirs in :mod:`labswarm.deploy.learners`."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+from labswarm.registry import LAUNCHERS
+
+if TYPE_CHECKING:
+    from labswarm.deploy.learners import LearnerLauncher
+    from labswarm.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -60,3 +68,35 @@ class Launcher(ABC):
     @abstractmethod
     def workers(self) -> int:
         """Workers running now."""
+
+
+class Platform(ABC):
+    """Where labswarm runs processes: one launcher of each kind, a session's workers and a job's learners.
+
+    A platform is registered by its ``name`` in :data:`~labswarm.registry.LAUNCHERS` (:func:`register_launcher`),
+    the name a session's ``launcher`` and ``LABSWARM_JOB_LAUNCHER`` give. Built in
+    (:mod:`labswarm.deploy.platforms`): ``local`` (processes on the manager's machine) and ``swarm`` (docker swarm
+    services); another one is a new module registering its class (or an entry point of ``labswarm.launchers``).
+    """
+
+    #: The platform's name (``local``, ``swarm``).
+    name: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def workers(cls, experiment: str, session_id: str, settings: Settings) -> Launcher:
+        """The launcher of the workers of one session of ``experiment``; nothing is started yet. The manager then
+        binds it to the process serving it (:meth:`Launcher.bind`) before starting it.
+
+        Raises:
+            ValueError: invalid settings of the platform (e.g. ``swarm_*``).
+        """
+
+    @classmethod
+    @abstractmethod
+    def learners(cls, settings: Settings) -> LearnerLauncher:
+        """The launcher of the learners of every job (:class:`~labswarm.deploy.learners.LearnerLauncher`)."""
+
+
+#: Registers a :class:`Platform` subclass in :data:`~labswarm.registry.LAUNCHERS` (a class decorator).
+register_launcher = LAUNCHERS.decorator()

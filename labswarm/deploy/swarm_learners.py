@@ -46,36 +46,39 @@ import logging
 import os
 import shlex
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from labswarm.deploy.learners import LearnerHandle, LearnerLaunch, LearnerLauncher, LearnerStatus
-from labswarm.deploy.swarm import (
-    ConfigSpec,
-    ResourceSpec,
-    RestartSpec,
-    ServiceSpec,
-    data_mount,
-    docker_sdk,
-    service_labels,
-    translate_errors,
+from labswarm.deploy.learners import (
+    TOKEN_ENV,
+    LearnerHandle,
+    LearnerLaunch,
+    LearnerLauncher,
+    LearnerRecord,
+    LearnerStatus,
+    learner_environment,
+)
+from labswarm.deploy.swarm import ConfigSpec, ResourceSpec, RestartSpec, ServiceSpec, data_mount, service_labels
+from labswarm.deploy.swarm_jobs import (
+    KILL_GRACE_S,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_RANK,
+    LABEL_SHARD,
+    JobServices,
+    learner_service_name,
+    ps_service_name,
+    task_status,
 )
 from labswarm.deploy.swarm_secrets import LABEL_MANAGED, SecretSpec
+from labswarm.deploy.swarm_shards import SwarmShards
+from labswarm.deploy.swarm_spec import docker_sdk, translate_errors
 from labswarm.errors import DeployError
-from labswarm.jobs.service.credentials import TOKEN_ENV, learner_environment
 
 if TYPE_CHECKING:
-    from labswarm.deploy.swarm_shards import SwarmShards
-    from labswarm.jobs.service.models import LearnerRow
     from labswarm.settings import Settings
 
 log = logging.getLogger(__name__)
 
-#: Labels of a learner's service, secret and config (besides ``labswarm.managed``).
-LABEL_JOB = "labswarm.job"
-LABEL_ATTEMPT = "labswarm.attempt"
-LABEL_RANK = "labswarm.rank"
-#: Label of a parameter-server shard's service and secret (:mod:`labswarm.deploy.swarm_shards`): its index.
-LABEL_SHARD = "labswarm.shard"
 #: Where the learner's spec (a docker config) is mounted in its container.
 SPEC_TARGET = "/run/labswarm/learner.json"
 #: The file name under ``/run/secrets`` of the learner's secret environment (the attempt's token, ``AWS_*``).
@@ -84,11 +87,6 @@ ENV_SECRET_TARGET = "labswarm_learner_env"
 WORKDIR = "/tmp/labswarm-learner"
 #: The generic resource kind of a GPU (a node's ``node-generic-resources``, e.g. ``NVIDIA-GPU=GPU-4b2e...``).
 GPU_RESOURCE = "NVIDIA-GPU"
-#: Seconds a removed learner's container gets between SIGTERM and SIGKILL (a kill; a halt had its grace).
-KILL_GRACE_S = 5.0
-#: Task states of a learner that has not ended (docker's, before and while running).
-ALIVE_STATES = frozenset({"new", "allocated", "pending", "assigned", "accepted", "preparing", "ready", "starting",
-                          "running"})
 #: Environment variables of the manager a learner gets, in its secret (the ``s3`` stores' credentials).
 FORWARDED_PREFIX = "AWS_"
 #: The variables of a distributed learner's place in the job
@@ -100,17 +98,6 @@ PUBLIC_ENV = frozenset({"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LAB
 #: The container's command: load the secret environment, then run the learner on the spec (``$0``).
 COMMAND = ("sh", "-c", f"set -a && . /run/secrets/{ENV_SECRET_TARGET} && set +a && "
            'exec python -m labswarm.jobs.learner.entry "$0"', SPEC_TARGET)
-
-
-def learner_service_name(job_id: str, attempt: int, rank: int) -> str:
-    """``labswarm-job-<job>-<attempt>-<rank>`` (a job id is 12 hex digits: well within a service name's 63)."""
-    return f"labswarm-job-{job_id}-{attempt}-{rank}"
-
-
-def ps_service_name(job_id: str, index: int | str) -> str:
-    """``labswarm-job-<job>-ps-<index>``: the service of a job's parameter-server shard (its address on the
-    overlay network)."""
-    return f"labswarm-job-{job_id}-ps-{index}"
 
 
 def split_environment(env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -163,7 +150,7 @@ def learner_service_spec(launch: LearnerLaunch, settings: Settings) -> ServiceSp
     )
 
 
-class SwarmLearners(LearnerLauncher):
+class SwarmLearners(JobServices, LearnerLauncher):
     """Learners as docker swarm services (see the module docstring). Keeps no state: everything is found from
     the learner's row (its service id) and the labels.
 
@@ -174,23 +161,6 @@ class SwarmLearners(LearnerLauncher):
     """
 
     local_gpus = False
-
-    def __init__(self, settings: Settings, client: Any = None) -> None:
-        self.settings = settings
-        self._client = client
-
-    @property
-    def client(self) -> Any:
-        """The docker client.
-
-        Raises:
-            DeployError: the docker SDK is missing or the engine cannot be reached.
-        """
-        if self._client is None:
-            docker = docker_sdk()
-            with translate_errors("connect to the Docker engine (DOCKER_HOST or /var/run/docker.sock)"):
-                self._client = docker.from_env()
-        return self._client
 
     def start(self, launch: LearnerLaunch) -> LearnerHandle:
         """Create the learner's secret, config and service (a stale set of the same name, of the same job, is
@@ -232,11 +202,9 @@ class SwarmLearners(LearnerLauncher):
         Raises:
             ValueError: ``swarm_manager_url`` has no host (the learners' ``MASTER_ADDR``).
         """
-        from labswarm.deploy.swarm_shards import SwarmShards
-
         return SwarmShards(self, job_id)
 
-    def poll(self, learner: LearnerRow) -> LearnerStatus:
+    def poll(self, learner: LearnerRecord) -> LearnerStatus:
         """The state of the service's task (see the module docstring); alive while the engine cannot tell."""
         if learner.service_id is None:
             return LearnerStatus(False)
@@ -253,11 +221,11 @@ class SwarmLearners(LearnerLauncher):
             return LearnerStatus(True)
         return task_status(tasks)
 
-    def terminate(self, learner: LearnerRow) -> None:
+    def terminate(self, learner: LearnerRecord) -> None:
         """Nothing: a service cannot be signalled; the manager's answer to the learner's next report (``halt``)
         asks it to halt, and :meth:`kill` removes it after the grace."""
 
-    def kill(self, learner: LearnerRow) -> None:
+    def kill(self, learner: LearnerRecord) -> None:
         """Remove the learner's service (its container gets SIGTERM, SIGKILL after :data:`KILL_GRACE_S`), then
         its secret and config. An engine error is logged; the lifecycle kills again while the learner lives."""
         name = learner_service_name(learner.job_id, learner.attempt, learner.rank)
@@ -267,7 +235,7 @@ class SwarmLearners(LearnerLauncher):
         except DeployError as exc:
             log.warning("job %s learner %d: %s", learner.job_id, learner.rank, exc)
 
-    def output_tail(self, learner: LearnerRow, lines: int) -> list[str]:
+    def output_tail(self, learner: LearnerRecord, lines: int) -> list[str]:
         """The service's last ``lines`` log lines (the engine's logging driver must keep them: ``json-file``,
         ``local`` or ``journald``); none when it cannot give them."""
         if learner.service_id is None:
@@ -300,17 +268,10 @@ class SwarmLearners(LearnerLauncher):
                         job = labels.get(LABEL_JOB, "")
                         service = (ps_service_name(job, labels[LABEL_SHARD]) if LABEL_SHARD in labels else
                                    learner_service_name(job, labels.get(LABEL_ATTEMPT, ""), labels.get(LABEL_RANK, "")))
-                        if labels.get(LABEL_MANAGED) == "true" and owns(job) and not self._exists(service):
+                        if labels.get(LABEL_MANAGED) == "true" and owns(job) and not self.exists(service):
                             item.remove()
         except DeployError as exc:
             log.warning("cannot sweep the learner services: %s", exc)
-
-    def _exists(self, name: str) -> bool:
-        try:
-            self.client.services.get(name)
-        except docker_sdk().errors.NotFound:
-            return False
-        return True
 
     def _remove_stale(self, name: str, job_id: str) -> None:
         """Remove a service, secret or config of this name left by a manager that died while deploying it.
@@ -319,52 +280,6 @@ class SwarmLearners(LearnerLauncher):
             DeployError: one of them was not created by labswarm for this job.
         """
         self.remove_named(name, job_id, check=True)
-
-    def remove_named(self, name: str, job_id: str, service_id: str | None = None, check: bool = False) -> None:
-        """Remove the service (by id when known, else by name), the secret and the config of a learner, those of
-        ``job_id`` only (``check``: one of another owner raises :class:`DeployError`)."""
-        errors = docker_sdk().errors
-        for kind, collection, key in (("service", self.client.services, service_id or name),
-                                      ("secret", self.client.secrets, f"{name}-env"),
-                                      ("config", self.client.configs, f"{name}-spec")):
-            try:
-                item = collection.get(key)
-            except errors.NotFound:
-                continue
-            labels = (item.attrs.get("Spec") or {}).get("Labels") or {}
-            if labels.get(LABEL_MANAGED) != "true" or labels.get(LABEL_JOB) != job_id:
-                if check:
-                    raise DeployError(f"a docker {kind} named {key} exists and is not labswarm's for job {job_id}; "
-                                      f"remove it (docker {kind} rm)")
-                continue
-            with contextlib.suppress(errors.NotFound):
-                item.remove()
-
-
-def task_status(tasks: list[dict[str, Any]]) -> LearnerStatus:
-    """A learner's status from its service's tasks (the latest one's state; none yet: being created).
-
-    ``running`` and the states before it: alive; ``complete``: exit 0 (or the container's code); ``failed`` and
-    ``shutdown``: the container's exit code (``None`` when it has none); ``rejected``: a deploy failure;
-    ``orphaned``, ``remove`` and any other: exit status unknown.
-    """
-    if not tasks:
-        return LearnerStatus(True)
-    task = max(tasks, key=lambda t: (t.get("CreatedAt") or "", (t.get("Version") or {}).get("Index", 0)))
-    status = task.get("Status") or {}
-    state = status.get("State", "")
-    if state in ALIVE_STATES:
-        return LearnerStatus(True)
-    code = (status.get("ContainerStatus") or {}).get("ExitCode")
-    why = status.get("Err") or status.get("Message") or ""
-    reason = f"its task is {state}" + (f": {why}" if why else "")
-    if state == "complete":
-        return LearnerStatus(False, 0 if code is None else int(code), reason=None)
-    if state in ("failed", "shutdown"):
-        return LearnerStatus(False, None if code is None else int(code), reason=reason)
-    if state == "rejected":
-        return LearnerStatus(False, None, deploy_failed=True, reason=reason)
-    return LearnerStatus(False, None, reason=reason)
 
 
 def _labels(job_id: str, attempt: int, rank: int) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """A distributed job's parameter-server shards as docker swarm services (``LABSWARM_JOB_LAUNCHER=swarm``): the
 shard runner of :class:`~labswarm.jobs.lifecycle.cluster.JobCluster` on a swarm (the local one runs processes).
 
-Shard ``k`` of a job is the service ``labswarm-job-<job>-ps-<k>`` (:func:`~labswarm.deploy.swarm_learners.
+Shard ``k`` of a job is the service ``labswarm-job-<job>-ps-<k>`` (:func:`~labswarm.deploy.swarm_jobs.
 ps_service_name`): 1 replica, restart ``none`` (the lifecycle revives a dead shard, counted as a platform restart),
 the learners' image, network, data mount and placement constraints, labelled ``labswarm.managed``, the job and
 ``labswarm.shard``. It listens on every interface of its container on :data:`PS_PORT`; the learners reach it by
@@ -30,12 +30,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from labswarm.deploy.swarm import RestartSpec, ServiceSpec, data_mount, docker_sdk, translate_errors
-from labswarm.deploy.swarm_learners import KILL_GRACE_S, LABEL_JOB, LABEL_SHARD, ps_service_name, task_status
+from labswarm.deploy.swarm_jobs import KILL_GRACE_S, LABEL_JOB, LABEL_SHARD, JobServices, ps_service_name, task_status
 from labswarm.deploy.swarm_secrets import LABEL_MANAGED, SecretSpec
 from labswarm.errors import DeployError
 
 if TYPE_CHECKING:
-    from labswarm.deploy.swarm_learners import SwarmLearners
     from labswarm.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -115,16 +114,17 @@ class SwarmShards:
     uses on a swarm; see the module docstring).
 
     Args:
-        learners: the job's learner launcher (its engine client and settings).
+        engine: the engine client and the ``swarm_*`` settings (the job's learner launcher,
+            :meth:`~labswarm.deploy.swarm_learners.SwarmLearners.shard_runner`).
         job_id: the job.
     """
 
     #: The coordinator's own address in the manager (its store listens on every interface).
     bind_host = "127.0.0.1"
 
-    def __init__(self, learners: SwarmLearners, job_id: str) -> None:
-        self.learners = learners
-        self.settings = learners.settings
+    def __init__(self, engine: JobServices, job_id: str) -> None:
+        self.engine = engine
+        self.settings = engine.settings
         self.job_id = job_id
         self.master_host = manager_host(self.settings)
         self.checkpoint_dir = shard_checkpoint_dir(self.settings, job_id)
@@ -148,16 +148,16 @@ class SwarmShards:
             spec = shard_service_spec(self.job_id, index, argv, self.settings)
         except ValueError as exc:
             raise DeployError(f"parameter-server shard {index}: {exc}") from exc
-        client = self.learners.client
+        client = self.engine.client
         data = "".join(f"{k}={shlex.quote(v)}\n" for k, v in sorted(env.items())).encode()
         with translate_errors(f"create parameter-server service {spec.name}"):
-            self.learners.remove_named(spec.name, self.job_id, check=True)
+            self.engine.remove_named(spec.name, self.job_id, check=True)
             try:
                 secret = client.secrets.create(name=spec.secrets[0].name, labels=spec.labels, data=data)
                 service = client.services.create(**spec.to_docker({secret.name: secret.id}))
             except Exception:
                 with contextlib.suppress(Exception):  # best effort: the original error is what matters
-                    self.learners.remove_named(spec.name, self.job_id)
+                    self.engine.remove_named(spec.name, self.job_id)
                 raise
         self.services[index] = service.id
         self._codes.pop(index, None)
@@ -178,7 +178,7 @@ class SwarmShards:
         try:
             with translate_errors(f"read the tasks of parameter-server service {self.services[index]}"):
                 try:
-                    tasks = self.learners.client.services.get(self.services[index]).tasks()
+                    tasks = self.engine.client.services.get(self.services[index]).tasks()
                 except docker_sdk().errors.NotFound:
                     self._codes[index] = None
                     return "gone"
@@ -210,7 +210,7 @@ class SwarmShards:
         self.services.pop(index, None)
         try:
             with translate_errors(f"remove parameter-server service {ps_service_name(self.job_id, index)}"):
-                self.learners.remove_named(ps_service_name(self.job_id, index), self.job_id)
+                self.engine.remove_named(ps_service_name(self.job_id, index), self.job_id)
         except DeployError as exc:
             log.warning("job %s shard %d: %s", self.job_id, index, exc)
 

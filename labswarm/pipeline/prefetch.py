@@ -33,26 +33,21 @@ where it stopped (:meth:`Prefetcher.__init__`'s ``state``).
 from __future__ import annotations
 
 import contextlib
-import copy
-import itertools
 import logging
 import multiprocessing as mp
 import queue as queue_module
-import signal
-import sys
 import time
-import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
 import psutil
 from pydantic import Field
 
 from labswarm.errors import LabswarmError
-from labswarm.pipeline.base import Batch, Block, BlockConfig, Context, chain, register_block
-from labswarm.pipeline.shm import MAX_SLOTS, SlotRing, SlotWriter
+from labswarm.pipeline.base import Block, BlockConfig, Context, chain, register_block
+from labswarm.pipeline.producer import produce, resumed
+from labswarm.pipeline.shm import MAX_SLOTS, SlotRing
 
 log = logging.getLogger(__name__)
 
@@ -121,74 +116,6 @@ class _Slot:
     died_at: int = -1
 
 
-def _produce(blocks: Sequence[Block], ctx: Context, out: Any, credits: Any, stop: Any, retire: Any,
-             threads: int) -> None:
-    """A producer process: run the chain, put ``("batch", seq, batch, placement)`` per batch (the batch without
-    its arrays when :class:`~labswarm.pipeline.shm.Placement` says which slot of the ring holds them), then
-    ``("end", n)``; on an error put ``("error", traceback)``. Returns early when ``stop`` or ``retire`` is set."""
-    from labswarm.threads import limit_threads
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it stops us
-    limit_threads(threads)
-    torch = sys.modules.get("torch")  # only when the trainer imported it: a producer should not pay the import
-    if torch is not None:
-        torch.set_num_threads(threads)
-
-    def put(message: tuple) -> bool:
-        while not stop.is_set():
-            try:
-                out.put(message, timeout=0.1)
-                return True
-            except queue_module.Full:
-                continue
-        return False
-
-    slots = SlotWriter(credits)
-
-    def message(seq: int, batch: Any) -> tuple | None:
-        arrays = _arrays(batch)
-        if arrays is None:
-            return ("batch", seq, batch, None)
-        placement = slots.place(arrays, stop.is_set)
-        if placement is None:  # stopped while waiting for a free slot
-            return None
-        if placement.slot is None:  # no slot (yet): the arrays go pickled, the placement says how large
-            return ("batch", seq, batch, placement)
-        light = copy.copy(batch)  # the batch without its arrays (whatever other fields it has)
-        light.features = {}
-        return ("batch", seq, light, placement)
-
-    made = ctx.skip
-    try:
-        for seq, batch in _resumed(chain(blocks, ctx), ctx.skip):
-            if stop.is_set() or (sent := message(seq, batch)) is None or not put(sent):
-                return
-            made = seq + 1
-            if retire.is_set():
-                return
-        put(("end", made))
-    except Exception:  # every failure goes to the trainer, with its traceback
-        put(("error", traceback.format_exc()))
-    finally:
-        slots.close()
-
-
-def _resumed(items: Iterator[Any], skip: int) -> Iterator[tuple[int, Any]]:
-    """``(position, item)`` of a chain's output from position ``skip`` on: the first ``skip`` are dropped, whether
-    :data:`~labswarm.pipeline.base.SKIPPED` markers (a batch block skips without reading features) or the items
-    of a chain without a batch block."""
-    return itertools.islice(enumerate(items), skip, None)
-
-
-def _arrays(item: Any) -> dict[str, np.ndarray] | None:
-    """The feature arrays of a batch, to hand over in shared memory; ``None`` for any other item, a batch
-    without arrays, or one with arrays of Python objects (those go pickled)."""
-    if not isinstance(item, Batch) or not isinstance(item.features, dict) or not item.features:
-        return None
-    arrays = item.features.values()
-    return item.features if all(isinstance(a, np.ndarray) and not a.dtype.hasobject for a in arrays) else None
-
-
 class Prefetcher:
     """Iterator over one epoch's batches, built ahead by producer processes (see the module docstring).
 
@@ -250,7 +177,7 @@ class Prefetcher:
         slot.ring = SlotRing(min(self.config.depth + 2, MAX_SLOTS), slot.ring.size if slot.ring is not None else 0)
         ctx = self.ctx.with_(producer=slot.index, skip=slot.delivered)
         slot.process = self._mp.Process(
-            target=_produce, name=f"labswarm-producer-{slot.index}", daemon=True,
+            target=produce, name=f"labswarm-producer-{slot.index}", daemon=True,
             args=(self.blocks, ctx, slot.queue, slot.ring.reader, self._stop, slot.retire, self.config.threads),
         )
         slot.process.start()
@@ -381,7 +308,7 @@ class Prefetcher:
         slot = self.slots[0]
         if self._local is None:
             items = chain(self.blocks, self.ctx.with_(producer=0, producers=1, skip=slot.delivered))
-            self._local = _resumed(items, slot.delivered)
+            self._local = resumed(items, slot.delivered)
         started = time.perf_counter()
         try:
             for _seq, batch in self._local:

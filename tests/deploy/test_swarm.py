@@ -21,6 +21,7 @@ from deploy_tools import FakeClient, FakeEngine, FakeServices
 from helpers import experiment_dict, write_dataset
 
 from labswarm.deploy import sessions
+from labswarm.deploy.platforms import SwarmPlatform
 from labswarm.deploy.swarm import (
     LABEL_MANAGED,
     LABEL_SESSION,
@@ -209,7 +210,7 @@ def manager_http(tmp_path: Path, engine: FakeEngine, monkeypatch: pytest.MonkeyP
     def factory(experiment: str, session_id: str, settings: Settings) -> SwarmLauncher:
         return SwarmLauncher(service_spec(experiment, session_id, settings), client=FakeClient(engine))
 
-    monkeypatch.setitem(sessions.SESSION_LAUNCHERS, "swarm", factory)
+    monkeypatch.setattr(SwarmPlatform, "workers", classmethod(lambda _cls, *args: factory(*args)))
     dataset = write_dataset(tmp_path / "data", n_per_label=10)
     server = EmbeddedServer(create_app(Settings(home=tmp_path / "home"))).start()
     try:
@@ -276,7 +277,7 @@ def test_session_that_ends_while_its_service_starts_has_it_removed(tmp_path: Pat
     def factory(experiment: str, session_id: str, settings: Settings) -> SwarmLauncher:
         return SwarmLauncher(service_spec(experiment, session_id, settings), client=FakeClient(engine))
 
-    monkeypatch.setitem(sessions.SESSION_LAUNCHERS, "swarm", factory)
+    monkeypatch.setattr(SwarmPlatform, "workers", classmethod(lambda _cls, *args: factory(*args)))
     dataset = write_dataset(tmp_path / "data", n_per_label=10)
     app = create_app(Settings(home=tmp_path / "home"))
     with EmbeddedServer(app) as server, httpx.Client(base_url=server.url, timeout=30) as http:
@@ -325,7 +326,7 @@ def test_restarted_manager_finds_its_swarm_sessions(tmp_path: Path, engine: Fake
     def factory(experiment: str, session_id: str, settings: Settings) -> SwarmLauncher:
         return SwarmLauncher(service_spec(experiment, session_id, settings), client=FakeClient(engine))
 
-    monkeypatch.setitem(sessions.SESSION_LAUNCHERS, "swarm", factory)
+    monkeypatch.setattr(SwarmPlatform, "workers", classmethod(lambda _cls, *args: factory(*args)))
     dataset = write_dataset(tmp_path / "data", n_per_label=10)
     settings = Settings(home=tmp_path / "home")
     with EmbeddedServer(create_app(settings)) as server, httpx.Client(base_url=server.url, timeout=10) as http:

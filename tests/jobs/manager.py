@@ -18,7 +18,7 @@ import psutil
 from sqlalchemy import select
 
 from labswarm.client import parse_sse
-from labswarm.jobs.service.models import LearnerRow
+from labswarm.jobs.records.models import LearnerRow
 from labswarm.jobs.service.service import JobService
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer

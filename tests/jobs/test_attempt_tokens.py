@@ -1,4 +1,4 @@
-"""Each attempt's own API token (labswarm.jobs.service.credentials), with real learner processes over real HTTP: a
+"""Each attempt's own API token (labswarm.jobs.records.credentials), with real learner processes over real HTTP: a
 manager
 configured with a tokens file alone (no ``LABSWARM_API_TOKEN``) runs a user's job to COMPLETED on its learners'
 attempt tokens; an attempt token lives in the learner's environment only (not its command line, not its spec file,
@@ -19,7 +19,7 @@ from jobs.manager import learner_processes, manager, read_events, statuses, wait
 from jobs.test_lifecycle import _UNTIL
 from jobs.tiny import tiny_manifest
 from labswarm.auth.tokens import add_token
-from labswarm.jobs.service.models import AttemptRow
+from labswarm.jobs.records.models import AttemptRow
 
 
 @pytest.fixture(autouse=True)

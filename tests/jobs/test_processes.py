@@ -1,12 +1,13 @@
-"""The local learner launcher (labswarm.deploy.learners.LocalLearners) with real processes."""
+"""The local learner launcher (labswarm.deploy.local_learners.LocalLearners) with real processes."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
-from labswarm.deploy.learners import LearnerLaunch, LocalLearners
-from labswarm.jobs.service.models import LearnerRow
+from labswarm.deploy.learners import LearnerLaunch
+from labswarm.deploy.local_learners import LocalLearners
+from labswarm.jobs.records.models import LearnerRow
 
 
 def test_a_learner_s_exit_calls_on_exit_and_poll_then_has_its_exit_code(tmp_path: Path) -> None:

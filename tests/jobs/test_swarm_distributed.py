@@ -17,7 +17,7 @@ from deploy.deploy_tools import FakeClient, FakeEngine
 
 from jobs.manager import Manager, manager, read_events, wait_until
 from jobs.tiny import tiny_manifest
-from labswarm.deploy import learners as processes
+from labswarm.deploy.platforms import SwarmPlatform
 from labswarm.deploy.swarm_learners import LABEL_JOB, LABEL_SHARD, SwarmLearners, learner_service_name, ps_service_name
 from labswarm.deploy.swarm_shards import PS_PORT
 
@@ -38,8 +38,8 @@ def volume(tmp_path: Path) -> Path:
 @pytest.fixture
 def swarm_manager(tmp_path: Path, engine: FakeEngine, volume: Path,
                   monkeypatch: pytest.MonkeyPatch) -> Iterator[Manager]:
-    monkeypatch.setitem(processes.JOB_LAUNCHERS, "swarm",
-                        lambda settings: SwarmLearners(settings, client=FakeClient(engine)))
+    monkeypatch.setattr(SwarmPlatform, "learners",
+                        classmethod(lambda _cls, settings: SwarmLearners(settings, client=FakeClient(engine))))
     with manager(tmp_path, job_launcher="swarm", job_slots=2, job_start_timeout=60,
                  swarm_manager_url=f"http://{MANAGER_HOST}:8000", swarm_data_target=str(volume)) as m:
         yield m

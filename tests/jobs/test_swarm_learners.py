@@ -19,8 +19,8 @@ from deploy.deploy_tools import FakeClient, FakeEngine, FakeService
 
 from jobs.manager import Manager, manager, read_events, statuses, wait_until
 from jobs.tiny import tiny_manifest
-from labswarm.deploy import learners as processes
 from labswarm.deploy.learners import LearnerLaunch, LearnerStatus
+from labswarm.deploy.platforms import SwarmPlatform
 from labswarm.deploy.swarm_learners import (
     GPU_RESOURCE,
     LABEL_JOB,
@@ -30,7 +30,7 @@ from labswarm.deploy.swarm_learners import (
 )
 from labswarm.deploy.swarm_secrets import LABEL_MANAGED
 from labswarm.errors import DeployError
-from labswarm.jobs.service.models import LearnerRow
+from labswarm.jobs.records.models import LearnerRow
 from labswarm.jobs.spec.errors import classify_exit
 from labswarm.settings import Settings
 
@@ -202,8 +202,8 @@ def test_an_unreachable_engine_while_polling_is_not_a_dead_learner(tmp_path: Pat
 # through the real job service over real HTTP, the fake engine standing in for the Docker engine
 @pytest.fixture
 def swarm_manager(tmp_path: Path, engine: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> Iterator[Manager]:
-    monkeypatch.setitem(processes.JOB_LAUNCHERS, "swarm",
-                        lambda settings: SwarmLearners(settings, client=FakeClient(engine)))
+    monkeypatch.setattr(SwarmPlatform, "learners",
+                        classmethod(lambda _cls, settings: SwarmLearners(settings, client=FakeClient(engine))))
     with manager(tmp_path, job_launcher="swarm", job_start_timeout=60) as m:
         yield m
 

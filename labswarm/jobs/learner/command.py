@@ -20,7 +20,7 @@ Its output (stdout and stderr, merged) goes to the learner's log line by line; m
 file it appends to (read as it grows) or from the manifest's regular expressions over its output. A record with
 an ``epoch`` is kept once per job by the manager (a restarted attempt may report it again). A halt sends SIGTERM
 to the program's process group; the learner then exits with
-:data:`~labswarm.jobs.learner.entry.EXIT_HALTED` (unless the program finished anyway: its own code).
+:data:`~labswarm.jobs.spec.errors.EXIT_HALTED` (unless the program finished anyway: its own code).
 """
 
 from __future__ import annotations
@@ -35,23 +35,21 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psutil
 
 from labswarm.config.manifest import CommandFramework
 from labswarm.deploy.learners import PROGRAM_FILE
+from labswarm.jobs.learner.context import LearnerContext
 from labswarm.jobs.spec import layout
 from labswarm.jobs.spec.errors import EXIT_HALTED
 from labswarm.storage.base import Storage
 
-if TYPE_CHECKING:
-    from labswarm.jobs.learner.entry import Learner
-
 log = logging.getLogger("labswarm.learner")
 
 
-def run_command(learner: Learner) -> int:
+def run_command(learner: LearnerContext) -> int:
     """Run the manifest's program to its end (or its halt); returns the learner's exit code.
 
     Raises:
@@ -113,7 +111,7 @@ def run_command(learner: Learner) -> int:
     return code
 
 
-def _environment(learner: Learner, results: Path, checkpoint: Path, jsonl: Path | None) -> dict[str, str]:
+def _environment(learner: LearnerContext, results: Path, checkpoint: Path, jsonl: Path | None) -> dict[str, str]:
     spec, manifest = learner.spec, learner.manifest
     env = {"LABSWARM_JOB_ID": spec.job_id, "LABSWARM_ATTEMPT": str(spec.attempt), "LABSWARM_RANK": str(spec.rank),
            "LABSWARM_WORLD_SIZE": str(spec.world_size), "LABSWARM_RESULTS_DIR": str(results),
@@ -132,7 +130,7 @@ def _environment(learner: Learner, results: Path, checkpoint: Path, jsonl: Path 
     return env
 
 
-def _pump(process: subprocess.Popen, patterns: dict[str, re.Pattern[str]], learner: Learner) -> None:
+def _pump(process: subprocess.Popen, patterns: dict[str, re.Pattern[str]], learner: LearnerContext) -> None:
     """The program's output into the learner's (captured) stdout, line by line; regex metrics on the way."""
     assert process.stdout is not None
     for raw in process.stdout:
@@ -158,7 +156,7 @@ def _pump(process: subprocess.Popen, patterns: dict[str, re.Pattern[str]], learn
 class _JsonlTail:
     """Reads the records appended to a JSON-lines file (complete lines only) and reports them."""
 
-    def __init__(self, path: Path, learner: Learner) -> None:
+    def __init__(self, path: Path, learner: LearnerContext) -> None:
         self.path = path
         self.learner = learner
         self.offset = 0

@@ -1,8 +1,8 @@
 """The learner: one training process of a job, ``python -m labswarm.jobs.learner.entry SPEC.json``.
 
-The lifecycle manager writes a :class:`LearnerSpec` (JSON) per learner and starts this module with the file's
-path as its argument (or in ``LABSWARM_LEARNER_SPEC``); the API token comes from ``LABSWARM_API_TOKEN``, never
-from the file. The learner
+The lifecycle manager writes a :class:`~labswarm.jobs.learner.context.LearnerSpec` (JSON) per learner and starts
+this module with the file's path as its argument (or in ``LABSWARM_LEARNER_SPEC``); the API token comes from
+``LABSWARM_API_TOKEN``, never from the file. The learner
 
 - captures its own output (file descriptors 1 and 2, so its child processes' too) into
   ``<workdir>/learner-<rank>.log`` and sends each line to the manager
@@ -45,19 +45,17 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from labswarm.config.experiment import ExperimentConfig
-from labswarm.config.manifest import CommandFramework, DistributedFramework, JobManifest, parse_manifest
+from labswarm.config.manifest import CommandFramework, DistributedFramework
 from labswarm.deploy.learners import EXIT_FILE
-from labswarm.errors import ConfigError, DatasetError, StorageError, format_loc
+from labswarm.errors import ConfigError, DatasetError, StorageError
+from labswarm.jobs.learner.command import run_command
+from labswarm.jobs.learner.context import LearnerContext, LearnerSpec, load_spec
 from labswarm.jobs.learner.hooks import JobHooks
-from labswarm.jobs.learner.reporter import JobReporter
 from labswarm.jobs.spec import layout
 from labswarm.jobs.spec.errors import EXIT_HALTED, EXIT_PLATFORM, EXIT_STORAGE, EXIT_USER
-from labswarm.storage.base import MissingObject, Storage
+from labswarm.storage.base import MissingObject
 from labswarm.train.trainer import Trainer
 
 log = logging.getLogger("labswarm.learner")
@@ -72,78 +70,6 @@ RESTORE_TRIES = 5
 
 __all__ = ["EXIT_HALTED", "EXIT_PLATFORM", "EXIT_STORAGE", "EXIT_USER", "Learner", "LearnerSpec", "OutputCapture",
            "load_spec", "main"]
-
-
-class LearnerSpec(BaseModel):
-    """Everything one learner needs, written by the lifecycle manager as JSON.
-
-    Attributes:
-        job_id: the job.
-        attempt: the attempt number, from 1 (a restart or a resume is a new one).
-        rank: this learner's rank in ``[0, world_size)``.
-        world_size: the attempt's learners (1 for now).
-        master_addr: the rendezvous host of distributed learners (``MASTER_ADDR``); ``None`` for one learner.
-        master_port: the rendezvous port (``MASTER_PORT``).
-        manifest: the resolved manifest (:meth:`JobManifest.resolved`: the experiment inline, the training
-            settings merged).
-        manager_url: where to report.
-        results_store: the results store's spec (its ``jobs/<job_id>`` folder is the job's).
-        checkpoint: the committed checkpoint pointer to start from (:func:`labswarm.jobs.spec.layout.latest_checkpoint`
-            at deploy time); ``None``: from scratch.
-        workdir: this learner's local working folder (created).
-        heartbeat_s: the longest time between two reports, in seconds.
-        report_interval_s: seconds between reports while events wait.
-        progress_s: the shortest time between two ``progress`` events, in seconds (each epoch's end sends one
-            too); default 1.0 (:class:`~labswarm.jobs.learner.reporter.JobReporter`).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    job_id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,63}$")
-    attempt: int = Field(ge=1)
-    rank: int = Field(0, ge=0)
-    world_size: int = Field(1, ge=1)
-    master_addr: str | None = None
-    master_port: int | None = Field(None, ge=1, le=65535)
-    manifest: dict[str, Any]
-    manager_url: str
-    results_store: dict[str, Any]
-    checkpoint: dict[str, Any] | None = None
-    workdir: Path
-    heartbeat_s: float = Field(1.0, gt=0)
-    report_interval_s: float = Field(0.2, gt=0)
-    progress_s: float = Field(1.0, gt=0)
-
-    @model_validator(mode="after")
-    def _rank(self) -> LearnerSpec:
-        if self.rank >= self.world_size:
-            raise ValueError(f"rank {self.rank} is not below world_size {self.world_size}")
-        return self
-
-    def parsed_manifest(self) -> JobManifest:
-        """The manifest, validated.
-
-        Raises:
-            ConfigError: it does not validate.
-        """
-        return parse_manifest(self.manifest, source="learner spec")
-
-
-def load_spec(path: str | Path) -> LearnerSpec:
-    """Read a spec file.
-
-    Raises:
-        ConfigError: unreadable, not JSON, or invalid (each field named).
-    """
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        return LearnerSpec.model_validate(data)
-    except OSError as exc:
-        raise ConfigError([("", f"cannot read {path}: {exc.strerror or exc}")], source=str(path)) from None
-    except ValueError as exc:
-        errors = ([(format_loc(e["loc"]), e["msg"]) for e in exc.errors()] if isinstance(exc, ValidationError)
-                  else [("", f"not JSON: {exc}")])
-        raise ConfigError(errors, source=str(path)) from None
 
 
 class OutputCapture:
@@ -206,7 +132,7 @@ class OutputCapture:
             self._thread.join(timeout)
 
 
-class Learner:
+class Learner(LearnerContext):
     """One learner process's parts: spec, manifest, the job's results store, reporter, output capture, and the
     halt event set by SIGTERM or by the manager.
 
@@ -216,18 +142,7 @@ class Learner:
     """
 
     def __init__(self, spec: LearnerSpec, token: str | None = None) -> None:
-        self.spec = spec
-        self.manifest = spec.parsed_manifest()
-        self.storage: Storage = layout.job_storage(spec.results_store, spec.job_id)
-        self.workdir = spec.workdir
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.log_path = self.workdir / f"learner-{spec.rank}.log"
-        self.chunks_path: Path | None = None  # a distributed learner's chunk log (labswarm.train.distributed.training)
-        self.halt = threading.Event()
-        token = token if token is not None else os.environ.get("LABSWARM_API_TOKEN")
-        self.reporter = JobReporter(spec.manager_url, job_id=spec.job_id, attempt=spec.attempt, rank=spec.rank,
-                                    token=token, halt=self.halt, interval=spec.report_interval_s,
-                                    heartbeat_s=spec.heartbeat_s, progress_s=spec.progress_s)
+        super().__init__(spec, token)
         self.capture = OutputCapture(self.log_path, self.reporter.log)
 
     def run(self) -> int:
@@ -258,8 +173,6 @@ class Learner:
 
     def _train(self) -> int:
         if isinstance(self.manifest.framework, CommandFramework):
-            from labswarm.jobs.learner.command import run_command
-
             return run_command(self)
         return self._train_labswarm()
 
@@ -325,26 +238,6 @@ class Learner:
             if int(record.get("epoch", 0)) <= int(pointer["epoch"]):
                 self.reporter.metric(record, key=f"epoch:{record['epoch']}")
         return True
-
-    def commit(self, key: str, epochs_done: int, step: int | None, kind: str = "file") -> dict[str, Any]:
-        """Write the pointer to the checkpoint ``key`` (already stored, with the metrics), report it, and delete
-        this attempt's checkpoints it replaces."""
-        pointer = layout.commit_checkpoint(self.storage, key, attempt=self.spec.attempt, epochs_done=epochs_done,
-                                           step=step, kind=kind)
-        self.reporter.event("checkpoint", pointer)
-        prefix = layout.attempt_prefix(self.spec.attempt)
-        for old in self.storage.list(prefix):
-            if old != key and not old.startswith(key + "/") and not layout.is_rank_copy(old):
-                self.storage.delete(old)
-        return pointer
-
-    def upload_log(self) -> None:
-        """Store this learner's log file as ``logs/attempt-<n>/learner-<rank>.log`` (and a distributed learner's
-        chunk log as ``logs/attempt-<n>/chunks-<rank>.jsonl``)."""
-        if self.log_path.is_file():
-            self.storage.put_file(layout.log_key(self.spec.attempt, self.spec.rank), self.log_path)
-        if self.chunks_path is not None and self.chunks_path.is_file():
-            self.storage.put_file(layout.chunks_key(self.spec.attempt, self.spec.rank), self.chunks_path)
 
 
 def _log_to_stderr() -> None:

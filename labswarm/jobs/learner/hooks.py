@@ -15,15 +15,13 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import ConfigError, DatasetError
+from labswarm.jobs.learner.context import LearnerContext
 from labswarm.jobs.spec import layout
 from labswarm.train.trainer import Trainer, TrainerHooks
-
-if TYPE_CHECKING:
-    from labswarm.jobs.learner.entry import Learner
 
 log = logging.getLogger("labswarm.learner")
 
@@ -61,7 +59,7 @@ def epoch_size(experiment: ExperimentConfig, rank: int = 0, world: int = 1) -> t
 class JobHooks(TrainerHooks):
     """The trainer's hooks in a learner: progress, checkpoints into the results store, metrics, halt."""
 
-    def __init__(self, learner: Learner) -> None:
+    def __init__(self, learner: LearnerContext) -> None:
         self.learner = learner
         self.stepped = False
         self.samples: int | None = None  # this learner's training samples per epoch (None: unknown)

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import logging
 import shutil
+import socket
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -27,15 +28,12 @@ from labswarm.config.manifest import parse_manifest
 from labswarm.deploy.learners import LearnerLaunch, LearnerLauncher
 from labswarm.errors import ConfigError, DeployError, StorageError
 from labswarm.jobs.lifecycle.cluster import JobCluster
-from labswarm.jobs.service import events
-from labswarm.jobs.service.credentials import new_attempt_token
-from labswarm.jobs.service.models import AttemptRow, JobRow, LearnerRow, naive_utcnow
+from labswarm.jobs.lifecycle.runtime import JobRuntime
+from labswarm.jobs.records import events
+from labswarm.jobs.records.credentials import new_attempt_token
+from labswarm.jobs.records.models import AttemptRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.spec import layout
 from labswarm.jobs.spec.states import HOLDS_SLOTS, JobState
-from labswarm.settings import Settings
-
-if TYPE_CHECKING:
-    from labswarm.jobs.service.service import JobService
 
 log = logging.getLogger(__name__)
 
@@ -43,19 +41,29 @@ _S = JobState
 
 
 class Deployer:
-    """The lifecycle's schedule and deploys (a part of :class:`~labswarm.jobs.lifecycle.lifecycle.JobLifecycle`, which
-    provides ``service``, ``settings``, ``learners``, ``host`` and ``_gpus``)."""
+    """The lifecycle's schedule and deploys (a part of :class:`~labswarm.jobs.lifecycle.lifecycle.JobLifecycle`).
 
-    service: JobService
-    settings: Settings
-    learners: LearnerLauncher
-    host: str
-    _gpus: list[str] | None
-    clusters: dict[str, JobCluster]
-    tokens: dict[tuple[str, int], str]
+    Args:
+        runtime: the jobs' database, lock, settings, local folder, the manager's URL and results stores.
+        learners: the launcher of the learners.
+        clusters: the distributed jobs' coordinators and shards, by job id (shared with the lifecycle).
+        tokens: the token of each live attempt, by (job id, attempt) (shared with the lifecycle).
+    """
 
-    def _schedule(self, db: Session) -> None:
-        if self.service.manager_url is None:
+    def __init__(self, runtime: JobRuntime, learners: LearnerLauncher, clusters: dict[str, JobCluster],
+                 tokens: dict[tuple[str, int], str]) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.learners = learners
+        self.clusters = clusters
+        self.tokens = tokens
+        self.host = socket.gethostname()
+        self._gpus: list[str] | None = None
+
+    def schedule(self, db: Session) -> None:
+        """Move queued jobs to PENDING and deploy them, by priority then submission, while their learners fit in
+        ``job_slots`` and their GPUs in the free ones (strict order: a job that does not fit holds the others)."""
+        if self.runtime.manager_url() is None:
             return  # not served yet: learners would have no one to report to
         used = sum(db.scalars(select(JobRow.learners).where(JobRow.status.in_([s.value for s in HOLDS_SLOTS]))))
         queued = db.scalars(select(JobRow).where(JobRow.status == _S.QUEUED.value)
@@ -66,7 +74,7 @@ class Deployer:
             events.transition(db, job, _S.PENDING, reason="deploying")
             job.not_before = None
             used += job.learners
-            self._deploy(db, job)
+            self.deploy(db, job)
 
     def _gpu_total(self) -> list[str]:
         if self._gpus is None:
@@ -87,17 +95,17 @@ class Deployer:
         free = [g for g in self._gpu_total() if g not in busy]
         return free[:wanted] if len(free) >= wanted else None
 
-    def _deploy(self, db: Session, job: JobRow) -> None:
+    def deploy(self, db: Session, job: JobRow) -> None:
         """Start the next attempt's learners from the last committed checkpoint through the launcher
         (:mod:`labswarm.deploy.learners`), each with the attempt's own API token
-        (:mod:`labswarm.jobs.service.credentials`:
-        only its digest is stored). A learner that cannot be started is ended at once as a deploy failure."""
-        url = self.service.manager_url
+        (:mod:`labswarm.jobs.records.credentials`: only its digest is stored). A learner that cannot be started is
+        ended at once as a deploy failure."""
+        url = self.runtime.manager_url()
         if url is None:
             return
         now = naive_utcnow()
         try:
-            pointer = layout.latest_checkpoint(self.service.storage(job))
+            pointer = layout.latest_checkpoint(self.runtime.storage(job))
         except StorageError as exc:
             log.warning("job %s: cannot read its checkpoint pointer (%s): the last one known is used", job.id, exc)
             pointer = job.checkpoint
@@ -108,7 +116,7 @@ class Deployer:
         db.add(AttemptRow(job_id=job.id, number=number, started_at=now, checkpoint_in=pointer, token_sha256=digest))
         gpus = self._free_gpus(db, job) or []
         per = int(job.manifest.get("resources", {}).get("gpus", 0))
-        base = self.service.home / job.id / f"attempt-{number}"
+        base = self.runtime.home / job.id / f"attempt-{number}"
         started: list[int] = []
         services: list[str] = []
         envs, failed = self._cluster_attempt(db, job, number, pointer)
@@ -136,8 +144,8 @@ class Deployer:
                 env: dict[str, str], failed: DeployError | None = None) -> None:
         """Start the learner of ``row`` (its attempt, rank, working folder and GPUs) through the launcher and fill
         in its handle; one that cannot be started is ended at once as a deploy failure (S105)."""
-        url = self.service.manager_url or ""
-        base = self.service.home / job.id / f"attempt-{row.attempt}"
+        url = self.runtime.manager_url() or ""
+        base = self.runtime.home / job.id / f"attempt-{row.attempt}"
         spec = {"job_id": job.id, "attempt": row.attempt, "rank": row.rank, "world_size": job.learners,
                 "manifest": job.manifest, "manager_url": url, "results_store": job.manifest["results_store"],
                 "checkpoint": pointer, "workdir": str(Path(row.workdir).resolve())}
@@ -156,11 +164,10 @@ class Deployer:
             events.append(db, job, "log", {"line": f"cannot start learner {row.rank}: {exc}", "rank": row.rank,
                                            "source": "launcher"}, attempt=row.attempt)
 
-    def _restart_learner(self, db: Session, job: JobRow, row: LearnerRow, pointer: dict[str, Any] | None) -> None:
+    def restart_learner(self, db: Session, job: JobRow, row: LearnerRow, pointer: dict[str, Any] | None) -> None:
         """Start the dead learner of ``row`` again, alone, in the same attempt (an asynchronous framework, see
         :meth:`~labswarm.jobs.lifecycle.outcomes.AttemptOutcomes._restart_learners`), from ``pointer``, with the
-        attempt's
-        token and its place in the job; its row is reset (a new process, a new report sequence)."""
+        attempt's token and its place in the job; its row is reset (a new process, a new report sequence)."""
         cluster = self.clusters.get(job.id)
         env: dict[str, str] = {}
         if cluster is not None and cluster.port is not None:
@@ -186,7 +193,7 @@ class Deployer:
                 runner = shard_runner(job.id) if shard_runner is not None else None
             except (ValueError, DeployError) as exc:
                 return [{} for _ in range(job.learners)], DeployError(f"parameter servers / coordinator: {exc}")
-            cluster = JobCluster(job.id, self.service.home / job.id, job.manifest["framework"], job.learners,
+            cluster = JobCluster(job.id, self.runtime.home / job.id, job.manifest["framework"], job.learners,
                                  manifest.shards, runner=runner)
             self.clusters[job.id] = cluster
         try:
@@ -205,7 +212,7 @@ class Deployer:
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 path = Path(tmp) / "checkpoint.pt"
-                self.service.storage(job).get_file(pointer["key"], path)
+                self.runtime.storage(job).get_file(pointer["key"], path)
                 state = checkpoint.load(path)
             except Exception as exc:  # no cursor: the passes after the checkpoint start clean anyway
                 log.warning("job %s: no cursor from checkpoint %s: %s", job.id, pointer["key"], exc)

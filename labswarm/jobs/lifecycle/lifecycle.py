@@ -24,11 +24,9 @@ once every learner of the previous one is known dead, so a learner never runs tw
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -38,12 +36,10 @@ from labswarm.deploy.learners import learner_launcher
 from labswarm.jobs.lifecycle.cluster import JobCluster
 from labswarm.jobs.lifecycle.deployer import Deployer
 from labswarm.jobs.lifecycle.outcomes import AttemptOutcomes
-from labswarm.jobs.service import events
-from labswarm.jobs.service.models import JobRow, LearnerRow, naive_utcnow
+from labswarm.jobs.lifecycle.runtime import JobRuntime
+from labswarm.jobs.records import events
+from labswarm.jobs.records.models import JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.spec.states import HOLDS_SLOTS, JobState
-
-if TYPE_CHECKING:
-    from labswarm.jobs.service.service import JobService
 
 log = logging.getLogger(__name__)
 
@@ -59,30 +55,31 @@ RAW_TAIL = 200
 _S = JobState
 
 
-class JobLifecycle(Deployer, AttemptOutcomes):
+class JobLifecycle:
     """The thread that moves jobs through their states (see the module docstring): the watchdog here, the
-    outcomes of attempts and the deploys in the classes it inherits.
+    deploys in its :class:`~labswarm.jobs.lifecycle.deployer.Deployer`, the outcomes of attempts in its
+    :class:`~labswarm.jobs.lifecycle.outcomes.AttemptOutcomes`.
 
     Args:
-        service: the job service (database, lock, settings, the manager's URL).
+        runtime: the jobs' database, lock, settings, local folder, the manager's URL and results stores.
     """
 
-    def __init__(self, service: JobService) -> None:
-        self.service = service
-        self.settings = service.settings
-        self.learners = learner_launcher(service.settings)  # LABSWARM_JOB_LAUNCHER: local processes or swarm
+    def __init__(self, runtime: JobRuntime) -> None:
+        self.runtime = runtime
+        self.settings = runtime.settings
+        self.learners = learner_launcher(runtime.settings)  # LABSWARM_JOB_LAUNCHER: local processes or swarm
         self.learners.on_exit = self.wake  # a local learner's exit: a pass at once
-        self.host = socket.gethostname()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = naive_utcnow()
-        self._gpus: list[str] | None = None
         self._swept = False
         #: distributed jobs' coordinators and shards (labswarm.jobs.lifecycle.cluster), by job id
         self.clusters: dict[str, JobCluster] = {}
         #: the token of each live attempt, by (job id, attempt): a learner restarted alone gets it again
         self.tokens: dict[tuple[str, int], str] = {}
+        self.deployer = Deployer(runtime, self.learners, self.clusters, self.tokens)
+        self.outcomes = AttemptOutcomes(runtime, self.learners, self.clusters, self.tokens, self.deployer)
 
     def start(self) -> None:
         """Start the thread (re-attaching to the learners a previous manager left)."""
@@ -101,7 +98,7 @@ class JobLifecycle(Deployer, AttemptOutcomes):
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
-        with self.service.lock:
+        with self.runtime.lock:
             for cluster in self.clusters.values():
                 cluster.close()
             self.clusters.clear()
@@ -122,7 +119,7 @@ class JobLifecycle(Deployer, AttemptOutcomes):
 
     def tick(self) -> bool:
         """One pass: watch, advance, schedule. Returns whether any job is queued or holds slots."""
-        with self.service.lock, self.service.db() as db:
+        with self.runtime.lock, self.runtime.db() as db:
             if not self._swept:  # a previous manager's learners: adopt those recorded, remove the others
                 live = {sid for sid in db.scalars(select(LearnerRow.service_id).where(LearnerRow.ended_at.is_(None)))
                         if sid}
@@ -131,9 +128,9 @@ class JobLifecycle(Deployer, AttemptOutcomes):
             self._watch(db)
             self._watch_shards(db)
             db.commit()
-            self._advance(db)
+            self.outcomes.advance(db)
             db.commit()
-            self._schedule(db)
+            self.deployer.schedule(db)
             db.commit()
             waiting = [_S.QUEUED.value, *(s.value for s in HOLDS_SLOTS)]
             return db.scalar(select(JobRow.id).where(JobRow.status.in_(waiting)).limit(1)) is not None

@@ -7,7 +7,7 @@ results store); a halt → HALTED with its checkpoint; a fault (:func:`~labswarm
 its restart budget (user or platform) → PENDING, deployed again after the backoff as a new attempt from the last
 committed checkpoint; beyond it → FAILED with the error code and the log tail. A job that ends COMPLETED or
 FAILED releases its slots, and its local working folders are removed. An ended attempt's own token
-(:mod:`labswarm.jobs.service.credentials`) is revoked.
+(:mod:`labswarm.jobs.records.credentials`) is revoked.
 
 Distributed jobs (:func:`~labswarm.train.distributed.launch.restart_scope`): under a synchronous framework a learner's
 death ends the attempt (its live peers are killed at once rather than left to fail their next collective after
@@ -22,23 +22,23 @@ import logging
 import shutil
 import signal
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from labswarm.config.manifest import RestartPolicy
+from labswarm.deploy.learners import LearnerLauncher
 from labswarm.errors import StorageError
-from labswarm.jobs.service import events
-from labswarm.jobs.service.models import AttemptRow, JobRow, LearnerRow, naive_utcnow
+from labswarm.jobs.lifecycle.cluster import JobCluster
+from labswarm.jobs.lifecycle.deployer import Deployer
+from labswarm.jobs.lifecycle.runtime import JobRuntime
+from labswarm.jobs.records import events
+from labswarm.jobs.records.models import AttemptRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.spec import layout
 from labswarm.jobs.spec.errors import EXIT_HALTED, ErrorCode, ExitVerdict, Fault, classify_exit
 from labswarm.jobs.spec.states import HOLDS_SLOTS, JobState
-
-if TYPE_CHECKING:
-    from labswarm.deploy.learners import LearnerLauncher
-    from labswarm.jobs.lifecycle.cluster import JobCluster
-    from labswarm.jobs.service.service import JobService
+from labswarm.train.distributed.launch import restart_scope
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +47,27 @@ _S = JobState
 
 class AttemptOutcomes:
     """The lifecycle's decisions at the end of an attempt (a part of
-    :class:`~labswarm.jobs.lifecycle.lifecycle.JobLifecycle`, which provides ``service`` and ``_deploy``)."""
+    :class:`~labswarm.jobs.lifecycle.lifecycle.JobLifecycle`).
 
-    service: JobService
-    clusters: dict[str, JobCluster]
-    tokens: dict[tuple[str, int], str]
-    learners: LearnerLauncher
+    Args:
+        runtime: the jobs' database, lock, settings, local folder and results stores.
+        learners: the launcher of the learners.
+        clusters: the distributed jobs' coordinators and shards, by job id (shared with the lifecycle).
+        tokens: the token of each live attempt, by (job id, attempt) (shared with the lifecycle).
+        deployer: what deploys a job's next attempt, or restarts one learner.
+    """
 
-    def _advance(self, db: Session) -> None:
+    def __init__(self, runtime: JobRuntime, learners: LearnerLauncher, clusters: dict[str, JobCluster],
+                 tokens: dict[tuple[str, int], str], deployer: Deployer) -> None:
+        self.runtime = runtime
+        self.learners = learners
+        self.clusters = clusters
+        self.tokens = tokens
+        self.deployer = deployer
+
+    def advance(self, db: Session) -> None:
+        """Decide what follows each ended attempt of the jobs that hold slots (see the module docstring), and
+        deploy the pending jobs whose backoff is over."""
         now = naive_utcnow()
         active = [s.value for s in HOLDS_SLOTS]
         for job in list(db.scalars(select(JobRow).where(JobRow.status.in_(active)))):
@@ -71,7 +84,7 @@ class AttemptOutcomes:
                 events.transition(db, job, _S.HALTED, reason="halted", detail={"checkpoint": job.checkpoint})
                 job.halt_at = None
             elif job.status == _S.PENDING.value and (job.not_before is None or now >= job.not_before):
-                self._deploy(db, job)
+                self.deployer.deploy(db, job)
 
     def _ended(self, db: Session, job: JobRow, attempt: AttemptRow, learners: list[LearnerRow]) -> None:
         """Decide what follows the end of ``attempt`` (every learner of it has ended); its token is revoked."""
@@ -82,7 +95,7 @@ class AttemptOutcomes:
         if cluster is not None:  # the next attempt gets a fresh coordinator and its shards back from their checkpoints
             cluster.close()
         try:
-            pointer = layout.latest_checkpoint(self.service.storage(job))
+            pointer = layout.latest_checkpoint(self.runtime.storage(job))
         except StorageError as exc:
             log.warning("job %s: cannot read its checkpoint pointer: %s", job.id, exc)
             pointer = job.checkpoint
@@ -123,8 +136,6 @@ class AttemptOutcomes:
         checkpoint (it pulls the current parameters from the shards, and the global cursor hands it what is left
         of the pass). Each restart is an ``attempt`` event ``learner_restarted`` (the attempts list shows them).
         A learner that exited 0, was killed for a delete or could not be deployed is left to the attempt's end."""
-        from labswarm.train.distributed.launch import restart_scope
-
         if restart_scope(job.manifest["framework"]) != "learner":  # synchronous: the attempt ends with it
             if any(lr.ended_at is not None and lr.exit_code != 0 for lr in learners):
                 for peer in learners:
@@ -150,11 +161,11 @@ class AttemptOutcomes:
             else:
                 job.restarts_platform += 1
             try:
-                pointer = layout.latest_checkpoint(self.service.storage(job))
+                pointer = layout.latest_checkpoint(self.runtime.storage(job))
             except StorageError:
                 pointer = job.checkpoint
             old = {"pid": learner.pid, "exit_code": learner.exit_code, "killed": learner.killed}
-            self._restart_learner(db, job, learner, pointer)  # type: ignore[attr-defined]  (the Deployer's)
+            self.deployer.restart_learner(db, job, learner, pointer)
             log.info("job %s: learner %d restarted alone (%s) from %s", job.id, learner.rank, verdict.detail,
                      pointer["key"] if pointer else "scratch")
             events.append(db, job, "attempt", {"attempt": job.attempt, "event": "learner_restarted",
@@ -182,7 +193,7 @@ class AttemptOutcomes:
         job.halt_at = None
         if job.manifest["framework"]["name"] != "command":  # our trainer (one learner or distributed)
             try:
-                stored = self.service.storage(job).exists(layout.MODEL_KEY)
+                stored = self.runtime.storage(job).exists(layout.MODEL_KEY)
                 why = "the learner ended without storing the model"
             except StorageError as exc:
                 stored, why = False, str(exc)
@@ -233,5 +244,5 @@ class AttemptOutcomes:
         cluster = self.clusters.pop(job.id, None)
         if cluster is not None:
             cluster.close()
-        for workdir in (self.service.home / job.id).glob("attempt-*/rank-*"):
+        for workdir in (self.runtime.home / job.id).glob("attempt-*/rank-*"):
             shutil.rmtree(workdir, ignore_errors=True)

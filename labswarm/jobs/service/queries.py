@@ -16,8 +16,8 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from labswarm.errors import NotFound
-from labswarm.jobs.service import events
-from labswarm.jobs.service.models import AttemptRow, JobEventRow, JobRow, LearnerRow
+from labswarm.jobs.records import events
+from labswarm.jobs.records.models import AttemptRow, JobEventRow, JobRow, LearnerRow
 from labswarm.jobs.spec import layout
 from labswarm.jobs.spec.errors import ErrorCode
 from labswarm.jobs.spec.states import JobState

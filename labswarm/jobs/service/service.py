@@ -24,9 +24,10 @@ from labswarm.config.roots import check_manifest_paths
 from labswarm.datasets.folder import read_clips
 from labswarm.errors import ConfigError, Conflict, DatasetError, NotFound, StorageError
 from labswarm.jobs.lifecycle.lifecycle import JobLifecycle
-from labswarm.jobs.service import events
-from labswarm.jobs.service.credentials import attempt_user
-from labswarm.jobs.service.models import AttemptRow, JobEventRow, JobRow, LearnerRow, naive_utcnow
+from labswarm.jobs.lifecycle.runtime import JobRuntime
+from labswarm.jobs.records import events
+from labswarm.jobs.records.credentials import attempt_user
+from labswarm.jobs.records.models import AttemptRow, JobEventRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.service.queries import JobQueries
 from labswarm.jobs.spec.errors import AdminOnly
 from labswarm.jobs.spec.states import HOLDS_SLOTS, JobState
@@ -44,14 +45,15 @@ class JobService(JobQueries):
     """
 
     def __init__(self, sessions: SessionService) -> None:
-        import labswarm.jobs.service.models  # noqa: F401  (the tables on the shared Base)
-
         self.sessions = sessions
         self.settings = sessions.settings
         self.db = sessions.db
         self.home = self.settings.home / "jobs"
         self.lock = threading.RLock()
-        self.lifecycle = JobLifecycle(self)
+        #: what the lifecycle is handed instead of this service (labswarm.jobs.lifecycle.runtime)
+        self.runtime = JobRuntime(settings=self.settings, db=self.db, lock=self.lock, home=self.home,
+                                  manager_url=lambda: self.manager_url)
+        self.lifecycle = JobLifecycle(self.runtime)
 
     @property
     def manager_url(self) -> str | None:
@@ -68,7 +70,7 @@ class JobService(JobQueries):
 
     def attempt_user(self, digest: bytes) -> User | None:
         """The scoped-token hook of the manager's authenticator: the learner whose running attempt's token has
-        SHA-256 ``digest``, its scope that attempt's report route (:mod:`labswarm.jobs.service.credentials`)."""
+        SHA-256 ``digest``, its scope that attempt's report route (:mod:`labswarm.jobs.records.credentials`)."""
         with self.db() as db:
             return attempt_user(db, digest)
 

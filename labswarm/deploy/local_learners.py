@@ -1,0 +1,156 @@
+"""Learners as local processes (``LABSWARM_JOB_LAUNCHER=local``, the embedded default launcher of learners).
+
+A local learner runs ``python -m labswarm.jobs.learner.entry SPEC.json`` in a session (and process group) of its
+own, so it outlives a manager that stops or restarts, and its data-loading children can be killed with it. A
+learner is identified by its pid together with its process start time (psutil's ``create_time``), so a pid reused
+by another program is never taken for the learner: a restarted manager re-attaches to a learner that is still
+alive and never starts a second copy of it.
+
+A halt signals the learner's pid only (SIGTERM: it checkpoints and exits; its process group holds the
+data-loading processes, which must not be stopped under it); a kill (watchdog, grace over, delete) sends SIGKILL
+to the whole group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from labswarm.deploy.learners import (
+    EXIT_FILE,
+    PROGRAM_FILE,
+    LearnerHandle,
+    LearnerLaunch,
+    LearnerLauncher,
+    LearnerRecord,
+    LearnerStatus,
+    learner_environment,
+)
+
+
+class LocalLearners(LearnerLauncher):
+    """Starts, watches and stops learner processes on this machine."""
+
+    def __init__(self) -> None:
+        self._children: dict[int, subprocess.Popen] = {}
+
+    def start(self, launch: LearnerLaunch) -> LearnerHandle:
+        """Write the spec to ``launch.spec_path`` and start ``python -m labswarm.jobs.learner.entry SPEC`` with the
+        manager's environment less its secrets, plus the attempt's token, ``CUDA_VISIBLE_DEVICES`` and ``launch.env``
+        (:func:`~labswarm.deploy.learners.learner_environment`), its raw output into ``launch.out``.
+
+        Returns:
+            The pid and the process's create time (Unix seconds).
+
+        Raises:
+            OSError: the spec could not be written or the process could not be started.
+        """
+        launch.spec_path.parent.mkdir(parents=True, exist_ok=True)
+        launch.spec_path.write_text(json.dumps(launch.spec))
+        env = learner_environment(os.environ, launch.token)  # none of the manager's secrets; the attempt's token
+        if launch.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = launch.gpus
+        env.update(launch.env)  # a distributed learner's place in the job and the per-job shard secret
+        launch.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(launch.out, "ab") as handle:
+            process = subprocess.Popen([sys.executable, "-m", "labswarm.jobs.learner.entry", str(launch.spec_path)],
+                                       stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       env=env, start_new_session=True)
+        self._children[process.pid] = process
+        if self.on_exit is not None:
+            threading.Thread(target=self._wait, args=(process, self.on_exit), daemon=True,
+                             name=f"labswarm-learner-{process.pid}-exit").start()
+        try:
+            created = psutil.Process(process.pid).create_time()
+        except psutil.Error:  # already gone: its exit is found by poll
+            created = 0.0
+        return LearnerHandle(pid=process.pid, pid_created=created)
+
+    @staticmethod
+    def _wait(process: subprocess.Popen, on_exit: Callable[[], None]) -> None:
+        """Wait for the process to exit (its status stays in ``process``: :meth:`poll` reads it), then call
+        ``on_exit``."""
+        process.wait()
+        on_exit()
+
+    def poll(self, learner: LearnerRecord) -> LearnerStatus:
+        """Alive, or its exit code (``None``: unknown, e.g. killed while this manager was not its parent)."""
+        pid, created = learner.pid, learner.pid_created
+        if pid is None:
+            return LearnerStatus(False)
+        child = self._children.get(pid)
+        if child is not None:
+            code = child.poll()
+            if code is None:
+                return LearnerStatus(True)
+            del self._children[pid]
+            return LearnerStatus(False, code)
+        if self._alive(pid, created):
+            return LearnerStatus(True)
+        try:
+            return LearnerStatus(False, int(json.loads((Path(learner.workdir) / EXIT_FILE).read_text())["code"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return LearnerStatus(False)
+
+    def terminate(self, learner: LearnerRecord) -> None:
+        """SIGTERM to the learner only (a cooperative halt)."""
+        if learner.pid is not None and self._alive(learner.pid, learner.pid_created):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(learner.pid, signal.SIGTERM)
+
+    def kill(self, learner: LearnerRecord) -> None:
+        """SIGKILL to the learner's whole process group (its data-loading children too) and to the groups of its
+        other descendants (a ``command`` learner's program runs in a group of its own: :data:`PROGRAM_FILE`, read
+        also when the learner is already gone); also cleans up what a dead learner left behind in its group."""
+        if learner.pid is None:
+            return
+        groups = {learner.pid}  # its session's group: pgid == pid
+        if self._alive(learner.pid, learner.pid_created):
+            with contextlib.suppress(psutil.Error):
+                for child in psutil.Process(learner.pid).children(recursive=True):
+                    with contextlib.suppress(psutil.Error, OSError):
+                        groups.add(os.getpgid(child.pid))
+        if (program := _program(Path(learner.workdir) / PROGRAM_FILE)) is not None:
+            with contextlib.suppress(OSError):
+                groups.add(os.getpgid(program))
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(learner.pid, signal.SIGKILL)
+
+    def output_tail(self, learner: LearnerRecord, lines: int) -> list[str]:
+        """The last lines of ``learner-<rank>.out`` beside its working folder."""
+        out = Path(learner.workdir).parent / f"learner-{learner.rank}.out"
+        try:
+            return out.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+        except OSError:
+            return []
+
+    def _alive(self, pid: int, created: float | None) -> bool:
+        try:
+            process = psutil.Process(pid)
+            if created and abs(process.create_time() - created) > 0.05:
+                return False  # the pid now belongs to another process
+            return process.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+
+def _program(path: Path) -> int | None:
+    """The pid of the program :data:`PROGRAM_FILE` names, if that very process (same start time) still runs."""
+    try:
+        pid, created = path.read_text().split()
+        process = psutil.Process(int(pid))
+        return process.pid if abs(process.create_time() - float(created)) < 0.01 else None
+    except (OSError, ValueError, psutil.Error):
+        return None
