@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from helpers import missing
 
 import labswarm.storage.local as local_module
 from labswarm.errors import StorageError
 from labswarm.storage import LocalStorage, Storage
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def make(root: Path, **params: object) -> LocalStorage:
@@ -89,16 +95,41 @@ def test_reachable_refuses_a_file_in_the_way(tmp_path: Path) -> None:
         make(tmp_path / "file").reachable()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+#: The check of a read-only folder, in a child process: prints the refusal, exits non-zero if there is none.
+READ_ONLY_CHECK = """
+import os
+import sys
+
+from labswarm.errors import StorageError
+from labswarm.storage import Storage
+
+try:
+    Storage.from_spec({"name": "local", "path": sys.argv[1]}).reachable()
+except StorageError as exc:
+    print(exc)
+else:
+    sys.exit(f"reachable() accepted {sys.argv[1]} (os.access W_OK of its parent: {os.access(sys.argv[2], 2)})")
+"""
+
+
 def test_reachable_refuses_a_read_only_folder(tmp_path: Path) -> None:
+    """Root writes anywhere (CAP_DAC_OVERRIDE), and CI runs as root: there the check runs as root still, in a child
+    whose capability bounding set lacks DAC_OVERRIDE and DAC_READ_SEARCH (``setpriv``), so the folder's mode bits
+    bind it as they bind any other user."""
     folder = tmp_path / "ro"
     folder.mkdir()
     folder.chmod(0o500)
+    drop = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"] if os.geteuid() == 0 else []
+    if drop and shutil.which("setpriv") is None:
+        missing("running as root, and setpriv (util-linux) is not there to drop CAP_DAC_OVERRIDE")
     try:
-        with pytest.raises(StorageError, match="not writable"):
-            make(folder / "results").reachable()
+        result = subprocess.run([*drop, sys.executable, "-c", READ_ONLY_CHECK,
+                                 str(folder / "results"), str(folder)],
+                                cwd=ROOT, capture_output=True, text=True, timeout=120)
     finally:
         folder.chmod(0o700)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{folder / 'results'}: the nearest existing parent {folder} is not writable" in result.stdout, result.stdout
 
 
 def test_fsync_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
