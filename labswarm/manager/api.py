@@ -22,10 +22,10 @@ from labswarm.auth.limits import BodyLimit
 from labswarm.errors import BrokerError, ConfigError, DatasetError, DeployError, LabswarmError, NotFound
 from labswarm.jobs.service.api import jobs_router
 from labswarm.jobs.service.service import JobService
-from labswarm.sessions.api import sessions_router
+from labswarm.sessions.api import router as sessions_router
 from labswarm.sessions.metrics import SessionCollector
 from labswarm.sessions.service import SessionService
-from labswarm.sessions.stream import session_stream_router
+from labswarm.sessions.stream import router as session_stream_router
 from labswarm.settings import Settings
 from labswarm.ui.app import ui_app
 
@@ -78,11 +78,11 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
         """Prometheus metrics: samples per status, totals, publish rates of every session."""
         return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.include_router(sessions_router(sessions, []))  # authenticated by the app's dependency
+    app.include_router(sessions_router)  # authenticated by the app's dependency; the service: app.state.sessions
     jobs = JobService(sessions)
     authenticator.add_scoped(jobs.attempt_user)  # each attempt's own token: its learners' report route only
     app.include_router(jobs_router(jobs, [Depends(auth)]))
-    app.include_router(session_stream_router(sessions))  # GET /sessions/{id}/events (labswarm.sessions.stream)
+    app.include_router(session_stream_router)  # GET /sessions/{id}/events (labswarm.sessions.stream)
     app.mount("/ui", ui_app(app))  # the dashboard (labswarm.ui), authenticated on the same tokens
     return app
 

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from sqlalchemy import select
 
 from labswarm.deploy.base import Host, Launcher
 from labswarm.deploy.sessions import NONE, session_launcher
-from labswarm.errors import ConfigError, Conflict, DeployError, LabswarmError
+from labswarm.errors import ConfigError, Conflict, DeployError, LabswarmError, NotFound
+from labswarm.sessions.context import SessionContext
 from labswarm.sessions.models import ACTIVE, SessionRow
-
-if TYPE_CHECKING:
-    from labswarm.sessions.service import SessionService
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +20,9 @@ class SessionLaunchers:
     """The launcher of each active session whose workers the manager runs.
 
     Args:
-        service: the session service (database, settings, session failure).
+        context: the runtime of the sessions (database, settings).
+        fail_session: called with a session's id and the reason when its launcher cannot start its workers: the
+            session fails (:meth:`SessionService.fail_session`).
 
     Attributes:
         host: what the process serving the manager knows about itself (its URL from this machine, the local
@@ -30,8 +30,9 @@ class SessionLaunchers:
             (:func:`~labswarm.manager.server.advertise`) and given to each launcher (``Launcher.bind``).
     """
 
-    def __init__(self, service: SessionService) -> None:
-        self.service = service
+    def __init__(self, context: SessionContext, fail_session: Callable[[str, str], None]) -> None:
+        self.context = context
+        self._fail_session = fail_session
         self.host = Host()
         self._launchers: dict[str, Launcher] = {}
         self._stopping: dict[str, Launcher] = {}  # launchers being stopped now (by a session's end)
@@ -58,7 +59,7 @@ class SessionLaunchers:
         """
         if workers < 0:
             raise ValueError(f"workers must be >= 0, got {workers}")
-        row = self.service.session(session_id)
+        row = self._session(session_id)
         if launcher == NONE:
             return
         if row.status not in ACTIVE:
@@ -66,16 +67,16 @@ class SessionLaunchers:
         if session_id in self._launchers:
             raise Conflict(f"session {session_id} already has its launcher")
         try:
-            instance = session_launcher(launcher, row.experiment, session_id, self.service.settings)
+            instance = session_launcher(launcher, row.experiment, session_id, self.context.settings)
             instance.bind(self.host)
             instance.start(workers)
         except (ConfigError, DeployError) as exc:
-            self.service.fail_session(session_id, f"{launcher} launcher: {exc}")
+            self._fail_session(session_id, f"{launcher} launcher: {exc}")
             raise
         # registered before the status is read again: a session that ends from now on finds its launcher in
         # stop(); one that ended during start() is seen here. stop() pops it, so exactly one of the two stops it
         self._launchers[session_id] = instance
-        with self.service.db() as db:
+        with self.context.db() as db:
             current = db.get(SessionRow, session_id)
             current.launcher = launcher
             db.commit()
@@ -94,7 +95,7 @@ class SessionLaunchers:
         """
         if workers < 0:
             raise ValueError(f"workers must be >= 0, got {workers}")
-        row = self.service.session(session_id)
+        row = self._session(session_id)
         if row.status not in ACTIVE:
             raise Conflict(f"session {session_id} is {row.status}")
         launcher = self._launchers.get(session_id)
@@ -105,12 +106,12 @@ class SessionLaunchers:
 
     def restore(self) -> None:
         """Rebuild the launchers of the active sessions that have one (after a manager restart)."""
-        with self.service.db() as db:
+        with self.context.db() as db:
             rows = list(db.execute(select(SessionRow.id, SessionRow.experiment, SessionRow.launcher)
                                    .where(SessionRow.status.in_(ACTIVE), SessionRow.launcher != NONE)))
         for session_id, experiment, name in rows:
             try:
-                instance = session_launcher(name, experiment, session_id, self.service.settings)
+                instance = session_launcher(name, experiment, session_id, self.context.settings)
             except LabswarmError as exc:
                 log.error("session %s: cannot restore its %s launcher: %s", session_id, name, exc)
                 continue
@@ -158,3 +159,15 @@ class SessionLaunchers:
                 raise
         finally:
             self._stopping.pop(session_id, None)
+
+    def _session(self, session_id: str) -> SessionRow:
+        """The row of a session.
+
+        Raises:
+            NotFound: no such session.
+        """
+        with self.context.db() as db:
+            row = db.get(SessionRow, session_id)
+        if row is None:
+            raise NotFound(f"no session {session_id!r}")
+        return row

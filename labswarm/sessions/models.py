@@ -12,12 +12,11 @@ from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, se
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from labswarm.db import Base, utcnow
+from labswarm.sessions.states import ACTIVE
 
-#: Session statuses in which a publisher thread runs.
-ACTIVE = ("running", "paused")
-
-#: SQL of "the session is active", the condition of the partial unique index on ``sessions(experiment)``.
-ACTIVE_SQL = "status IN ('running', 'paused')"
+#: SQL of "the session is active", the condition of the partial unique index on ``sessions(experiment)``:
+#: ``status IN ('running', 'paused')`` (revision 0002 wrote the same text).
+ACTIVE_SQL = f"status IN ({', '.join(repr(state.value) for state in ACTIVE)})"
 
 #: The owner of rows that name none (and of every row older than revision 0005): the user of LABSWARM_API_TOKEN.
 DEFAULT_OWNER = "admin"
@@ -42,9 +41,11 @@ class ExperimentRow(Base):
 class SessionRow(Base):
     """One run of an experiment.
 
-    ``status``: ``running`` (publishing or waiting for outcomes), ``paused``, ``completed``, ``cancelled``,
-    ``failed`` (the session itself failed, e.g. unreadable dataset; ``error`` says why). ``cursor`` is the index
-    in the experiment's sample stream of the next sample to publish: a restarted manager resumes there.
+    ``status``: a :class:`~labswarm.sessions.states.SessionState` value, ``running`` (publishing or waiting for
+    outcomes), ``paused``, ``completed``, ``cancelled``, ``failed`` (the session itself failed, e.g. unreadable
+    dataset; ``error`` says why), written only by :func:`labswarm.sessions.lifecycle.transition` once created.
+    ``cursor`` is the index in the experiment's sample stream of the next sample to publish: a restarted manager
+    resumes there.
     ``weight`` (> 0) is the session's share of workers it shares with other sessions, relative to theirs (the
     health controller's). At most one session per experiment is active (``running`` or ``paused``): a partial
     unique index (:data:`ONE_ACTIVE_INDEX`) refuses a second one, whoever writes it. ``launcher`` names what

@@ -8,16 +8,18 @@ at most ``max_attempts`` times (then ``failed``). The store and the ledger are t
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from labswarm.config.experiment import ExperimentConfig
+from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import Sample, iter_samples
 from labswarm.sessions import ledger
+from labswarm.sessions.context import SessionContext
 from labswarm.sessions.models import SessionRow
-
-if TYPE_CHECKING:
-    from labswarm.pipeline.features import FeaturesBlock
-    from labswarm.sessions.runner import SessionRunner
+from labswarm.sessions.ratelimit import TokenBucket
+from labswarm.sessions.states import SessionState
 
 log = logging.getLogger(__name__)
 
@@ -29,32 +31,61 @@ BATCH = 200
 WALK = 1_000
 
 
-def reconcile(runner: SessionRunner, block: FeaturesBlock) -> None:
+class Publisher(Protocol):
+    """What reconciliation needs of a session's publisher (:class:`~labswarm.sessions.runner.SessionRunner`, the
+    thread that calls it): the session, its runtime, its pacing and controls, and its progress clock."""
+
+    context: SessionContext
+    session_id: str
+    experiment: str
+    config: ExperimentConfig
+    bucket: TokenBucket
+    stop_event: threading.Event
+    #: The slowest task seen, in s.
+    max_task_seconds: float
+    #: ``time.monotonic()`` of the last outcome that arrived (reconciliation resets it after each walk).
+    last_progress: float
+
+    def wait_running(self) -> bool:
+        """Block while paused; ``False`` once stopped."""
+        ...
+
+    def finish(self, state: SessionState, error: str | None = None) -> None:
+        """End the session with a terminal ``state``."""
+        ...
+
+
+def reconcile(runner: Publisher, block: FeaturesBlock) -> None:
     """Wait for every sample's outcome; when the queue is empty and nothing arrived for a while, republish.
 
-    Progress is what :meth:`SessionRunner.note_outcomes` sees arrive; the ledger is asked only whether any sample
-    is still pending (one index seek per poll, whatever the session's size). Returns once the session completed
-    (:meth:`SessionRunner.finish`) or the runner was stopped; waits while the session is paused.
+    Progress is what :meth:`~labswarm.sessions.runner.SessionRunner.note_outcomes` sees arrive; the ledger is
+    asked only whether any sample is still pending (one index seek per poll, whatever the session's size).
+    Returns once the session completed (:meth:`Publisher.finish`) or the runner was stopped; waits while the
+    session is paused.
+
+    Args:
+        runner: the session's publisher (the thread calling this).
+        block: the experiment's features block (its ``is_cached`` looks a sample up in the feature store).
     """
-    settings = runner.service.settings
+    settings = runner.context.settings
     runner.last_progress = time.monotonic()
     while not runner.stop_event.is_set():
         if not runner.wait_running():
             return
-        with runner.service.db() as db:
+        with runner.context.db() as db:
             waiting = ledger.has_pending(db, runner.session_id)
         if not waiting:
-            runner.finish("completed")
+            runner.finish(SessionState.COMPLETED)
             return
         idle_limit = max(settings.reconcile_after, 4 * runner.max_task_seconds)
         idle = time.monotonic() - runner.last_progress > idle_limit
-        if idle and runner.service.broker.queue_depth(runner.experiment) == 0:
+        if idle and runner.context.broker.queue_depth(runner.experiment) == 0:
             republish_missing(runner, block)
             runner.last_progress = time.monotonic()
         runner.stop_event.wait(0.25)
 
 
-def republish_missing(runner: SessionRunner, block: FeaturesBlock) -> bool:
+def republish_missing(runner: Publisher, block: FeaturesBlock) -> bool:
     """Samples without an outcome: found in the store (``done``), out of attempts (``failed``) or published again.
 
     Streams: walks the experiment's sample stream in chunks of :data:`WALK` samples, looks up which of each chunk
@@ -65,7 +96,7 @@ def republish_missing(runner: SessionRunner, block: FeaturesBlock) -> bool:
     Returns:
         ``True`` when the walk went through, ``False`` when the runner was stopped first.
     """
-    with runner.service.db() as db:
+    with runner.context.db() as db:
         missing = ledger.count_pending(db, runner.session_id)
     if not missing:
         return True
@@ -74,7 +105,7 @@ def republish_missing(runner: SessionRunner, block: FeaturesBlock) -> bool:
     for chunk in ledger.chunks(iter_samples(runner.config), WALK):
         if not runner.wait_running():
             return False
-        with runner.service.db() as db:
+        with runner.context.db() as db:
             attempts = ledger.pending_among(db, runner.session_id, (s.id for s in chunk))
         if not attempts:
             continue
@@ -90,11 +121,11 @@ def republish_missing(runner: SessionRunner, block: FeaturesBlock) -> bool:
     return True
 
 
-def _settle(runner: SessionRunner, block: FeaturesBlock, samples: list[Sample],
+def _settle(runner: Publisher, block: FeaturesBlock, samples: list[Sample],
             attempts: dict[str, int]) -> int | None:
     """Settle one chunk's pending ``samples``: ``done`` if in the store, ``failed`` out of attempts, else
     published again; returns how many were published, ``None`` if stopped first."""
-    max_attempts = runner.service.settings.max_attempts
+    max_attempts = runner.context.settings.max_attempts
     found: list[str] = []
     exhausted: list[str] = []
     again: list[Sample] = []
@@ -105,7 +136,7 @@ def _settle(runner: SessionRunner, block: FeaturesBlock, samples: list[Sample],
             exhausted.append(sample.id)
         else:
             again.append(sample)
-    with runner.service.db() as db:
+    with runner.context.db() as db:
         ledger.set_status(db, runner.session_id, found, "done", None)
         ledger.set_status(db, runner.session_id, exhausted, "failed",
                           f"no outcome after {max_attempts} deliveries (worker lost or task lost)")
@@ -118,7 +149,7 @@ def _settle(runner: SessionRunner, block: FeaturesBlock, samples: list[Sample],
             if not runner.bucket.acquire(runner.stop_event):
                 batch = batch[:taken]
                 break
-        n = runner.service.broker.publish_many(runner.session_id, runner.experiment, batch, runner.stop_event)
+        n = runner.context.broker.publish_many(runner.session_id, runner.experiment, batch, runner.stop_event)
         _record_sent(runner, [s.id for s in batch[:n]])
         sent += n
         if n < len(batch) or runner.stop_event.is_set():
@@ -126,11 +157,11 @@ def _settle(runner: SessionRunner, block: FeaturesBlock, samples: list[Sample],
     return sent
 
 
-def _record_sent(runner: SessionRunner, sample_ids: list[str]) -> None:
+def _record_sent(runner: Publisher, sample_ids: list[str]) -> None:
     """One more attempt for each republished sample; the session's message counters."""
     if not sample_ids:
         return
-    with runner.service.db() as db:
+    with runner.context.db() as db:
         ledger.add_attempt(db, runner.session_id, sample_ids)
         row = db.get(SessionRow, runner.session_id)
         row.published += len(sample_ids)

@@ -20,20 +20,19 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from labswarm.db import utcnow
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import Sample, iter_samples
-from labswarm.sessions import ledger
+from labswarm.sessions import ledger, lifecycle
+from labswarm.sessions.context import SessionContext
 from labswarm.sessions.models import SessionRow
 from labswarm.sessions.ratelimit import TokenBucket
 from labswarm.sessions.reconcile import reconcile
+from labswarm.sessions.states import SessionState
 from labswarm.sessions.window import StartWindow
-
-if TYPE_CHECKING:
-    from labswarm.sessions.service import SessionService
 
 log = logging.getLogger(__name__)
 
@@ -63,24 +62,27 @@ class SessionRunner(threading.Thread):
     """The thread that publishes and reconciles one session.
 
     Args:
-        service: the session service (database, broker, settings).
-        session_id: the session to run; its row gives the experiment, rate, cursor and status.
+        context: the runtime it shares with the service (database, settings, broker).
+        row: the session to run, as just read: its id, experiment, rate and state (the cursor is read when the
+            thread starts).
+        config: the session's experiment configuration.
+        on_end: called with the session's id once the thread has ended the session (completed or failed), so its
+            owner forgets the thread and stops the session's workers.
     """
 
-    def __init__(self, service: SessionService, session_id: str) -> None:
-        super().__init__(name=f"session-{session_id}", daemon=True)
-        self.service = service
-        self.session_id = session_id
-        with service.db() as db:
-            row = db.get(SessionRow, session_id)
-            self.experiment = row.experiment
-            self.bucket = TokenBucket(row.rate)
-            paused = row.status == "paused"
-        self.window = StartWindow(service.settings.start_window)
-        self.config = service.registry.config(self.experiment)
+    def __init__(self, context: SessionContext, row: SessionRow, config: ExperimentConfig,
+                 on_end: Callable[[str], None]) -> None:
+        super().__init__(name=f"session-{row.id}", daemon=True)
+        self.context = context
+        self.session_id = row.id
+        self.experiment = row.experiment
+        self.bucket = TokenBucket(row.rate)
+        self.window = StartWindow(context.settings.start_window)
+        self.config = config
+        self._on_end = on_end
         self.stop_event = threading.Event()
         self.running = threading.Event()
-        if not paused:
+        if row.status != SessionState.PAUSED:
             self.running.set()
         self.phase = "publish"
         self.max_task_seconds = 0.0
@@ -134,11 +136,7 @@ class SessionRunner(threading.Thread):
                 reconcile(self, block)
         except Exception as exc:
             log.exception("session %s failed", self.session_id)
-            with self.service.db() as db:
-                row = db.get(SessionRow, self.session_id)
-                row.status, row.error, row.finished_at = "failed", f"{type(exc).__name__}: {exc}", utcnow()
-                db.commit()
-            self.service.session_finished(self.session_id)  # its workers stop too
+            self.finish(SessionState.FAILED, f"{type(exc).__name__}: {exc}")
 
     def _publish_phase(self, block: FeaturesBlock) -> None:
         """Publish from the cursor on, in batches of at most :data:`BATCH` samples: as many as the token bucket
@@ -146,7 +144,7 @@ class SessionRunner(threading.Thread):
         cursor are committed after the confirms (every :data:`BATCH` rows, every :data:`BATCH_SECONDS`, and
         before a wait longer than that), so a restart republishes at most one batch and skips nothing.
         """
-        with self.service.db() as db:
+        with self.context.db() as db:
             cursor = db.get(SessionRow, self.session_id).cursor
             self.window.resync(ledger.counts(db, self.session_id)["published"])
         stream = itertools.islice(enumerate(iter_samples(self.config)), cursor, None)
@@ -168,7 +166,7 @@ class SessionRunner(threading.Thread):
             if batch:
                 with self._in_flight_lock:  # before the broker has them: a worker may answer at once
                     self._in_flight.update(s.id for _, s in batch)
-                sent = self.service.broker.publish_many(self.session_id, self.experiment,
+                sent = self.context.broker.publish_many(self.session_id, self.experiment,
                                                         [s for _, s in batch], self.stop_event)
                 self.window.sent(sent)
                 pend.rows.extend((s.id, "published", None) for _, s in batch[:sent])
@@ -192,7 +190,7 @@ class SessionRunner(threading.Thread):
         queue is empty, they stop counting (reconciliation republishes them later), so the publisher never stalls.
         """
         last_sync = waiting_since = time.monotonic()
-        settings = self.service.settings
+        settings = self.context.settings
         while not self.stop_event.is_set():
             allowed = self.window.allowance()
             if allowed is None or allowed > 0:
@@ -203,14 +201,14 @@ class SessionRunner(threading.Thread):
             now = time.monotonic()
             idle = now - max(self.last_progress, waiting_since)
             if idle > max(settings.reconcile_after, 4 * self.max_task_seconds) and \
-                    self.service.broker.queue_depth(self.experiment) == 0:
+                    self.context.broker.queue_depth(self.experiment) == 0:
                 log.info("session %s: %d samples outstanding, no outcome for %.0f s and the queue empty: the start "
                          "window stops counting them", self.session_id, self.window.outstanding, idle)
                 self._forgiven += self.window.outstanding
                 self.window.resync(0)
                 waiting_since = now
             elif now - last_sync > RESYNC_SECONDS:
-                with self.service.db() as db:
+                with self.context.db() as db:
                     self.window.resync(ledger.counts(db, self.session_id)["published"] - self._forgiven)
                 last_sync = now
             self.window.wait(0.25)
@@ -267,18 +265,26 @@ class SessionRunner(threading.Thread):
         pend.rows, pend.published, pend.last_commit = [], 0, time.monotonic()
 
     def _commit(self, rows: list[tuple[str, str, str | None]], cursor: int, published: int) -> None:
-        with self.service.db() as db:
+        with self.context.db() as db:
             ledger.add_samples(db, self.session_id, rows)
             row = db.get(SessionRow, self.session_id)
             row.cursor = max(row.cursor, cursor)
             row.published += published
             db.commit()
 
-    def finish(self, status: str) -> None:
-        """End the session with ``status`` (unless it ended already) and tell the service."""
-        with self.service.db() as db:
+    def finish(self, state: SessionState, error: str | None = None) -> None:
+        """End the session with the terminal ``state`` (unless it ended already, e.g. cancelled meanwhile: its end
+        stays) and tell the owner of this thread (``on_end``): the session's workers stop too.
+
+        Args:
+            state: a terminal state (completed, or failed with ``error``).
+            error: why the session failed.
+
+        Raises:
+            InvalidTransition: ``state`` is not terminal.
+        """
+        with self.context.db() as db:
             row = db.get(SessionRow, self.session_id)
-            if row.status in ("running", "paused"):
-                row.status, row.finished_at = status, utcnow()
+            lifecycle.end(row, state, error=error)
             db.commit()
-        self.service.session_finished(self.session_id)
+        self._on_end(self.session_id)

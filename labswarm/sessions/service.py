@@ -3,7 +3,10 @@
 It composes the experiment registry (:mod:`labswarm.sessions.registry`), the broker client
 (:mod:`labswarm.sessions.broker`), the launchers of the sessions whose workers it runs
 (:mod:`labswarm.sessions.launchers`) and one :class:`~labswarm.sessions.runner.SessionRunner` thread per active
-session. The manager hosts it beside the training-jobs service.
+session. Its parts get the runtime they share (:class:`~labswarm.sessions.context.SessionContext`: database,
+settings, broker) and a hook, never the service. A session's state changes only through
+:func:`labswarm.sessions.lifecycle.transition` (the table: :mod:`labswarm.sessions.states`). The manager hosts it
+beside the training-jobs service.
 
 Owners (issue 11): a session records the user who started it (:attr:`SessionRow.owner`). Reads and controls
 take an ``owner`` filter (``None``: an admin, who sees every session); another user's session is
@@ -17,33 +20,30 @@ import threading
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from labswarm.db import make_engine, make_sessionmaker, utcnow
-from labswarm.errors import Conflict, NotFound
+from labswarm.errors import Conflict, LabswarmError, NotFound
 from labswarm.paths import DataRoots
-from labswarm.queue.app import queue_name
-from labswarm.sessions import ledger
+from labswarm.sessions import ledger, lifecycle, queries
 from labswarm.sessions.broker import BrokerClient
+from labswarm.sessions.context import SessionContext
 from labswarm.sessions.launchers import SessionLaunchers
-from labswarm.sessions.models import ACTIVE, DEFAULT_OWNER, SessionRow, active_session
+from labswarm.sessions.models import ACTIVE, DEFAULT_OWNER, ONE_ACTIVE_INDEX, SessionRow, active_session
+from labswarm.sessions.queries import MAX_FAILURES_PAGE, MAX_SESSIONS_PAGE, SESSION_STATUSES, SESSIONS_PAGE
 from labswarm.sessions.registry import ExperimentRegistry
 from labswarm.sessions.runner import SessionRunner
+from labswarm.sessions.states import SessionState
 from labswarm.settings import Settings
 
-log = logging.getLogger(__name__)
+__all__ = ["MAX_FAILURES_PAGE", "MAX_SESSIONS_PAGE", "SESSIONS_PAGE", "SESSION_STATUSES", "SessionService"]
 
-#: Every status a session can have (see :class:`~labswarm.sessions.models.SessionRow`).
-SESSION_STATUSES = ("running", "paused", "completed", "cancelled", "failed")
-#: Sessions per page of :meth:`SessionService.sessions` by default, and the most one page may have.
-SESSIONS_PAGE, MAX_SESSIONS_PAGE = 50, 1_000
-#: The most failed samples one page of :meth:`SessionService.failures` may have.
-MAX_FAILURES_PAGE = 10_000
+log = logging.getLogger(__name__)
 
 
 class SessionService:
@@ -52,18 +52,26 @@ class SessionService:
     Args:
         settings: runtime settings (database and broker URLs, attempts, rates).
         engine: the manager's database engine; default: one for ``settings``' database URL.
+        broker: the broker client the publishers use; default: a :class:`BrokerClient` for ``settings``' broker
+            (a test passes one of the same interface).
     """
 
-    def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
+    def __init__(self, settings: Settings, engine: Engine | None = None, broker: BrokerClient | None = None) -> None:
         self.settings = settings
         settings.home.mkdir(parents=True, exist_ok=True)
         self.engine = engine or make_engine(settings.resolved_database_url())
         self._sessionmaker = make_sessionmaker(self.engine)
         self.registry = ExperimentRegistry(self.db, DataRoots.from_settings(settings))
-        self.broker = BrokerClient(settings, self.db)
-        self.launchers = SessionLaunchers(self)
+        #: What the service's parts share (runners, reconciliation, launchers), instead of the service itself.
+        self.context = SessionContext(db=self.db, settings=settings, broker=broker or BrokerClient(settings, self.db))
+        self.launchers = SessionLaunchers(self.context, self.fail_session)
         self._runners: dict[str, SessionRunner] = {}
         self._lock = threading.Lock()
+
+    @property
+    def broker(self) -> BrokerClient:
+        """The broker client of the sessions' queues."""
+        return self.context.broker
 
     def db(self) -> AbstractContextManager[Session]:
         """A new database session (use as a context manager)."""
@@ -78,8 +86,6 @@ class SessionService:
         publisher cannot be made, is failed with the reason in its ``error`` (its queue purged, its launcher
         stopped); the others resume.
         """
-        from labswarm.errors import LabswarmError
-
         for name, problem in self.registry.problems().items():
             log.error("experiment %s is invalid and will not be served: %s", name, problem)
         with self.db() as db:
@@ -110,14 +116,21 @@ class SessionService:
             runner.join(timeout)
 
     def _spawn(self, session_id: str) -> SessionRunner:
-        runner = SessionRunner(self, session_id)
+        """Start the publisher thread of an active session.
+
+        Raises:
+            NotFound: no such session.
+            LabswarmError: its experiment's configuration cannot be read (e.g. ConfigError).
+        """
+        row = self.session(session_id)
+        runner = SessionRunner(self.context, row, self.registry.config(row.experiment), self.session_finished)
         with self._lock:
             self._runners[session_id] = runner
         runner.start()
         return runner
 
     def session_finished(self, session_id: str) -> None:
-        """Called by a runner when its session ended: its workers stop too."""
+        """Called by a runner when it has ended its session: the runner is forgotten, the workers stop too."""
         with self._lock:
             self._runners.pop(session_id, None)
         self.launchers.stop(session_id)
@@ -138,10 +151,6 @@ class SessionService:
             Conflict: the experiment already has an active session (its id told only to who may see it).
             DatasetError: the dataset cannot be read.
         """
-        from sqlalchemy.exc import IntegrityError
-
-        from labswarm.sessions.models import ONE_ACTIVE_INDEX
-
         if not weight > 0:
             raise ValueError("weight must be > 0")
         stored = self.registry.get(experiment, None if admin else owner)
@@ -154,7 +163,7 @@ class SessionService:
         total = clips * len(config.transformations)
         self.broker.declare_queue(experiment)
         row = SessionRow(
-            id=uuid.uuid4().hex[:12], experiment=experiment, status="running",
+            id=uuid.uuid4().hex[:12], experiment=experiment, status=SessionState.RUNNING.value,
             rate=rate or self.settings.default_rate, weight=weight, total=total, fingerprint=config.fingerprint(),
             started_at=utcnow(), owner=owner,
         )
@@ -186,20 +195,8 @@ class SessionService:
         Raises:
             ValueError: ``limit`` or ``offset`` out of range, or an unknown status (the message names the field).
         """
-        if not 1 <= limit <= MAX_SESSIONS_PAGE:
-            raise ValueError(f"limit must be in 1..{MAX_SESSIONS_PAGE}, got {limit}")
-        if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
-        stmt = select(SessionRow)
-        if status is not None:
-            if unknown := set(status) - set(SESSION_STATUSES):
-                raise ValueError(f"status: unknown {sorted(unknown)}; known: {', '.join(SESSION_STATUSES)}")
-            stmt = stmt.where(SessionRow.status.in_(list(status)))
-        if owner is not None:
-            stmt = stmt.where(SessionRow.owner == owner)
-        stmt = stmt.order_by(SessionRow.created_at.desc(), SessionRow.id.desc()).limit(limit).offset(offset)
         with self.db() as db:
-            return list(db.scalars(stmt))
+            return queries.sessions_page(db, status, limit, offset, owner)
 
     def session(self, session_id: str, owner: str | None = None) -> SessionRow:
         """The row of one session; when ``owner`` is given, it must be theirs.
@@ -243,32 +240,20 @@ class SessionService:
                 db.commit()
             recounted.add(session_id)
             row = self.session(session_id)
-        counts = ledger.counters(row)
-        end = row.finished_at or utcnow()
-        start = row.started_at or row.created_at
-        elapsed = max((_aware(end) - _aware(start)).total_seconds(), 1e-9)
-        finished = counts["done"] + counts["cached"] + counts["failed"]
         runner = self._runners.get(session_id)
-        return {
-            "id": row.id, "experiment": row.experiment, "status": row.status,
-            "phase": runner.phase if runner else None,
-            "total": row.total, "published": row.published, "republished": row.republished,
-            "done": counts["done"], "cached": counts["cached"], "failed": counts["failed"],
-            "pending": counts["published"], "finished": finished,
-            "rate": runner.bucket.rate if runner else row.rate, "weight": row.weight,
-            "samples_per_s": counts["done"] / elapsed,
-            "created_at": row.created_at, "started_at": row.started_at, "finished_at": row.finished_at,
-            "elapsed_s": elapsed, "error": row.error, "queue": queue_name(row.experiment),
-            "launcher": row.launcher, "owner": row.owner,
-        }
+        if runner is None:
+            return queries.progress(row)
+        return queries.progress(row, runner.phase, runner.bucket.rate)
 
-    def _control(self, session_id: str, *, status: str | None = None, rate: float | None = None,
+    def _control(self, session_id: str, *, state: SessionState | None = None, rate: float | None = None,
                  weight: float | None = None) -> SessionRow:
-        """Change an active session's status, rate and/or weight in the database.
+        """Change an active session's state (a request for the state it is in already changes nothing), rate
+        and/or weight in the database.
 
         Raises:
             NotFound: no such session.
             Conflict: the session has ended.
+            InvalidTransition: the state change is not in the transition table.
         """
         with self.db() as db:
             row = db.get(SessionRow, session_id)
@@ -276,10 +261,8 @@ class SessionService:
                 raise NotFound(f"no session {session_id!r}")
             if row.status not in ACTIVE:
                 raise Conflict(f"session {session_id} is {row.status}")
-            if status is not None:
-                row.status = status
-                if status in ("cancelled", "completed"):
-                    row.finished_at = utcnow()
+            if state is not None and row.status != state:
+                lifecycle.transition(row, state)
             if rate is not None:
                 row.rate = rate
             if weight is not None:
@@ -317,14 +300,14 @@ class SessionService:
 
     def pause(self, session_id: str) -> SessionRow:
         """Stop publishing until :meth:`resume` (workers finish what is queued)."""
-        row = self._control(session_id, status="paused")
+        row = self._control(session_id, state=SessionState.PAUSED)
         if (runner := self._runners.get(session_id)) is not None:
             runner.pause()
         return row
 
     def resume(self, session_id: str) -> SessionRow:
         """Publish again after :meth:`pause`."""
-        row = self._control(session_id, status="running")
+        row = self._control(session_id, state=SessionState.RUNNING)
         runner = self._runners.get(session_id)
         if runner is not None:
             runner.resume()
@@ -334,7 +317,7 @@ class SessionService:
 
     def cancel(self, session_id: str) -> SessionRow:
         """Cancel a session: stop publishing, purge its queue, stop the workers the manager runs for it."""
-        row = self._control(session_id, status="cancelled")
+        row = self._control(session_id, state=SessionState.CANCELLED)
         with self._lock:
             runner = self._runners.pop(session_id, None)
         if runner is not None:
@@ -353,8 +336,7 @@ class SessionService:
             runner.join(10)
         with self.db() as db:
             row = db.get(SessionRow, session_id)
-            if row.status in ACTIVE:
-                row.status, row.error, row.finished_at = "failed", error, utcnow()
+            lifecycle.end(row, SessionState.FAILED, error=error)
             db.commit()
             experiment = row.experiment
         self.broker.purge_queue(experiment)
@@ -366,14 +348,8 @@ class SessionService:
             ValueError: ``limit`` not in 1..:data:`MAX_FAILURES_PAGE` or ``offset`` < 0.
             NotFound: no such session.
         """
-        if not 1 <= limit <= MAX_FAILURES_PAGE:
-            raise ValueError(f"limit must be in 1..{MAX_FAILURES_PAGE}, got {limit}")
-        if offset < 0:
-            raise ValueError(f"offset must be >= 0, got {offset}")
-        self.session(session_id)
         with self.db() as db:
-            rows = ledger.failures(db, session_id, limit, offset)
-        return [{"sample_id": r.sample_id, "reason": r.reason, "attempts": r.attempts} for r in rows]
+            return queries.failures_page(db, session_id, limit, offset)
 
     # worker side
     def record_outcomes(self, session_id: str, outcomes: list[dict[str, Any]], owner: str | None = None
@@ -418,7 +394,3 @@ class SessionService:
             run = ledger.redelivery(db, session_id, sample_id, self.settings.max_attempts)
             db.commit()
         return run
-
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=UTC)

@@ -25,9 +25,8 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 
 from labswarm.errors import NotFound
-from labswarm.sessions.api import Caller, scope
+from labswarm.sessions.api import Caller, Service, scope
 from labswarm.sessions.models import ACTIVE
-from labswarm.sessions.service import SessionService
 from labswarm.timeseries import TimeSeries
 
 #: Seconds of snapshots the publish and consume rates are measured over.
@@ -53,45 +52,43 @@ def snapshot(progress: dict[str, Any], published: TimeSeries, finished: TimeSeri
             "consume_rate": None if math.isnan(consume) else consume}
 
 
-def session_stream_router(service: SessionService) -> APIRouter:
-    """The route ``GET /sessions/{session_id}/events`` of ``service``'s sessions (authenticated by the app)."""
-    router = APIRouter(tags=["sessions"])
+#: The route ``GET /sessions/{session_id}/events`` of the app's session service (authenticated by the app).
+router = APIRouter(tags=["sessions"])
 
-    @router.get("/sessions/{session_id}/events")
-    async def session_events(
-        session_id: str, request: Request, user: Caller,
-        interval: Annotated[float, Query(ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S, description="s between snapshots")]
-        = INTERVAL_S,
-        last_event_id: Annotated[str | None, Header()] = None,
-    ) -> StreamingResponse:
-        """Server-Sent Events: a ``progress`` snapshot of the session every ``interval`` s (queue depth, publish
-        and consume rates in samples/s, counts), numbered; ``end`` once the session has ended. Another user's
-        session is a 404."""
-        await run_in_threadpool(service.session, session_id, scope(user))
-        first = await run_in_threadpool(service.progress, session_id)  # 404 before the stream starts
-        number = int(last_event_id) if (last_event_id or "").isdigit() else 0
 
-        async def sse() -> AsyncIterator[str]:
-            nonlocal number
-            published, finished = TimeSeries(maxlen=64), TimeSeries(maxlen=64)
-            progress = first
-            while True:
+@router.get("/sessions/{session_id}/events")
+async def session_events(
+    session_id: str, request: Request, user: Caller, service: Service,
+    interval: Annotated[float, Query(ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S, description="s between snapshots")]
+    = INTERVAL_S,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> StreamingResponse:
+    """Server-Sent Events: a ``progress`` snapshot of the session every ``interval`` s (queue depth, publish
+    and consume rates in samples/s, counts), numbered; ``end`` once the session has ended. Another user's
+    session is a 404."""
+    await run_in_threadpool(service.session, session_id, scope(user))
+    first = await run_in_threadpool(service.progress, session_id)  # 404 before the stream starts
+    number = int(last_event_id) if (last_event_id or "").isdigit() else 0
+
+    async def sse() -> AsyncIterator[str]:
+        nonlocal number
+        published, finished = TimeSeries(maxlen=64), TimeSeries(maxlen=64)
+        progress = first
+        while True:
+            number += 1
+            data = snapshot(progress, published, finished, time.time())
+            yield f"id: {number}\nevent: progress\ndata: {json.dumps(jsonable_encoder(data))}\n\n"
+            if progress["status"] not in ACTIVE:
                 number += 1
-                data = snapshot(progress, published, finished, time.time())
-                yield f"id: {number}\nevent: progress\ndata: {json.dumps(jsonable_encoder(data))}\n\n"
-                if progress["status"] not in ACTIVE:
-                    number += 1
-                    yield f"id: {number}\nevent: end\ndata: {json.dumps({'status': progress['status']})}\n\n"
-                    return
-                await asyncio.sleep(interval)
-                if await request.is_disconnected():
-                    return
-                try:
-                    progress = await run_in_threadpool(service.progress, session_id)
-                except NotFound:
-                    return
+                yield f"id: {number}\nevent: end\ndata: {json.dumps({'status': progress['status']})}\n\n"
+                return
+            await asyncio.sleep(interval)
+            if await request.is_disconnected():
+                return
+            try:
+                progress = await run_in_threadpool(service.progress, session_id)
+            except NotFound:
+                return
 
-        return StreamingResponse(sse(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-    return router
+    return StreamingResponse(sse(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

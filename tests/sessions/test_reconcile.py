@@ -66,8 +66,8 @@ class WatchedEvent(threading.Event):
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[SessionService]:
-    svc = SessionService(Settings(home=tmp_path / "home", max_attempts=MAX_ATTEMPTS, reconcile_after=3600))
-    svc.broker = RecordingBroker()
+    svc = SessionService(Settings(home=tmp_path / "home", max_attempts=MAX_ATTEMPTS, reconcile_after=3600),
+                         broker=RecordingBroker())
     yield svc
     svc.stop()
 

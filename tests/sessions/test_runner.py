@@ -78,9 +78,7 @@ def make_service(tmp_path: Path) -> Iterator[Callable[..., SessionService]]:
     services: list[SessionService] = []
 
     def make(broker: MemoryBroker | None = None, **settings) -> SessionService:
-        service = SessionService(Settings(home=tmp_path / "home", start_window=WINDOW, **settings))
-        if broker is not None:
-            service.broker = broker
+        service = SessionService(Settings(home=tmp_path / "home", start_window=WINDOW, **settings), broker=broker)
         services.append(service)
         return service
 

@@ -1,0 +1,30 @@
+"""The runtime a session's parts share (publisher threads, reconciliation, launchers), passed down by the
+:class:`~labswarm.sessions.service.SessionService` that builds it: never the service itself, so that no part
+reaches back into its parent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from labswarm.sessions.broker import BrokerClient
+from labswarm.settings import Settings
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """What the session service hands down to the parts of a session.
+
+    Attributes:
+        db: opens a new database session (use as a context manager); the ledger and the session rows live there.
+        settings: the runtime settings (attempts, rates, windows, launchers' settings).
+        broker: the broker client the publishers publish with (queue depths, purges).
+    """
+
+    db: Callable[[], AbstractContextManager[Session]]
+    settings: Settings
+    broker: BrokerClient
