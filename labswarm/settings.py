@@ -17,6 +17,9 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 #: Settings that hold secrets: each can be read from the file ``LABSWARM_<NAME>_FILE`` names (docker secrets).
 SECRET_FIELDS = ("api_token", "metrics_token", "broker_url", "database_url")
+#: The folder of a manager's home where ``labswarm compare`` runs go by default, one folder each (the dashboard
+#: lists them).
+COMPARE_DIR = "compare"
 
 
 class Settings(BaseSettings):

@@ -30,14 +30,13 @@ import yaml
 
 from labswarm.compare.report import CompareError, plot, rank_records, scaling, summarize, table
 from labswarm.errors import ConfigError
+from labswarm.settings import COMPARE_DIR
 
 __all__ = ["COMPARE_DIR", "RUN_TIMEOUT_S", "CompareError", "compare", "default_output", "job_manifest",
            "parse_frameworks", "parse_learners", "plot", "rank_records", "scaling", "summarize", "table"]
 
 #: Seconds one job may take before it is deleted (its processes stopped) and the comparison fails.
 RUN_TIMEOUT_S = 1800.0
-#: The folder of a manager's home where runs go by default, one folder each (the dashboard lists them).
-COMPARE_DIR = "compare"
 #: The frameworks compared when none is named.
 DEFAULT_FRAMEWORKS = ("allreduce", "downpour")
 

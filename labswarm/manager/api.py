@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from labswarm.auth.authenticator import Authenticator, BearerAuth
 from labswarm.auth.limits import BodyLimit
 from labswarm.errors import BrokerError, ConfigError, DatasetError, DeployError, LabswarmError, NotFound
-from labswarm.jobs.service.api import jobs_router
+from labswarm.jobs.service import api as jobs_api
 from labswarm.jobs.service.service import JobService
 from labswarm.sessions.api import router as sessions_router
 from labswarm.sessions.metrics import SessionCollector
@@ -34,7 +34,8 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
     """The manager's FastAPI app around a :class:`SessionService` (created from ``settings`` when not given).
 
     The lifespan resumes the sessions a previous manager left active and stops the publishers on shutdown.
-    ``app.state.sessions`` is the session service, ``app.state.auth`` the tokens accepted.
+    ``app.state.sessions`` is the session service, ``app.state.jobs`` the training-jobs service,
+    ``app.state.auth`` the tokens accepted.
 
     Raises:
         ConfigError: a token that no ``Authorization`` header could carry, or an invalid tokens file.
@@ -81,7 +82,8 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
     app.include_router(sessions_router)  # authenticated by the app's dependency; the service: app.state.sessions
     jobs = JobService(sessions)
     authenticator.add_scoped(jobs.attempt_user)  # each attempt's own token: its learners' report route only
-    app.include_router(jobs_router(jobs, [Depends(auth)]))
+    app.state.jobs = jobs  # the jobs routes' service (labswarm.jobs.service.api.job_service); started by its lifespan
+    app.include_router(jobs_api.router)  # authenticated by the app's dependency
     app.include_router(session_stream_router)  # GET /sessions/{id}/events (labswarm.sessions.stream)
     app.mount("/ui", ui_app(app))  # the dashboard (labswarm.ui), authenticated on the same tokens
     return app

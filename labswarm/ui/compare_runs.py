@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from labswarm.compare.run import COMPARE_DIR
 from labswarm.errors import NotFound
+from labswarm.settings import COMPARE_DIR
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,6 @@
-"""The training jobs' HTTP routes, ``/v1/jobs`` (mounted by the manager beside the sessions' routes).
+"""The training jobs' HTTP routes, ``/v1/jobs``: :data:`router`, included by the manager beside the sessions'
+routes. The handlers reach the :class:`~labswarm.jobs.service.service.JobService` through a dependency
+(:func:`job_service`: ``app.state.jobs``); the router's lifespan starts and stops its lifecycle thread.
 
 ============================================ ===========================================================
 ``POST /v1/jobs``                            submit a manifest (YAML or JSON body): 201, ``Location``
@@ -35,14 +37,13 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.params import Depends
 from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
@@ -89,160 +90,177 @@ class ReportBody(BaseModel):
 Caller = Annotated[User, Depends(current_user)]
 
 
+async def job_service(request: Request) -> JobService:
+    """Route dependency: the manager's job service (``app.state.jobs``, set by the app that mounts
+    :data:`router`)."""
+    return request.app.state.jobs
+
+
+Service = Annotated[JobService, Depends(job_service)]
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Start the lifecycle thread of ``app.state.jobs`` with the app, stop it on shutdown."""
+    service: JobService = app.state.jobs
+    service.start()
+    try:
+        yield
+    finally:
+        service.stop()
+
+
+#: The routes of the training-jobs service; the app that includes it sets ``app.state.jobs`` (a
+#: :class:`JobService`) and authenticates every route (the manager's app-wide dependency).
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], lifespan=lifespan)
+
+
 def _owner(user: User) -> str | None:
     """The owner filter of ``user``'s requests: ``None`` for an admin (every job), else their name."""
     return None if user.is_admin else user.name
 
 
-def jobs_router(service: JobService, mutating: Sequence[Depends]) -> APIRouter:
-    """The routes of the training-jobs service; its lifespan starts and stops the lifecycle thread and sets
-    ``app.state.jobs``.
+async def _manifest_text(request: Request) -> str:
+    return (await request.body()).decode("utf-8", "replace")
 
-    Args:
-        service: the job service.
-        mutating: dependencies of every route that changes state (authentication).
-    """
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.jobs = service
-        service.start()
+@router.post("", status_code=201)
+async def create(request: Request, response: Response, user: Caller, service: Service) -> dict[str, Any]:
+    """Submit a job, owned by the caller: the body is its manifest, YAML or JSON. 201 with the job and its
+    ``Location``; 403 for a user's ``framework: command`` (admins only)."""
+    try:
+        job = await run_in_threadpool(service.create, await _manifest_text(request), user.name, admin=user.is_admin)
+    except AdminOnly as exc:
+        raise HTTPException(403, str(exc)) from None
+    response.headers["Location"] = f"/v1/jobs/{job.id}"
+    return await run_in_threadpool(service.describe, job.id)
+
+
+@router.post("/validate")
+async def validate(request: Request, user: Caller, service: Service) -> dict[str, Any]:
+    """Check a manifest, its experiment and the reachability of its stores, without creating a job (403 as
+    for a submit)."""
+    try:
+        manifest, experiment = await run_in_threadpool(service.validate, await _manifest_text(request),
+                                                       user.name, admin=user.is_admin)
+    except AdminOnly as exc:
+        raise HTTPException(403, str(exc)) from None
+    return {"valid": True, "manifest": manifest.resolved(experiment)}
+
+
+@router.get("")
+def list_jobs(user: Caller, service: Service, status: Annotated[list[str] | None, Query()] = None,
+              name: str | None = None, offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+              limit: Annotated[int, Query(ge=1, le=500)] = 50) -> dict[str, Any]:
+    """A page of the caller's jobs (an admin's: every job), newest first."""
+    return service.list(status=status, name=name, offset=offset, limit=limit, owner=_owner(user))
+
+
+@router.get("/{job_id}")
+def show(job_id: str, user: Caller, service: Service) -> dict[str, Any]:
+    """One job: status, reason, error code, timestamps per phase, attempts, queue position, progress."""
+    return service.describe(job_id, _owner(user))
+
+
+@router.patch("/{job_id}")
+def change(job_id: str, body: StatusBody, user: Caller, service: Service) -> dict[str, Any]:
+    """Halt (cooperatively: the learners checkpoint and exit) or resume (from the last checkpoint)."""
+    owner = _owner(user)
+    return service.halt(job_id, owner) if body.status == "halt" else service.resume(job_id, owner)
+
+
+@router.delete("/{job_id}", status_code=204)
+def delete(job_id: str, user: Caller, service: Service) -> Response:
+    """Stop the job and delete its processes, working folders and results; the user's data stays."""
+    service.delete(job_id, _owner(user))
+    return Response(status_code=204)
+
+
+@router.get("/{job_id}/attempts")
+def attempts(job_id: str, user: Caller, service: Service) -> dict[str, Any]:
+    """The job's attempts."""
+    return {"attempts": service.attempts(job_id, owner=_owner(user))}
+
+
+@router.get("/{job_id}/logs")
+def logs(job_id: str, user: Caller, service: Service, since: datetime | None = None,
+         pos: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+         pagesize: Annotated[int, Query(ge=1, le=5000)] = 100) -> dict[str, Any]:
+    """A page of log lines after sequence number ``pos``; ``next_pos`` continues."""
+    return service.logs(job_id, since=since, pos=pos, pagesize=pagesize, owner=_owner(user))
+
+
+@router.get("/{job_id}/metrics")
+def metrics(job_id: str, user: Caller, service: Service) -> dict[str, Any]:
+    """The metrics records, each epoch once, in the order they were reported."""
+    return {"metrics": service.metrics(job_id, _owner(user))}
+
+
+@router.get("/{job_id}/model")
+def model(job_id: str, user: Caller, service: Service) -> FileResponse:
+    """The trained model file (``labswarm`` framework)."""
+    path = service.model_file(job_id, _owner(user))
+    return FileResponse(path, media_type="application/octet-stream", filename=path.name,
+                        background=BackgroundTask(shutil.rmtree, path.parent, ignore_errors=True))
+
+
+@router.get("/{job_id}/bundle")
+def bundle(job_id: str, user: Caller, service: Service) -> FileResponse:
+    """A zip: model, logs, metrics, the resolved manifest, the experiment's fingerprint, the feature store's
+    versions and the library versions (:mod:`labswarm.jobs.service.bundle`)."""
+    path = service.bundle_file(job_id, _owner(user))
+    return FileResponse(path, media_type="application/zip", filename=path.name,
+                        background=BackgroundTask(shutil.rmtree, path.parent, ignore_errors=True))
+
+
+@router.get("/{job_id}/events")
+async def stream(job_id: str, request: Request, user: Caller, service: Service,
+                 after: Annotated[int | None, Query(ge=0, le=MAX_OFFSET)] = None,
+                 last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
+    """Server-Sent Events of the job from the event after ``Last-Event-ID`` (or ``after``) on."""
+    start = after if after is not None else int(last_event_id) if (last_event_id or "").isdigit() else 0
+    owner = _owner(user)
+    await run_in_threadpool(service.events, job_id, start, 1, owner)  # 404 before the stream starts
+    return StreamingResponse(_sse(service, request, job_id, start, owner), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _sse(service: JobService, request: Request, job_id: str, start: int,
+               owner: str | None) -> AsyncIterator[str]:
+    """The job's events after ``start`` as Server-Sent Events, until the terminal status, the job's deletion or
+    the client's disconnection; a keep-alive comment every :data:`KEEPALIVE_S` of silence."""
+    seq, idle = start, 0.0
+    while not await request.is_disconnected():
         try:
-            yield
-        finally:
-            service.stop()
+            rows, terminal = await run_in_threadpool(service.events, job_id, seq, 500, owner)
+        except NotFound:
+            return  # deleted
+        for row in rows:
+            seq = row.seq
+            data = {**row.payload, "seq": row.seq, "attempt": row.attempt, "stamp": job_events.iso(row.time)}
+            yield f"id: {row.seq}\nevent: {row.kind}\ndata: {json.dumps(data)}\n\n"
+        if terminal and len(rows) < 500:
+            return  # everything up to the terminal status is sent
+        if rows:
+            idle = 0.0
+            continue
+        await asyncio.sleep(POLL_S)
+        idle += POLL_S
+        if idle >= KEEPALIVE_S:
+            idle = 0.0
+            yield ": keep-alive\n\n"
 
-    router = APIRouter(prefix="/v1/jobs", tags=["jobs"], lifespan=lifespan)
-    mutating = list(mutating)
 
-    async def manifest_text(request: Request) -> str:
-        return (await request.body()).decode("utf-8", "replace")
-
-    @router.post("", status_code=201, dependencies=mutating)
-    async def create(request: Request, response: Response, user: Caller) -> dict[str, Any]:
-        """Submit a job, owned by the caller: the body is its manifest, YAML or JSON. 201 with the job and its
-        ``Location``; 403 for a user's ``framework: command`` (admins only)."""
-        try:
-            job = await run_in_threadpool(service.create, await manifest_text(request), user.name,
-                                          admin=user.is_admin)
-        except AdminOnly as exc:
-            raise HTTPException(403, str(exc)) from None
-        response.headers["Location"] = f"/v1/jobs/{job.id}"
-        return await run_in_threadpool(service.describe, job.id)
-
-    @router.post("/validate", dependencies=mutating)
-    async def validate(request: Request, user: Caller) -> dict[str, Any]:
-        """Check a manifest, its experiment and the reachability of its stores, without creating a job (403 as
-        for a submit)."""
-        try:
-            manifest, experiment = await run_in_threadpool(service.validate, await manifest_text(request),
-                                                           user.name, admin=user.is_admin)
-        except AdminOnly as exc:
-            raise HTTPException(403, str(exc)) from None
-        return {"valid": True, "manifest": manifest.resolved(experiment)}
-
-    @router.get("")
-    def list_jobs(user: Caller, status: Annotated[list[str] | None, Query()] = None, name: str | None = None,
-                  offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-                  limit: Annotated[int, Query(ge=1, le=500)] = 50) -> dict[str, Any]:
-        """A page of the caller's jobs (an admin's: every job), newest first."""
-        return service.list(status=status, name=name, offset=offset, limit=limit, owner=_owner(user))
-
-    @router.get("/{job_id}")
-    def show(job_id: str, user: Caller) -> dict[str, Any]:
-        """One job: status, reason, error code, timestamps per phase, attempts, queue position, progress."""
-        return service.describe(job_id, _owner(user))
-
-    @router.patch("/{job_id}", dependencies=mutating)
-    def change(job_id: str, body: StatusBody, user: Caller) -> dict[str, Any]:
-        """Halt (cooperatively: the learners checkpoint and exit) or resume (from the last checkpoint)."""
-        owner = _owner(user)
-        return service.halt(job_id, owner) if body.status == "halt" else service.resume(job_id, owner)
-
-    @router.delete("/{job_id}", status_code=204, dependencies=mutating)
-    def delete(job_id: str, user: Caller) -> Response:
-        """Stop the job and delete its processes, working folders and results; the user's data stays."""
-        service.delete(job_id, _owner(user))
-        return Response(status_code=204)
-
-    @router.get("/{job_id}/attempts")
-    def attempts(job_id: str, user: Caller) -> dict[str, Any]:
-        """The job's attempts."""
-        return {"attempts": service.attempts(job_id, owner=_owner(user))}
-
-    @router.get("/{job_id}/logs")
-    def logs(job_id: str, user: Caller, since: datetime | None = None,
-             pos: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
-             pagesize: Annotated[int, Query(ge=1, le=5000)] = 100) -> dict[str, Any]:
-        """A page of log lines after sequence number ``pos``; ``next_pos`` continues."""
-        return service.logs(job_id, since=since, pos=pos, pagesize=pagesize, owner=_owner(user))
-
-    @router.get("/{job_id}/metrics")
-    def metrics(job_id: str, user: Caller) -> dict[str, Any]:
-        """The metrics records, each epoch once, in the order they were reported."""
-        return {"metrics": service.metrics(job_id, _owner(user))}
-
-    @router.get("/{job_id}/model")
-    def model(job_id: str, user: Caller) -> FileResponse:
-        """The trained model file (``labswarm`` framework)."""
-        path = service.model_file(job_id, _owner(user))
-        return FileResponse(path, media_type="application/octet-stream", filename=path.name,
-                            background=BackgroundTask(shutil.rmtree, path.parent, ignore_errors=True))
-
-    @router.get("/{job_id}/bundle")
-    def bundle(job_id: str, user: Caller) -> FileResponse:
-        """A zip: model, logs, metrics, the resolved manifest, the experiment's fingerprint, the feature store's
-        versions and the library versions (:mod:`labswarm.jobs.service.bundle`)."""
-        path = service.bundle_file(job_id, _owner(user))
-        return FileResponse(path, media_type="application/zip", filename=path.name,
-                            background=BackgroundTask(shutil.rmtree, path.parent, ignore_errors=True))
-
-    @router.get("/{job_id}/events")
-    async def stream(job_id: str, request: Request, user: Caller,
-                     after: Annotated[int | None, Query(ge=0, le=MAX_OFFSET)] = None,
-                     last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
-        """Server-Sent Events of the job from the event after ``Last-Event-ID`` (or ``after``) on."""
-        start = after if after is not None else int(last_event_id) if (last_event_id or "").isdigit() else 0
-        owner = _owner(user)
-        await run_in_threadpool(service.events, job_id, start, 1, owner)  # 404 before the stream starts
-
-        async def sse() -> AsyncIterator[str]:
-            seq, idle = start, 0.0
-            while not await request.is_disconnected():
-                try:
-                    rows, terminal = await run_in_threadpool(service.events, job_id, seq, 500, owner)
-                except NotFound:
-                    return  # deleted
-                for row in rows:
-                    seq = row.seq
-                    data = {**row.payload, "seq": row.seq, "attempt": row.attempt, "stamp": job_events.iso(row.time)}
-                    yield f"id: {row.seq}\nevent: {row.kind}\ndata: {json.dumps(data)}\n\n"
-                if terminal and len(rows) < 500:
-                    return  # everything up to the terminal status is sent
-                if rows:
-                    idle = 0.0
-                    continue
-                await asyncio.sleep(POLL_S)
-                idle += POLL_S
-                if idle >= KEEPALIVE_S:
-                    idle = 0.0
-                    yield ": keep-alive\n\n"
-
-        return StreamingResponse(sse(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-    @router.post("/{job_id}/attempts/{attempt}/reports", dependencies=mutating)
-    def report(job_id: str, attempt: int, body: ReportBody, user: Caller) -> dict[str, Any]:
-        """A learner's report: heartbeat, progress, log lines, metrics; answers what it stored and whether to
-        halt (409: this attempt is over, the learner must stop). Sent with the attempt's own token (or an
-        admin's); a user's token is refused (404 on another user's job, 403 on their own)."""
-        if user.scope is not None:
-            if user.scope != report_scope(job_id, attempt):  # the app's authentication checked it too
-                raise HTTPException(403, "this token is another attempt's")
-        elif not user.is_admin:
-            with service.db() as db:
-                service.get(db, job_id, user.name)  # 404: not theirs
-            raise HTTPException(403, "reports come from the attempt's learners, with the attempt's own token")
-        return service.report(job_id, attempt, body.model_dump())
-
-    return router
+@router.post("/{job_id}/attempts/{attempt}/reports")
+def report(job_id: str, attempt: int, body: ReportBody, user: Caller, service: Service) -> dict[str, Any]:
+    """A learner's report: heartbeat, progress, log lines, metrics; answers what it stored and whether to
+    halt (409: this attempt is over, the learner must stop). Sent with the attempt's own token (or an
+    admin's); a user's token is refused (404 on another user's job, 403 on their own)."""
+    if user.scope is not None:
+        if user.scope != report_scope(job_id, attempt):  # the app's authentication checked it too
+            raise HTTPException(403, "this token is another attempt's")
+    elif not user.is_admin:
+        with service.db() as db:
+            service.get(db, job_id, user.name)  # 404: not theirs
+        raise HTTPException(403, "reports come from the attempt's learners, with the attempt's own token")
+    return service.report(job_id, attempt, body.model_dump())
