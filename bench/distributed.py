@@ -124,7 +124,7 @@ def distributed(config, broker: str | None, home: Path, workers: int = 2, rate: 
     steady rate is then what the path (publisher, broker, workers, reports) can carry, not what a controller chose.
     ``samples_per_message``: the setting of the same name (samples per task message).
     """
-    from labswarm.run import run_experiment
+    from labswarm.run import RunOptions, run_experiment
     from labswarm.sample import iter_samples
     from labswarm.settings import Settings
 
@@ -136,7 +136,7 @@ def distributed(config, broker: str | None, home: Path, workers: int = 2, rate: 
     if cpu is not None:
         cpu.start()
     t0 = time.perf_counter()
-    result = run_experiment(config, workers=workers, settings=settings, health=controlled)  # polls as the CLI
+    result = run_experiment(config, RunOptions(workers=workers, health=controlled), settings=settings)  # as the CLI
     wall = time.perf_counter() - t0
     p = result.progress
     if p["status"] != "completed" or p["failed"]:

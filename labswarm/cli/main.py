@@ -134,7 +134,7 @@ def run(
         raise _fail(ConfigError([("--launcher", f"unknown launcher {launcher!r}; known: local, none, swarm")]), 2)
     _compute(config, workers=workers, concurrency=concurrency, broker=broker, manager=manager, rate=rate,
              health=health, rabbitmq_api=rabbitmq_api, launcher=launcher,
-             train=train and config.training is not None)  # as a job of the same manager (labswarm/run.py)
+             train=train and config.training is not None)  # as a job of the same manager (labswarm.run)
 
 
 @app.command()
@@ -170,31 +170,36 @@ def _compute(config, *, workers: int = 2, concurrency: int = 1, broker: str | No
     """The features of every sample into the store, as a session (exits non-zero unless it completes); with
     ``train``, then the model as a training job of the same manager, followed live (exits 1 unless it completes)."""
     from labswarm.jobs.client.follow import follow
-    from labswarm.run import dashboard_line, run_experiment, training_table
+    from labswarm.run import RunHooks, RunOptions, dashboard_line, run_experiment, training_table
     from labswarm.settings import load_settings
 
     _warn_password("--broker", broker, "LABSWARM_BROKER_URL")
     _warn_password("--rabbitmq-api", rabbitmq_api, "LABSWARM_RABBITMQ_API")
     settings = load_settings()
+    options = RunOptions(workers=workers, concurrency=concurrency, broker_url=broker, manager_url=manager, rate=rate,
+                         health=health, rabbitmq_api=rabbitmq_api, launcher=launcher, train=train)
     with _progress() as progress:
         task = progress.add_task(config.name, total=None, rate=0.0, failed=0)
 
-        def update(p: dict) -> None:
-            progress.update(task, total=p["total"], completed=p["finished"], rate=p["samples_per_s"],
-                            failed=p["failed"])
+        class Shown(RunHooks):  # what the console shows of the run
+            def on_dashboard(self, url, token_file) -> None:
+                console.print(dashboard_line(url, token_file))
 
-        def session_end(result) -> None:
-            progress.stop()
-            print_session(result.progress, result.failures, result.seconds)
-            if result.figure is not None:
-                console.print(f"health figure (queue depth; publish vs consume rate): {result.figure}")
+            def on_progress(self, p: dict) -> None:
+                progress.update(task, total=p["total"], completed=p["finished"], rate=p["samples_per_s"],
+                                failed=p["failed"])
+
+            def on_session_end(self, result) -> None:
+                progress.stop()
+                print_session(result.progress, result.failures, result.seconds)
+                if result.figure is not None:
+                    console.print(f"health figure (queue depth; publish vs consume rate): {result.figure}")
+
+            def on_job_events(self, events) -> None:
+                follow(events, console)
 
         try:
-            result = run_experiment(config, workers=workers, concurrency=concurrency, broker_url=broker,
-                                    manager_url=manager, rate=rate, settings=settings, on_progress=update,
-                                    health=health, rabbitmq_api=rabbitmq_api, launcher=launcher, train=train,
-                                    follow=lambda events: follow(events, console), on_session_end=session_end,
-                                    on_dashboard=lambda url, path: console.print(dashboard_line(url, path)))
+            result = run_experiment(config, options, settings=settings, hooks=Shown())
         except LabswarmError as exc:
             raise _fail(exc) from None
     if result.progress["status"] != "completed":

@@ -235,12 +235,12 @@ def test_put_workers_scales_the_local_workers_and_stop_leaves_none(manager) -> N
 @pytest.mark.slow
 def test_labswarm_run_on_the_embedded_default_runs_its_workers_through_the_session_launcher(tmp_path: Path) -> None:
     from labswarm.config.experiment import parse_experiment
-    from labswarm.run import run_experiment
+    from labswarm.run import RunOptions, run_experiment
 
     dataset = write_dataset(tmp_path / "data", n_per_label=2)
     config = parse_experiment(experiment_dict(dataset, tmp_path / "store"))
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    result = run_experiment(config, workers=1, settings=Settings(home=tmp_path / "home"), health=False)
+    result = run_experiment(config, RunOptions(workers=1, health=False), settings=Settings(home=tmp_path / "home"))
     assert result.progress["status"] == "completed" and result.progress["launcher"] == "local"
     assert result.progress["done"] == result.progress["total"] == 8
     left = [p for p in alive(psutil.Process().children(recursive=True)) if p.pid not in before]
@@ -250,13 +250,13 @@ def test_labswarm_run_on_the_embedded_default_runs_its_workers_through_the_sessi
 @pytest.mark.slow
 def test_labswarm_run_against_a_remote_manager_runs_its_own_supervised_workers(manager, tmp_path: Path) -> None:
     from labswarm.config.experiment import parse_experiment
-    from labswarm.run import run_experiment
+    from labswarm.run import RunOptions, run_experiment
 
     server, _ = manager
     config = parse_experiment(experiment_dict(tmp_path / "data", tmp_path / "store"))  # the fixture's dataset
     before = {p.pid for p in psutil.Process().children(recursive=True)}
-    result = run_experiment(config, workers=1, manager_url=server.url, settings=Settings(home=tmp_path / "client"),
-                            health=False)
+    result = run_experiment(config, RunOptions(workers=1, manager_url=server.url, health=False),
+                            settings=Settings(home=tmp_path / "client"))
     # the manager cannot start processes on the client's machine: the session's workers are not the manager's
     assert result.progress["status"] == "completed" and result.progress["launcher"] == "none"
     assert result.progress["done"] == result.progress["total"]

@@ -1,0 +1,77 @@
+"""The health controller of ``labswarm run``: its loop in a thread of this process, steering the run's own
+session, and the session's health figure at the end."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+class HealthThread:
+    """The health controller's loop in a thread of this process (``labswarm run`` steers its own session).
+
+    Args:
+        manager_url: the manager.
+        token: its API token.
+        rabbitmq_api: the RabbitMQ management API, or ``None`` to take depth from the ledger.
+        consumers: worker processes (ledger mode).
+        log_dir: where decisions are logged.
+    """
+
+    def __init__(self, manager_url: str, token: str | None, rabbitmq_api: str | None, consumers: int,
+                 log_dir: Path) -> None:
+        import asyncio
+        import threading
+
+        self._asyncio = asyncio
+        self.log_dir = log_dir
+        self._args = (manager_url, token, rabbitmq_api, consumers)
+        self._loop = asyncio.new_event_loop()
+        self._stop: Any = None
+        self._thread = threading.Thread(target=self._run, name="labswarm-health", daemon=True)
+
+    def _run(self) -> None:
+        from labswarm.health.loop import HealthLoop
+        from labswarm.health.monitors import ManagerMonitor, RabbitMQMonitor
+
+        manager_url, token, rabbitmq_api, consumers = self._args
+        asyncio = self._asyncio
+        asyncio.set_event_loop(self._loop)
+
+        async def main() -> None:
+            self._stop = asyncio.Event()
+            loop = HealthLoop(ManagerMonitor(manager_url, token),
+                              RabbitMQMonitor(rabbitmq_api) if rabbitmq_api else None,
+                              consumers=consumers, log_dir=self.log_dir)
+            try:
+                await loop.run(self._stop)
+            finally:
+                await loop.manager.aclose()
+                if loop.rabbitmq is not None:
+                    await loop.rabbitmq.aclose()
+
+        self._loop.run_until_complete(main())
+        self._loop.close()
+
+    def start(self) -> HealthThread:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+
+def health_figure(log_dir: Path, session_id: str) -> Path | None:
+    """The session's health figure, when the controller logged decisions (a run all cached logs none)."""
+    from labswarm.errors import LabswarmError
+    from labswarm.health.plot import plot_session
+
+    log = log_dir / f"health-{session_id}.jsonl"
+    if not log.is_file():
+        return None
+    try:
+        return plot_session(log, log.with_suffix(".png"), title=f"session {session_id}")
+    except LabswarmError:
+        return None
