@@ -25,6 +25,8 @@ from _common import ROOT, cell, paragraphs  # noqa: E402
 
 FACTORY = "create_app"
 METHODS = ("get", "post", "put", "patch", "delete")
+#: the group of the operations that have no tag in the schema (the manager's own routes and the sessions').
+UNTAGGED = "untagged"
 
 
 def find_factory():
@@ -77,7 +79,7 @@ def render(schema: dict) -> str:
     ops = [(tag, method, path, op)
            for path, item in schema.get("paths", {}).items()
            for method, op in item.items() if method in METHODS
-           for tag in [(op.get("tags") or ["manager"])[0]]]
+           for tag in [(op.get("tags") or [UNTAGGED])[0]]]
     out = [
         "# REST API\n",
         f"Generated at build time from the OpenAPI schema of the manager's app ({info.get('title', '')} "
