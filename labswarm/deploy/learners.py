@@ -88,7 +88,7 @@ class LearnerLaunch:
         job_id: the job.
         attempt: the attempt number, from 1.
         rank: the learner's rank in the attempt.
-        spec: the learner's spec (:class:`~labswarm.jobs.learner.entry.LearnerSpec` fields, as JSON data); a launcher
+        spec: the learner's spec (:class:`~labswarm.jobs.learner.context.LearnerSpec` fields, as JSON data); a launcher
             may change where it runs (``workdir``) and how it reaches the manager (``manager_url``).
         spec_path: where the manager keeps the spec as a file (a local learner reads it; written by the launcher).
         out: the file of the learner's raw output (what it prints outside its own capture), on the manager.

@@ -6,13 +6,15 @@ modules, imported where used (they pull in the database, HTTP or torch):
 
 - :mod:`labswarm.jobs.spec`: what a job is (states, error codes, the results store's layout); the manifest
   schema itself is :mod:`labswarm.config.manifest`;
-- :mod:`labswarm.jobs.service`: ``JobService`` (submit, control, reports), its reads, the event stream, the
-  tables, the attempt credentials, the bundle, the ``/v1/jobs`` routes;
+- :mod:`labswarm.jobs.records`: what the database holds of a job, shared by the service and the lifecycle: the
+  tables, the event stream (the one write point of a job's state), the attempt credentials;
+- :mod:`labswarm.jobs.service`: ``JobService`` (submit, control, reports), its reads, the bundle, the ``/v1/jobs``
+  routes;
 - :mod:`labswarm.jobs.lifecycle`: the lifecycle pass and watchdog, deploys, outcomes (restarts, completion,
-  failure), a distributed job's cluster (coordinator, shards); learners are started by the launchers of
-  :mod:`labswarm.deploy`;
+  failure), a distributed job's cluster (coordinator, shards), given a runtime context (database, lock, settings,
+  results stores) rather than the service; learners are started by the launchers of :mod:`labswarm.deploy`;
 - :mod:`labswarm.jobs.learner`: what runs inside a learner process (``python -m labswarm.jobs.learner.entry
-  SPEC.json``): the trainer's job hooks, the ``command`` framework, the reporter;
+  SPEC.json``): its spec and context, the trainer's job hooks, the ``command`` framework, the reporter;
 - :mod:`labswarm.jobs.client`: ``JobsClient``, following a job's events, plots (``labswarm jobs`` is in
   :mod:`labswarm.cli.jobs`).
 """
