@@ -23,10 +23,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from labswarm.errors import NotFound
-from labswarm.sessions.models import ACTIVE
+from labswarm.sessions.states import ACTIVE, TERMINAL, SessionState
 
-#: Statuses of an ended session.
-ENDED = ("completed", "cancelled", "failed")
+#: Statuses of an ended session (``completed``, ``cancelled``, ``failed``).
+ENDED = tuple(state for state in SessionState if state in TERMINAL)
 
 if TYPE_CHECKING:
     from labswarm.sessions.service import SessionService
