@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 import yaml
+from fastapi import FastAPI
 from helpers import experiment_dict, write_dataset
 
 from labswarm.client import ManagerClient
@@ -34,8 +37,8 @@ def experiment(dataset: Path, tmp_path: Path) -> dict:
     return experiment_dict(dataset, tmp_path / "store", name="api")
 
 
-def _serve(tmp_path: Path, **settings) -> Iterator[httpx.Client]:
-    server = EmbeddedServer(create_app(Settings(home=tmp_path / "home", **settings))).start()
+def _serve_app(app: FastAPI) -> Iterator[httpx.Client]:
+    server = EmbeddedServer(app).start()
     try:
         with httpx.Client(base_url=server.url, timeout=10.0) as http:
             yield http
@@ -43,10 +46,20 @@ def _serve(tmp_path: Path, **settings) -> Iterator[httpx.Client]:
         server.stop()
 
 
+def _serve(tmp_path: Path, **settings) -> Iterator[httpx.Client]:
+    yield from _serve_app(create_app(Settings(home=tmp_path / "home", **settings)))
+
+
 @pytest.fixture
-def http(tmp_path: Path) -> Iterator[httpx.Client]:
-    """An httpx client of a fresh manager."""
-    yield from _serve(tmp_path)
+def app(tmp_path: Path) -> FastAPI:
+    """A fresh manager's app (``app.state.sessions``: its session service)."""
+    return create_app(Settings(home=tmp_path / "home"))
+
+
+@pytest.fixture
+def http(app: FastAPI) -> Iterator[httpx.Client]:
+    """An httpx client of the manager serving :func:`app`."""
+    yield from _serve_app(app)
 
 
 @pytest.fixture
@@ -56,11 +69,27 @@ def client(http: httpx.Client) -> Iterator[ManagerClient]:
         yield c
 
 
-def _wait(predicate, timeout: float = 10.0) -> None:
+def _wait(predicate, what: str, timeout: float = 10.0) -> None:
+    """Poll ``predicate`` until it holds; fail the test, naming ``what`` was awaited, after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
         time.sleep(0.05)
+
+
+def _parked(runner: Any) -> threading.Event:
+    """An event set when the session's publisher thread blocks because it is paused: it calls ``wait_running``
+    while its ``running`` event is clear, after committing what it had published (``_publish_phase``); from then
+    on it publishes nothing until resumed."""
+    parked, wait_running = threading.Event(), runner.wait_running
+
+    def watched() -> bool:
+        if not runner.running.is_set():
+            parked.set()
+        return wait_running()
+
+    runner.wait_running = watched
+    return parked
 
 
 def test_post_experiment_as_yaml_and_as_json(http: httpx.Client, experiment: dict) -> None:
@@ -114,10 +143,11 @@ def test_unknown_names_are_404(http: httpx.Client) -> None:
     assert http.post("/sessions/nope/cancel").status_code == 404
 
 
-def test_session_control(client: ManagerClient, experiment: dict) -> None:
+def test_session_control(app: FastAPI, client: ManagerClient, experiment: dict) -> None:
     client.post_experiment(experiment)
     session = client.start_session("api", RATE)
     sid = session["id"]
+    parked = _parked(app.state.sessions._runners[sid])  # its publisher thread (no public handle on it)
     assert session["status"] == "running" and session["total"] == 40 and session["rate"] == RATE
 
     # one active session per experiment
@@ -133,15 +163,16 @@ def test_session_control(client: ManagerClient, experiment: dict) -> None:
     assert info.value.status == 422
 
     # pause: publishing stops; resume: it goes on
-    _wait(lambda: client.session(sid)["published"] > 0)
+    _wait(lambda: client.session(sid)["published"] > 0, "a first publish")
     assert client.pause(sid)["status"] == "paused"
-    time.sleep(0.7)  # a publish under way when the pause came, and its ledger commit, may still land
+    # a publish under way when the pause came, and its ledger commit, land before the publisher blocks
+    assert parked.wait(10), "the publisher did not stop within 10 s of the pause"
     held = client.session(sid)["published"]
-    time.sleep(1.0)
+    time.sleep(1.0)  # the scenario: at 7.5/s, a publisher that went on would publish ~7 samples meanwhile
     paused = client.session(sid)
     assert paused["published"] == held and paused["status"] == "paused"
     assert client.resume(sid)["status"] == "running"
-    _wait(lambda: client.session(sid)["published"] > held)
+    _wait(lambda: client.session(sid)["published"] > held, "a publish after the resume")
 
     # cancel: final; the experiment may then start a new session
     cancelled = client.cancel(sid)
@@ -192,7 +223,7 @@ def test_openapi_docs_are_served(http: httpx.Client) -> None:
 def test_prometheus_metrics(http: httpx.Client, client: ManagerClient, experiment: dict) -> None:
     client.post_experiment(experiment)
     sid = client.start_session("api", RATE)["id"]
-    _wait(lambda: client.session(sid)["pending"] > 0)
+    _wait(lambda: client.session(sid)["pending"] > 0, "a sample published")
     client.set_rate(sid, 3.5)
     response = http.get("/metrics")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
