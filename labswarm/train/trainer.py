@@ -1,7 +1,9 @@
 """The trainer: an experiment's model trained on its features, epoch by epoch, with a checkpoint after each.
 
-Extensions (a training job's learner reporting to the manager, a halt request checked between steps, the
-distributed frameworks) plug in through :class:`TrainerHooks`, never through more arguments of the trainer.
+Extensions plug in through hooks, never through more arguments of the trainer: :class:`TrainerHooks` observe the
+training (a training job's learner reporting to the manager, a halt request checked between steps); one
+:class:`~labswarm.train.loop.LoopHooks` says where the steps come from and how the work is shared (the single
+process by default; the distributed frameworks, :mod:`labswarm.train.distributed.training`, hand theirs in).
 
 Files of a run (``<home>/train/<experiment>-<fingerprint>/``): ``metrics.jsonl`` (one JSON line per epoch),
 ``checkpoint.pt`` (model, optimizer, schedule and pipeline state after the last finished epoch). The trained
@@ -19,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -27,14 +29,11 @@ from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import ConfigError
 from labswarm.pipeline.base import Block
 from labswarm.pipeline.pipeline import Pipeline
-from labswarm.pipeline.prefetch import PipelineError
 from labswarm.train import checkpoint
 from labswarm.train.checkpoint import CheckpointError
+from labswarm.train.loop import LoopHooks
 from labswarm.train.metrics import accuracy, confusion, f1_per_class, macro_f1
 from labswarm.train.models.base import Model, import_torch
-
-if TYPE_CHECKING:
-    from labswarm.train.distributed.training import DistributedTraining
 
 log = logging.getLogger(__name__)
 
@@ -104,8 +103,9 @@ class Trainer:
         home: labswarm's state folder (``Settings.home``).
         on_epoch: called with each epoch's metrics record (a shorthand for a hook's ``after_epoch``).
         hooks: :class:`TrainerHooks`, called in this order.
-        distributed: train as one learner of several (:mod:`labswarm.train.distributed.training`); ``None`` (default):
-            a single process, on the path the trainer always had. Rank ``r``'s metrics and checkpoint are then in
+        distributed: the loop hooks of one learner of several
+            (:class:`~labswarm.train.distributed.training.DistributedTraining`); ``None`` (default): a single
+            process (:class:`~labswarm.train.loop.LoopHooks`). Rank ``r``'s metrics and checkpoint are then in
             ``<run dir>/rank-<r>/``.
 
     Raises:
@@ -114,7 +114,7 @@ class Trainer:
 
     def __init__(self, experiment: ExperimentConfig, home: Path,
                  on_epoch: Callable[[dict[str, Any]], None] | None = None,
-                 hooks: Sequence[TrainerHooks] = (), distributed: DistributedTraining | None = None) -> None:
+                 hooks: Sequence[TrainerHooks] = (), distributed: LoopHooks | None = None) -> None:
         if experiment.training is None or experiment.model is None:
             raise ConfigError([("training", "the experiment has no `training` and `model` sections to train")])
         self.experiment = experiment
@@ -122,10 +122,9 @@ class Trainer:
         self.spec = Model.from_spec(experiment.model)
         self.input = experiment.model.input
         tag = f"{experiment.name}-{experiment.fingerprint()}"
-        self.run_dir = Path(home) / "train" / tag
         self.distributed = distributed
-        if distributed is not None:
-            self.run_dir = self.run_dir / f"rank-{distributed.rank}"
+        self.loop = distributed if distributed is not None else LoopHooks()
+        self.run_dir = self.loop.run_folder(Path(home) / "train" / tag)
         self.model_path = Path(home) / "models" / f"{tag}.pt"
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.checkpoint_path = self.run_dir / "checkpoint.pt"
@@ -181,9 +180,8 @@ class Trainer:
 
     def _fit(self, torch: Any, device: Any, resume: bool) -> TrainResult:
         started = time.perf_counter()
-        dist = self.distributed
-        shared = dist is not None and dist.shared_validation  # each rank validates its shard
-        train, validation = self._pipelines((dist.rank, dist.context.world_size) if shared else (0, 1))
+        loop = self.loop
+        train, validation = self._pipelines(loop.validation_shard)
         classes = train.classes
         n_bins = _feature_bins(self.experiment, self.input)
         torch.manual_seed(train.context.seed("init"))  # the same initial weights for the same configuration
@@ -195,9 +193,9 @@ class Trainer:
         schedule = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda e: 0.5 * (1 + math.cos(math.pi * e / epochs)) if cosine else 1.0)
         start, partial = self._restore(resume, model, optimizer, schedule, train)
-        module = model if dist is None else dist.attach(self, torch, model, optimizer, train)
-        if dist is not None and self._restored is not None and "distributed" in self._restored:
-            dist.load_state_dict(self._restored["distributed"])
+        module = loop.attach(torch, model, optimizer, train, self.input, self.run_dir)
+        if self._restored is not None and "distributed" in self._restored:
+            loop.load_state_dict(self._restored["distributed"])
         records = checkpoint.read_metrics(self.metrics_path)
         for hook in self.hooks:
             hook.before_fit(self, start)
@@ -205,21 +203,18 @@ class Trainer:
             torch.manual_seed(train.context.with_(epoch=epoch).seed("torch"))
             if partial is not None:  # a mid-epoch checkpoint: the random state where the stop left it
                 torch.set_rng_state(partial.pop("rng"))
-            record = (self._train_epoch(torch, model, optimizer, train, epoch, device, partial) if dist is None
-                      else dist.train_epoch(self, torch, module, optimizer, epoch, device, partial))
+            record = self._train_epoch(torch, module, optimizer, epoch, device, partial)
             partial = None
             if "stopped" in record:
                 self._save_checkpoint(model, optimizer, schedule, train, epoch, {**record["stopped"],
                                       "rng": torch.get_rng_state()})
                 return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started,
                                    stopped=True)
-            if shared:  # every rank its shard, the sums all-reduced
-                dist.validation_start(torch, model)
-                metrics = self._validate(torch, model, validation, device, reduce=dist.reduce_validation)
-                if dist.rank == 0:
+            if loop.validates:  # its shard of the split, the sums reduced; rank 0 reports them
+                loop.validation_start(torch, model)
+                metrics = self._validate(torch, model, validation, device, reduce=loop.reduce_validation)
+                if loop.rank == 0:
                     record.update(metrics)
-            elif dist is None or dist.rank == 0:  # else rank 0 alone validates (labswarm.train.distributed.training)
-                record.update(self._validate(torch, model, validation, device))
             record["lr"] = optimizer.param_groups[0]["lr"]
             schedule.step()
             record["time"] = datetime.now(UTC).isoformat(timespec="seconds")
@@ -230,10 +225,9 @@ class Trainer:
                 self.on_epoch(record)
             for hook in self.hooks:
                 hook.after_epoch(self, record)
-        if dist is not None:
-            dist.finish()
-            if dist.rank != 0:
-                return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started)
+        loop.finish()
+        if loop.rank != 0:
+            return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started)
         checkpoint.save({
             "format": MODEL_FORMAT, "experiment": self.experiment.name,
             "fingerprint": self.experiment.fingerprint(), "model": self.experiment.model.model_dump(mode="json"),
@@ -249,11 +243,11 @@ class Trainer:
         count and random state), in the middle of the next one; then the hooks' ``after_checkpoint``."""
         pipeline = (train.state_dict() if partial is not None  # where the stopped epoch stands
                     else {"epoch": epochs_done, "prefetch": None})  # Pipeline.state_dict() of the next epoch
+        mode = self.loop.state_dict()
         checkpoint.save({
             "epoch": epochs_done, "fingerprint": self.experiment.fingerprint(), "model": model.state_dict(),
             "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(), "pipeline": pipeline,
-            "partial": partial,
-            **({} if self.distributed is None else {"distributed": self.distributed.state_dict()}),
+            "partial": partial, **({} if mode is None else {"distributed": mode}),
         }, self.checkpoint_path)
         for hook in self.hooks:
             hook.after_checkpoint(self, self.checkpoint_path, epochs_done,
@@ -287,55 +281,46 @@ class Trainer:
             log.info("resuming %s after epoch %d", self.experiment.name, done)
         return done, partial
 
-    def _train_epoch(self, torch: Any, model: Any, optimizer: Any, train: Pipeline, epoch: int, device: Any,
+    def _train_epoch(self, torch: Any, module: Any, optimizer: Any, epoch: int, device: Any,
                      partial: dict[str, Any] | None = None) -> dict[str, Any]:
-        """One epoch (continuing ``partial``'s running sums when resuming it); ``{"stopped": sums}`` when a hook
-        stopped it."""
-        model.train()
-        sums = {"loss_sum": 0.0, "correct": 0, "seen": 0, "failed": 0, "steps": 0, "seconds": 0.0, "waited": 0.0,
-                "respawns": 0}
-        sums.update({k: v for k, v in (partial or {}).items() if k in sums})
-        t0 = time.perf_counter()
-        stopped = False
-        with train.epoch(epoch) as batches:
-            for batch in batches:
-                sums["failed"] += len(batch.failed)
-                if not len(batch):
-                    continue
-                x = torch.from_numpy(batch.features[self.input]).to(device)
-                y = torch.from_numpy(batch.labels).to(device)
+        """One epoch of the loop hooks' steps (continuing ``partial``'s running sums when resuming it); its
+        metrics record, or ``{"stopped": sums}`` when a hook stopped it."""
+        module.train()
+        stop = self.loop.stops_between_epochs and self._should_stop()
+        with self.loop.epoch(torch, epoch, device, partial) as steps:
+            sums = steps.sums
+            while (batch := steps.before_step(stop)) is not None:
+                x, y = batch
                 optimizer.zero_grad(set_to_none=True)
-                logits = model(x)
+                logits = module(x)
                 loss = torch.nn.functional.cross_entropy(logits, y)
-                loss.backward()
+                (loss * 0.0 if steps.filler else loss).backward()  # a filler joins the collectives, trains nothing
                 optimizer.step()
-                value = float(loss.detach())
-                sums["loss_sum"] += value * len(batch)
-                sums["correct"] += int((logits.argmax(1) == y).sum())
-                sums["seen"] += len(batch)
                 sums["steps"] += 1
-                for hook in self.hooks:
-                    hook.after_step(self, epoch, sums["steps"], value)
-                if any(hook.should_stop(self) for hook in self.hooks):
-                    stopped = True
-                    break
-            sums["waited"] += batches.waited
-            sums["respawns"] += batches.respawns
-        sums["seconds"] += time.perf_counter() - t0
-        if stopped:
-            log.info("stopped in epoch %d after step %d", epoch + 1, sums["steps"])
-            return {"stopped": sums}
-        seen, seconds, waited = sums["seen"], sums["seconds"], sums["waited"]
-        if not seen:
-            raise PipelineError(f"epoch {epoch + 1} delivered no training sample ({sums['failed']} failed): see the "
-                                "log for the reasons")
-        return {
+                if steps.after_step():
+                    value = float(loss.detach())
+                    sums["loss_sum"] += value * len(y)
+                    sums["correct"] += int((logits.argmax(1) == y).sum())
+                    sums["seen"] += len(y)
+                    for hook in self.hooks:
+                        hook.after_step(self, epoch, sums["steps"], value)
+                stop = self._should_stop()
+        sums["seconds"] += time.perf_counter() - steps.started
+        if steps.halted:
+            return {"stopped": steps.halt()}
+        seen, seconds, waited = sums["seen"], sums["seconds"], sums.get("waited", 0.0)
+        record = {
             "epoch": epoch + 1, "epochs": self.training.epochs, "samples": seen,
             "train_loss": sums["loss_sum"] / max(seen, 1), "train_accuracy": sums["correct"] / max(seen, 1),
             "samples_per_s": seen / seconds if seconds else 0.0, "data_wait_s": waited,
             "data_wait_share": waited / seconds if seconds else 0.0, "epoch_s": seconds,
-            "respawns": sums["respawns"], "failed_samples": sums["failed"],
         }
+        steps.after_epoch(record)
+        return record
+
+    def _should_stop(self) -> bool:
+        """A hook asks to stop (:meth:`TrainerHooks.should_stop`)."""
+        return any(hook.should_stop(self) for hook in self.hooks)
 
     def validate(self, model: Any) -> dict[str, Any]:
         """The validation figures of ``model`` (a module of this experiment's model) over the whole validation split,

@@ -1,7 +1,8 @@
 """The trainer's distributed mode: one learner of ``N``, trained under a framework, its samples from the global cursor.
 
-:class:`~labswarm.train.trainer.Trainer` takes a :class:`DistributedTraining` (``distributed=``); without one
-it trains as a single process, on the path it always had. With one, the trainer:
+:class:`DistributedTraining` is a :class:`~labswarm.train.loop.LoopHooks`: the caller hands it to the one
+:class:`~labswarm.train.trainer.Trainer` (``distributed=``), whose loop then takes its steps from it (without one
+the trainer trains as a single process, through the default hooks). With it, the trainer:
 
 1. joins the process group (synchronous frameworks: ``allreduce``, ``model_averaging``, ``sandblaster``; the
    lockstep below needs it) and calls ``framework.attach(model, optimizer, context)`` once, training through
@@ -51,9 +52,11 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
 import numpy as np
 
@@ -62,6 +65,7 @@ from labswarm.train.distributed.context import LearnerContext
 from labswarm.train.distributed.cursor import Chunk, GlobalCursor
 from labswarm.train.distributed.data import TrainingSamples
 from labswarm.train.distributed.frameworks.base import CommStats, Framework
+from labswarm.train.loop import EpochSteps, LoopHooks
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +73,12 @@ log = logging.getLogger(__name__)
 CLAIM_TIMEOUT_S = 300.0
 #: Store prefix of the marks of learners that stopped (a halt): ``<prefix>/<attempt>/<rank>``.
 HALTED = "labswarm/halted"
+#: The cursor index of a lockstep filler's one sample (it trains nothing: module docstring, point 3).
+_FILLER = np.zeros(1, dtype=np.int64)
 
 
-class DistributedTraining:
-    """One learner's part of a distributed training run.
+class DistributedTraining(LoopHooks):
+    """One learner's part of a distributed training run: the trainer's loop hooks (module docstring).
 
     Args:
         framework: the framework spec (``{name: ..., **params}``, the manifest's ``framework``).
@@ -85,6 +91,7 @@ class DistributedTraining:
 
     def __init__(self, framework: Mapping[str, Any], context: LearnerContext | None = None,
                  lease_s: float = 30.0) -> None:
+        super().__init__()
         self.framework = Framework.from_spec(framework)
         self.context = context if context is not None else LearnerContext.from_env()
         self.lease_s = lease_s
@@ -94,6 +101,10 @@ class DistributedTraining:
         self._halted: int | None = None  # the pass a halt stopped this learner in
         self._comm_before = CommStats()  # this rank's communication before the checkpoint it resumed from
         self._joined = False
+        self._chunks_path: Path | None = None  # this rank's chunks.jsonl (set by attach)
+
+    #: A halt asked during the last pass's validation or checkpoint stops the next pass before its first step.
+    stops_between_epochs = True
 
     @property
     def rank(self) -> int:
@@ -111,34 +122,55 @@ class DistributedTraining:
         replicas are equal and the learners share a process group (the one :meth:`attach` joins)."""
         return self.lockstep and self.context.world_size > 1 and self.framework.equal_replicas
 
+    @property
+    def validation_shard(self) -> tuple[int, int]:
+        """``(rank, world)`` under a shared validation, else the whole split (only rank 0 validates)."""
+        return (self.rank, self.context.world_size) if self.shared_validation else (0, 1)
+
+    @property
+    def validates(self) -> bool:
+        """Every rank under a shared validation, else rank 0 alone (module docstring, point 5)."""
+        return self.shared_validation or self.rank == 0
+
+    def run_folder(self, run_dir: Path) -> Path:
+        """``<run dir>/rank-<r>``."""
+        return run_dir / f"rank-{self.rank}"
+
     def validation_start(self, torch: Any, model: Any) -> None:
-        """Before a shared validation: rank 0's parameters and buffers (batch-norm statistics) onto every rank.
+        """Before a shared validation: rank 0's parameters and buffers (batch-norm statistics) onto every rank;
+        nothing when rank 0 validates alone.
 
         Raises:
             torch.distributed.DistError: a peer failed or hung (the collective timeout).
         """
         import torch.distributed as dist
 
+        if not self.shared_validation:
+            return
         with torch.no_grad():
             for tensor in model.state_dict().values():
                 dist.broadcast(tensor, 0)
 
     def reduce_validation(self, torch: Any, matrix: np.ndarray, loss_sum: float) -> tuple[np.ndarray, float]:
         """A shared validation's sums over every rank: the confusion matrices ``(n_classes, n_classes)`` (int64
-        counts; summed in float64, exact below 2**53) and the cross-entropy sums (nats).
+        counts; summed in float64, exact below 2**53) and the cross-entropy sums (nats); unchanged when rank 0
+        validates alone.
 
         Raises:
             torch.distributed.DistError: a peer failed or hung (the collective timeout).
         """
         import torch.distributed as dist
 
+        if not self.shared_validation:
+            return matrix, loss_sum
         sums = torch.tensor([*matrix.ravel().tolist(), loss_sum], dtype=torch.float64)
         dist.all_reduce(sums)
         total = sums.numpy()
         return np.rint(total[:-1]).astype(np.int64).reshape(matrix.shape), float(total[-1])
 
-    def attach(self, trainer: Any, torch: Any, model: Any, optimizer: Any, train: Pipeline) -> Any:
-        """Join the group, attach the framework, read the training features and open the cursor.
+    def attach(self, torch: Any, model: Any, optimizer: Any, train: Pipeline, output: str, run_dir: Path) -> Any:
+        """Join the group, attach the framework, read the training features (of ``output``, the model's input)
+        and open the cursor; this rank's chunks are logged to ``run_dir/chunks.jsonl``.
 
         Returns:
             The module to train through.
@@ -152,84 +184,40 @@ class DistributedTraining:
             self.context.init_process_group("gloo")
             self._joined = True
         module = self.framework.attach(model, optimizer, self.context)
-        self.samples = TrainingSamples(trainer.experiment, train, trainer.input)
+        experiment = train.context.experiment
+        self.samples = TrainingSamples(experiment, train, output)
         n = len(self.samples.load())
         log.info("rank %d: %d training samples, %.0f MB of features in memory", self.rank, n,
                  self.samples.nbytes / 1e6)
         chunk = next((b.config.size for b in train.blocks if b.name == "batch"), 32)  # the per-learner batch
         self.cursor = GlobalCursor(self.context.store(), n, chunk,
                                    owner=f"{self.rank}:{self.context.attempt}:{os.getpid()}", lease_s=self.lease_s,
-                                   seed=trainer.experiment.seed)
+                                   seed=experiment.seed)
+        self._chunks_path = run_dir / "chunks.jsonl"
         return module
 
-    def train_epoch(self, trainer: Any, torch: Any, module: Any, optimizer: Any, epoch: int, device: Any,
-                    partial: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    @contextmanager
+    def epoch(self, torch: Any, epoch: int, device: Any,
+              partial: Mapping[str, Any] | None = None) -> Iterator[EpochSteps]:
         """One pass of the cursor, or what is left of it after a halt (``partial``: the stopped epoch's sums from
-        the checkpoint; this rank's own continue the epoch's figures).
+        the checkpoint; this rank's own continue the epoch's figures, another rank's are not used).
 
-        Returns:
-            The epoch's metrics record (the single-process keys, ``samples`` this learner's, plus ``rank``,
-            ``world_size``, ``chunks``, ``steps``, ``elapsed_s`` since :meth:`attach`, ``comm``: the framework's
-            cumulative :meth:`CommStats.as_dict`, ``peer_wait_s``: in lockstep, the seconds this learner waited in
-            the epoch's first collective for its peers to begin the epoch, i.e. for rank 0's validation and
-            checkpoint of the epoch before; ``epoch_s`` and ``samples_per_s`` start after it, as the
-            single-process trainer's leave validation out); or ``{"stopped": sums}`` when a hook's
-            ``should_stop`` halted it at a step boundary (the trainer writes the mid-epoch checkpoint).
+        Its steps' :meth:`~labswarm.train.loop.EpochSteps.after_epoch` adds to the epoch's record (``samples`` is
+        this learner's) ``rank``, ``world_size``, ``chunks``, ``steps``, ``elapsed_s`` since :meth:`attach`,
+        ``comm`` (the framework's cumulative :meth:`CommStats.as_dict`) and ``peer_wait_s``: in lockstep, the
+        seconds this learner waited in the epoch's first collective for its peers to begin the epoch, i.e. for
+        rank 0's validation and checkpoint of the epoch before; ``epoch_s`` and ``samples_per_s`` start after it,
+        as the single-process trainer's leave validation out. A halt (a hook's ``should_stop``) ends the pass at
+        a step boundary (module docstring, point 4).
 
         Raises:
             CursorError: the cursor's store failed, or no chunk came free in time (asynchronous frameworks).
             torch.distributed.DistError: a peer failed or hung in a collective (synchronous frameworks).
         """
-        assert self.cursor is not None and self.samples is not None, "attach() first"
-        module.train()
-        sums = {"loss_sum": 0.0, "correct": 0, "seen": 0, "steps": 0, "chunks": 0, "seconds": 0.0}
-        if partial is not None and partial.get("rank") == self.rank:  # an asynchronous rank may get rank 0's
-            sums.update({k: v for k, v in partial.items() if k in sums})
-        # a halt asked before the pass's first step (during the last one's validation or checkpoint) stops it there:
-        # the mid-epoch path, at step 0, so an asynchronous rank 0 reads the cursor only once its peers stopped
-        stop = any(hook.should_stop(trainer) for hook in trainer.hooks)
-        t0, waited, first = time.perf_counter(), 0.0, True
-        with open(trainer.run_dir / "chunks.jsonl", "a", encoding="utf-8") as trained:
-            while True:
-                chunk, verdict = self._claim(torch, epoch, stop)
-                if first and self._joined:  # after the first collective every peer has begun the epoch
-                    now = time.perf_counter()
-                    waited, t0 = now - t0, now
-                first = False
-                if verdict != "train":
-                    break
-                index = chunk.samples if chunk is not None else np.zeros(1, dtype=np.int64)
-                x, y = (t.to(device) for t in self.samples.batch(epoch, index.tolist()))
-                optimizer.zero_grad(set_to_none=True)
-                logits = module(x)
-                loss = torch.nn.functional.cross_entropy(logits, y)
-                (loss if chunk is not None else loss * 0.0).backward()  # a lockstep filler trains nothing
-                optimizer.step()
-                sums["steps"] += 1
-                if chunk is not None and self.cursor.done(chunk):  # else a lost lease: its new holder trains it
-                    value = float(loss.detach())
-                    sums["loss_sum"] += value * len(index)
-                    sums["correct"] += int((logits.argmax(1) == y).sum())
-                    sums["seen"] += len(index)
-                    sums["chunks"] += 1
-                    trained.write(json.dumps({"pass": epoch, "chunk": chunk.index,
-                                          "ids": self.samples.ids(index.tolist())}) + "\n")
-                    for hook in trainer.hooks:
-                        hook.after_step(trainer, epoch, sums["steps"], value)
-                stop = any(hook.should_stop(trainer) for hook in trainer.hooks)
-        sums["seconds"] += time.perf_counter() - t0
-        if verdict == "halt":
-            self._halt(epoch, sums)
-            return {"stopped": {**sums, "rank": self.rank}}
-        seen, seconds = sums["seen"], sums["seconds"]
-        return {
-            "epoch": epoch + 1, "epochs": trainer.training.epochs, "samples": seen,
-            "train_loss": sums["loss_sum"] / max(seen, 1), "train_accuracy": sums["correct"] / max(seen, 1),
-            "samples_per_s": seen / seconds if seconds else 0.0, "data_wait_s": 0.0, "data_wait_share": 0.0,
-            "epoch_s": seconds, "peer_wait_s": waited, "respawns": 0, "failed_samples": 0, "rank": self.rank,
-            "world_size": self.context.world_size, "chunks": sums["chunks"], "steps": sums["steps"],
-            "elapsed_s": time.perf_counter() - self.started, "comm": self.comm().as_dict(),
-        }
+        assert self.cursor is not None and self._chunks_path is not None, "attach() first"
+        steps = _CursorSteps(self, torch, epoch, device, partial)
+        with open(self._chunks_path, "a", encoding="utf-8") as steps.trained:
+            yield steps
 
     def comm(self) -> CommStats:
         """This rank's communication over the whole run: the framework's :class:`CommStats` of this process added
@@ -324,3 +312,58 @@ class DistributedTraining:
         if self._joined and dist.is_initialized():
             dist.destroy_process_group()
             self._joined = False
+
+
+class _CursorSteps(EpochSteps):
+    """A pass of the global cursor: one claimed chunk a step (module docstring, points 3 and 4)."""
+
+    def __init__(self, learner: DistributedTraining, torch: Any, epoch: int, device: Any,
+                 partial: Mapping[str, Any] | None) -> None:
+        sums = {"loss_sum": 0.0, "correct": 0, "seen": 0, "steps": 0, "chunks": 0, "seconds": 0.0}
+        if partial is not None and partial.get("rank") == learner.rank:  # an asynchronous rank may get rank 0's
+            sums.update({k: v for k, v in partial.items() if k in sums})
+        super().__init__(epoch, sums)
+        assert learner.cursor is not None and learner.samples is not None
+        self.learner, self.cursor, self.samples = learner, learner.cursor, learner.samples
+        self.torch, self.device = torch, device
+        self.trained: IO[str] | None = None  # chunks.jsonl, open for the pass
+        self.chunk: Chunk | None = None
+        self.index = _FILLER
+        self.peer_wait_s = 0.0
+        self._first = True
+
+    def before_step(self, stop: bool) -> tuple[Any, Any] | None:
+        chunk, verdict = self.learner._claim(self.torch, self.epoch, stop)
+        if self._first and self.learner._joined:  # after the first collective every peer has begun the epoch
+            now = time.perf_counter()
+            self.peer_wait_s, self.started = now - self.started, now
+        self._first = False
+        if verdict != "train":
+            self.halted = verdict == "halt"
+            return None
+        self.chunk, self.filler = chunk, chunk is None
+        self.index = chunk.samples if chunk is not None else _FILLER
+        x, y = self.samples.batch(self.epoch, self.index.tolist())
+        return x.to(self.device), y.to(self.device)
+
+    def after_step(self) -> bool:
+        """``True`` when this learner's chunk is marked done: a filler, or a lost lease (its new holder trains it),
+        does not count."""
+        chunk = self.chunk
+        if chunk is None or not self.cursor.done(chunk):
+            return False
+        self.sums["chunks"] += 1
+        assert self.trained is not None
+        self.trained.write(json.dumps({"pass": self.epoch, "chunk": chunk.index,
+                                       "ids": self.samples.ids(self.index.tolist())}) + "\n")
+        return True
+
+    def after_epoch(self, record: dict[str, Any]) -> None:
+        learner = self.learner
+        record.update(peer_wait_s=self.peer_wait_s, respawns=0, failed_samples=0, rank=learner.rank,
+                      world_size=learner.context.world_size, chunks=self.sums["chunks"], steps=self.sums["steps"],
+                      elapsed_s=time.perf_counter() - learner.started, comm=learner.comm().as_dict())
+
+    def halt(self) -> dict[str, Any]:
+        self.learner._halt(self.epoch, self.sums)
+        return {**self.sums, "rank": self.learner.rank}
