@@ -16,7 +16,7 @@ import griffe
 import mkdocs_gen_files
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import ROOT  # noqa: E402
+from _common import ROOT
 
 PACKAGE = "labswarm"
 OUT = Path("reference/api")
@@ -45,7 +45,10 @@ def main() -> None:
     nav = mkdocs_gen_files.Nav()
     for module in public_modules(package):
         parts = tuple(module.path.split("."))
-        page = OUT.joinpath(*parts[1:], "index.md") if module.is_package else OUT.joinpath(*parts[1:-1], f"{parts[-1]}.md")
+        if module.is_package:
+            page = OUT.joinpath(*parts[1:], "index.md")
+        else:
+            page = OUT.joinpath(*parts[1:-1], f"{parts[-1]}.md")
         nav[parts] = page.relative_to(OUT).as_posix()
         with mkdocs_gen_files.open(page, "w") as f:
             f.write(f"# `{module.path}`\n\n::: {module.path}\n    options:\n      show_root_heading: false\n")

@@ -17,7 +17,7 @@ import mkdocs_gen_files
 import typer.main
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import ROOT, cell, paragraphs  # noqa: E402
+from _common import ROOT, cell, paragraphs
 
 SCRIPT = "labswarm"
 #: typer's shell-completion options, the same on every typer app.

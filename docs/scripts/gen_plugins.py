@@ -16,7 +16,7 @@ from pathlib import Path
 import mkdocs_gen_files
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import ROOT, cell  # noqa: E402
+from _common import ROOT, cell
 
 MODULE = "labswarm.registry"
 
@@ -50,7 +50,7 @@ def main() -> None:
         details.append(f"## {registry.kind} (`{const}`)\n")
         try:
             names = registry.names()
-        except Exception as exc:  # noqa: BLE001  (an optional dependency missing where the docs are built)
+        except Exception as exc:
             details.append(f"The built-ins could not be imported here: `{type(exc).__name__}: {exc}`.\n")
             continue
         details.append("| name | class | config model |\n|---|---|---|")
@@ -61,7 +61,7 @@ def main() -> None:
             details.append(f"| `{name}` | `{cls.__module__}.{cls.__qualname__}` | {config_name} |")
         details.append("")
     with mkdocs_gen_files.open("reference/plugins.md", "w") as f:
-        f.write("\n".join(out + [""] + details) + "\n")
+        f.write("\n".join([*out, "", *details]) + "\n")
     mkdocs_gen_files.set_edit_path("reference/plugins.md", "docs/scripts/gen_plugins.py")
 
 

@@ -21,7 +21,7 @@ import griffe
 import mkdocs_gen_files
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import ROOT, cell, paragraphs  # noqa: E402
+from _common import ROOT, cell, paragraphs
 
 FACTORY = "create_app"
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -110,7 +110,8 @@ def render(schema: dict) -> str:
                 out.append("")
             body = op.get("requestBody")
             if body:
-                kinds = ", ".join(f"`{k}` {cell(ref_name(v.get('schema')))}" for k, v in body.get("content", {}).items())
+                content = body.get("content", {}).items()
+                kinds = ", ".join(f"`{k}` {cell(ref_name(v.get('schema')))}" for k, v in content)
                 out.append(f"Request body{' (required)' if body.get('required') else ''}: {kinds}\n")
             responses = op.get("responses", {})
             if responses:

@@ -22,7 +22,7 @@ import mkdocs_gen_files
 from pydantic_core import PydanticUndefined
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _common import ROOT, cell, escape  # noqa: E402
+from _common import ROOT, cell, escape
 
 MODULE = "labswarm.settings"
 VARIABLE = re.compile(r"\bLABSWARM_[A-Z0-9_]*[A-Z0-9]\b")

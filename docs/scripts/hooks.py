@@ -32,6 +32,8 @@ DOTTED = re.compile(r"(?<![\w/.<-])(labswarm(?:\.[A-Za-z_]\w*)+)")
 IGNORE = ("docker/secrets", "bench/results")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 _docstring_problems: list[str] = []
+#: a griffe warning about a file under labswarm/ (a relative path, or absolute when built from elsewhere).
+_PROBLEM = re.compile(rf"(griffe: )?({re.escape(str(ROOT))}/)?labswarm/")
 
 
 class _DocstringWarnings(logging.Filter):
@@ -40,8 +42,9 @@ class _DocstringWarnings(logging.Filter):
     strict = False
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not self.strict and record.levelno == logging.WARNING and re.match(r"(griffe: )?labswarm/", record.getMessage()):
-            _docstring_problems.append(record.getMessage())
+        message = record.getMessage()
+        if not self.strict and record.levelno == logging.WARNING and _PROBLEM.match(message):
+            _docstring_problems.append(message)
             record.levelno, record.levelname = logging.INFO, "INFO"
         return True
 
