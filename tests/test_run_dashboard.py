@@ -16,7 +16,7 @@ import pytest
 from helpers import experiment_dict
 
 from labswarm.config.experiment import parse_experiment
-from labswarm.run import dashboard_line, run_experiment, write_private
+from labswarm.run import RunHooks, RunOptions, dashboard_line, run_experiment, write_private
 from labswarm.settings import Settings
 
 
@@ -27,8 +27,18 @@ class Seen(Exception):
 def _run(tmp_path: Path, tone_dataset: Path, check, **settings) -> None:
     config = parse_experiment(experiment_dict(tone_dataset, tmp_path / "store"))
     with pytest.raises(Seen):
-        run_experiment(config, workers=0, launcher="none", health=False, on_dashboard=check,
+        run_experiment(config, RunOptions(workers=0, launcher="none", health=False), hooks=_Hooks(check),
                        settings=Settings(home=tmp_path / "home", data_roots=[tmp_path], **settings))
+
+
+class _Hooks(RunHooks):
+    """The run's dashboard goes to ``check``."""
+
+    def __init__(self, check) -> None:
+        self.check = check
+
+    def on_dashboard(self, url: str, token_file: Path | None) -> None:
+        self.check(url, token_file)
 
 
 def _holding(root: Path, token: str) -> list[Path]:
