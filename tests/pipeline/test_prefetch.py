@@ -25,8 +25,19 @@ import pytest
 from pydantic import Field
 
 from labswarm.config.experiment import ExperimentConfig
-from labswarm.pipeline import SKIPPED, Block, BlockConfig, Context, PipelineError, Prefetcher, register_block, shm
+from labswarm.pipeline import (
+    SKIPPED,
+    Block,
+    BlockConfig,
+    Context,
+    PipelineError,
+    Prefetcher,
+    register_block,
+    segments,
+    shm,
+)
 from labswarm.pipeline.prefetch import PrefetchConfig
+from labswarm.pipeline.producer import produce
 from labswarm.sample import iter_samples
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,9 +108,22 @@ class Crash(Block):
     def __call__(self, items: Iterator[Any] | None, ctx: Context) -> Iterator[Any]:
         for n, batch in enumerate(items):
             if n >= 1 and batch is not SKIPPED and ctx.producer == 0:
-                time.sleep(0.2)  # the queue's feeder thread sends the batch before
+                _flush_output()  # the batch before is in the pipe: the producer dies *at* batch 1
                 os.kill(os.getpid(), signal.SIGKILL)
             yield batch
+
+
+def _flush_output() -> None:
+    """In a producer: close its output queue and join the queue's feeder thread, which returns once every message
+    put is written to the pipe (``multiprocessing.Queue.join_thread``). The queue is ``produce``'s ``out``, found
+    up the stack (a block is not given it)."""
+    frame = sys._getframe()
+    while frame is not None and frame.f_code is not produce.__code__:
+        frame = frame.f_back
+    assert frame is not None, "not called from a producer's chain"
+    out = frame.f_locals["out"]
+    out.close()
+    out.join_thread()
 
 
 class Stalled(Exception):
@@ -125,7 +149,7 @@ def deadline(seconds: float) -> Iterator[None]:
 
 def _segments(pid: int | None = None) -> set[str]:
     """The shared-memory segments of process ``pid`` (this one by default) in /dev/shm."""
-    return {p.name for p in Path("/dev/shm").glob(f"{shm.PREFIX}{shm._namespace()}_{pid or os.getpid()}_*")}
+    return {p.name for p in Path("/dev/shm").glob(f"{segments.PREFIX}{segments.namespace()}_{pid or os.getpid()}_*")}
 
 
 @pytest.fixture(autouse=True)
@@ -225,6 +249,16 @@ def test_a_producer_that_dies_at_the_same_batch_again_fails_the_epoch(tones: Exp
     assert len(got) == 2 and prefetcher.respawns == 2
 
 
+def _until_full(slot: Any, timeout: float = 20.0) -> None:
+    """Wait until producer ``slot``'s queue holds ``depth`` batches the trainer has not taken (the producer then
+    blocks in its next put); fail the test after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while not slot.queue.full():
+        assert slot.process.is_alive(), f"producer {slot.index} exited ({slot.process.exitcode}) before it filled"
+        assert time.monotonic() < deadline, f"producer {slot.index}'s queue did not fill within {timeout} s"
+        time.sleep(0.01)
+
+
 def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
 
@@ -281,7 +315,7 @@ def test_a_retiring_producer_blocked_by_a_slow_trainer_is_not_killed(tones: Expe
     with deadline(30), Prefetcher(_blocks({"name": "test_leak", "mb": 25}, size=1), ctx, config) as prefetcher:
         for batch in prefetcher:
             got.append(batch.ids)
-            time.sleep(0.3)
+            time.sleep(0.3)  # the scenario, not a wait: a slow training step (see above)
     assert Counter(_flat(got)) == Counter(s.id for s in iter_samples(tones))  # every id, once
     replaced = [r.getMessage() for r in caplog.records if "replacing producer" in r.getMessage()]
     assert prefetcher.respawns >= 1 and len(replaced) == prefetcher.respawns
@@ -297,7 +331,7 @@ def test_a_killed_producer_is_replaced_mid_epoch(tones: ExperimentConfig) -> Non
     with deadline(30), Prefetcher(blocks, ctx, _prefetch()) as prefetcher:
         got += [next(prefetcher).ids for _ in range(3)]
         victim = prefetcher.slots[1].process.pid
-        time.sleep(0.5)  # its queue fills up; its feeder thread blocks in the middle of a message
+        _until_full(prefetcher.slots[1])  # its feeder thread blocks in the middle of a message (likely)
         os.kill(victim, signal.SIGKILL)
         got += [batch.ids for batch in prefetcher]
         assert prefetcher.respawns == 1 and prefetcher.slots[1].process.pid != victim
@@ -347,7 +381,7 @@ def test_a_killed_producers_ring_is_unlinked_and_its_replacement_gets_a_new_one(
         got = [next(prefetcher).ids for _ in range(3)]
         victim, old = prefetcher.slots[1].process.pid, set(prefetcher.slots[1].ring.names)
         assert old and old <= _segments()
-        time.sleep(0.5)  # it fills its queue and every free slot
+        _until_full(prefetcher.slots[1])  # and every free slot of its ring
         os.kill(victim, signal.SIGKILL)
         while not prefetcher.respawns:
             got.append(next(prefetcher).ids)
@@ -365,9 +399,9 @@ def test_an_unclosed_prefetcher_unlinks_its_segments_when_garbage_collected(tone
         prefetcher = Prefetcher(_blocks(size=1), _context(tones), _prefetch())
         next(prefetcher)
         next(prefetcher)
-        time.sleep(0.2)
+    # a batch of each producer was received: the trainer, which alone creates segments, sized both rings then
     names = {name for slot in prefetcher.slots for name in slot.ring.names}
-    assert names and names <= _segments()
+    assert all(slot.ring.names for slot in prefetcher.slots) and names <= _segments()
     del prefetcher
     gc.collect()
     assert not names & _segments()
@@ -379,6 +413,7 @@ SCENARIO = """
 import json, os, pickle, signal, sys
 from labswarm.pipeline import Prefetcher
 from labswarm.pipeline.prefetch import PrefetchConfig
+from labswarm.pipeline.producer import produce
 
 if __name__ == "__main__":
     with open(sys.argv[1], "rb") as f:
