@@ -19,9 +19,12 @@ def test_a_dead_group_member_restarts_the_attempt_and_the_job_completes(tmp_path
         stream, shown, metrics = kill_learner_after_first_checkpoint(m, job["id"])
     assert statuses(stream)[-1] == "completed", shown.get("log_tail")
     attempts = shown["attempts"]
-    # new attempts, never the dead learner alone (3 attempts were seen once in 3 runs at load 16-24, cause not
-    # found; a rendezvous or collective timeout of 30 s on the saturated cores is the likely one)
-    assert len(attempts) >= 2 and not any(a.get("learner_restarts") for a in attempts), attempts
+    # one new attempt, never the dead learner alone. A third attempt was seen once in 3 runs at load 16-24 and the
+    # assertion was loosened to >= 2, which hid why the second one ended: it is exact again, and a failure says how
+    # each attempt ended (4 runs at load ~7 gave exactly 2)
+    ended = [(a["number"], a["error_code"], a["reason"], [(lr["rank"], lr["exit_code"], lr["killed"])
+                                                          for lr in a["learners"]]) for a in attempts]
+    assert len(attempts) == 2 and not any(a.get("learner_restarts") for a in attempts), ended
     assert attempts[0]["error_code"] is not None and attempts[-1]["exit_code"] == 0
     assert attempts[-1]["checkpoint_in"]["epoch"] >= 1
     assert sorted(lr["rank"] for lr in attempts[-1]["learners"]) == [0, 1]
