@@ -1,8 +1,11 @@
 """Trainer hooks: every step and epoch seen, a stop between steps checkpoints mid-epoch, and a resume from that
-checkpoint trains the very model an uninterrupted run trains."""
+checkpoint trains the very model an uninterrupted run trains; the loop hooks (the distributed mode's shape) are
+called once per run, epoch and validation, and their state rides in the checkpoint."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ from three_classes import training_experiment
 
 from labswarm.config.experiment import parse_experiment
 from labswarm.train import checkpoint
+from labswarm.train.loop import EpochSteps, LoopHooks
 from labswarm.train.trainer import Trainer, TrainerHooks, load_model
 
 
@@ -80,3 +84,53 @@ def test_a_stop_checkpoints_mid_epoch_and_the_resume_trains_the_same_model(three
     assert result.final["train_loss"] == whole.final["train_loss"]
     resumed, reference = load_model(result.model_path)[0].state_dict(), load_model(whole.model_path)[0].state_dict()
     assert all(torch.equal(resumed[k], reference[k]) for k in reference)
+
+
+class CountingLoop(LoopHooks):
+    """The single-process loop hooks, recording the trainer's calls and keeping a state in its checkpoints."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[Any, ...]] = []
+        self.restored: dict[str, Any] | None = None
+
+    def attach(self, torch: Any, model: Any, optimizer: Any, train: Any, output: str, run_dir: Path) -> Any:
+        self.calls.append(("attach", output, run_dir.name))
+        return super().attach(torch, model, optimizer, train, output, run_dir)
+
+    @contextmanager
+    def epoch(self, torch: Any, epoch: int, device: Any,
+              partial: Mapping[str, Any] | None = None) -> Iterator[EpochSteps]:
+        with super().epoch(torch, epoch, device, partial) as steps:
+            self.calls.append(("epoch", epoch))
+            yield steps
+
+    def validation_start(self, torch: Any, model: Any) -> None:
+        self.calls.append(("validate",))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epochs": sum(c[0] == "epoch" for c in self.calls)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.restored = dict(state)
+
+    def finish(self) -> None:
+        self.calls.append(("finish",))
+
+
+def test_loop_hooks_are_called_per_run_epoch_and_validation_and_their_state_is_checkpointed(
+        three_classes: Path, tmp_path: Path) -> None:
+    config = _config(three_classes, tmp_path)
+    loop = CountingLoop()
+    trainer = Trainer(config, tmp_path / "home", distributed=loop)
+    result = trainer.fit()
+    assert trainer.distributed is loop and result.model_path.is_file()
+    assert loop.calls == [("attach", "mel", trainer.run_dir.name), ("epoch", 0), ("validate",), ("epoch", 1),
+                          ("validate",), ("finish",)]
+    assert checkpoint.load(trainer.checkpoint_path)["distributed"] == {"epochs": 2}
+    again = CountingLoop()
+    Trainer(config, tmp_path / "home", distributed=again).fit(resume=True)  # every epoch done: none trained
+    assert again.restored == {"epochs": 2} and [c[0] for c in again.calls] == ["attach", "finish"]
+    plain = Trainer(config, tmp_path / "plain")
+    plain.fit()
+    assert "distributed" not in checkpoint.load(plain.checkpoint_path)  # the single process keeps no loop state

@@ -89,6 +89,9 @@ class DistributedTraining(LoopHooks):
         ConfigError: an unknown framework or bad parameters, or a malformed environment.
     """
 
+    #: A halt asked during the last pass's validation or checkpoint stops the next pass before its first step.
+    stops_between_epochs = True
+
     def __init__(self, framework: Mapping[str, Any], context: LearnerContext | None = None,
                  lease_s: float = 30.0) -> None:
         super().__init__()
@@ -102,9 +105,6 @@ class DistributedTraining(LoopHooks):
         self._comm_before = CommStats()  # this rank's communication before the checkpoint it resumed from
         self._joined = False
         self._chunks_path: Path | None = None  # this rank's chunks.jsonl (set by attach)
-
-    #: A halt asked during the last pass's validation or checkpoint stops the next pass before its first step.
-    stops_between_epochs = True
 
     @property
     def rank(self) -> int:
