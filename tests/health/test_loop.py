@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import experiment_dict
+from helpers import experiment_dict, write_dataset
 
 from labswarm.client import ManagerClient
 from labswarm.health.loop import HealthLoop
@@ -19,14 +19,20 @@ from labswarm.manager.server import EmbeddedServer
 from labswarm.settings import Settings
 
 
-def test_loop_lowers_the_rate_of_a_flooding_session_and_logs_it(tone_dataset: Path, tmp_path: Path) -> None:
+def test_loop_lowers_the_rate_of_a_flooding_session_and_logs_it(tmp_path: Path) -> None:
+    # 20 clips x 2 transformations = 40 samples (the shared tone_dataset has 8: the queue never reached 18, and the
+    # wait below used to give up after 10 s without a word)
+    dataset = write_dataset(tmp_path / "data", n_per_label=10)
     settings = Settings(home=tmp_path / "home")
     with EmbeddedServer(create_app(settings)) as server, ManagerClient(server.url) as client:
-        client.post_experiment(experiment_dict(tone_dataset, tmp_path / "store", name="flood"))
+        client.post_experiment(experiment_dict(dataset, tmp_path / "store", name="flood"))
         session = client.start_session("flood", rate=5.0)  # no worker consumes: the queue only grows
-        deadline = time.monotonic() + 10
-        # well above the target depth (twice what the consumer holds: 2 x prefetch) and within the start window
-        while client.session(session["id"])["pending"] < 18 and time.monotonic() < deadline:
+        # well above the target depth (twice what the consumer holds: 2 x prefetch) and within the start window;
+        # 18 samples at 5/s take ~4 s: a wait that runs out fails here (before, the test went on with a shallower
+        # queue and checked a decision made on other figures)
+        deadline = time.monotonic() + 30
+        while (pending := client.session(session["id"])["pending"]) < 18:
+            assert time.monotonic() < deadline, f"the session published {pending} samples in 30 s, 18 expected"
             time.sleep(0.05)
         # one outcome, as a worker reports it: the loop steers a session from its first outcome on
         client.report(session["id"], [{"sample_id": "low/low_0.wav#0", "status": "computed", "seconds": 0.01}])
@@ -36,7 +42,7 @@ def test_loop_lowers_the_rate_of_a_flooding_session_and_logs_it(tone_dataset: Pa
             decisions = {}
             for _ in range(3):
                 decisions = await loop.tick()
-                await asyncio.sleep(0.3)
+                await asyncio.sleep(0.3)  # the scenario, not a wait: the controller measures rates over real time
             await loop.manager.aclose()
             from prometheus_client import generate_latest
 
