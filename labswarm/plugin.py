@@ -7,7 +7,7 @@ A YAML item ``{name: pitch_shift, semitones: 2}`` is validated by the config mod
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -22,6 +22,10 @@ class PluginConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
+
+
+#: A plugin config model.
+P = TypeVar("P", bound=PluginConfig)
 
 
 def validate_plugin_specs(items: Any, registry: Registry, title: str) -> list[PluginConfig]:
@@ -57,6 +61,23 @@ def validate_plugin_specs(items: Any, registry: Registry, title: str) -> list[Pl
                 errors.append(_error((index, *err["loc"]), err["msg"], err.get("input")))
     if errors:
         raise ValidationError.from_exception_data(title, errors)
+    return out
+
+
+def configs_of(specs: Sequence[PluginConfig], model: type[P], registry: Registry) -> list[P]:
+    """``specs`` (from :func:`validate_plugin_specs`) as instances of ``model``, the base config model every class
+    of ``registry`` configures itself with (:class:`~labswarm.audio.features.base.FeatureConfig` for the feature
+    extractors).
+
+    Raises:
+        ValueError: a spec is not a ``model`` (a plugin whose config model breaks its registry's contract).
+    """
+    out: list[P] = []
+    for index, spec in enumerate(specs):
+        if not isinstance(spec, model):
+            raise ValueError(f"item {index}: the config of {registry.kind} {spec.name!r} is a "
+                             f"{type(spec).__name__}, not a {model.__name__}")
+        out.append(spec)
     return out
 
 

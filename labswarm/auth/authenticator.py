@@ -247,9 +247,10 @@ class BearerAuth(SecurityBase):
         else:
             token = cookie_token(request)  # the dashboard's cookie (labswarm.auth.cookie), when there is no header
             token = bearer_token(request.scope["headers"]) if token is None else token
-            user = self.authenticator.user(token, metrics=path in METRICS_PATHS)
-            if user is None:
+            found = self.authenticator.user(token, metrics=path in METRICS_PATHS)
+            if found is None:
                 raise _unauthorized("wrong API token", invalid=True)
+            user = found
             if user.scope is not None and user.scope != f"{request.method} {request.scope['path']}":
                 raise _unauthorized("this token is scoped to one request (a learner's report route): not this one",
                                     invalid=True)

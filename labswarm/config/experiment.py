@@ -25,7 +25,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, ValidationInfo, field_validator
@@ -34,7 +34,7 @@ from labswarm.audio.features.base import EXTRACTORS, FeatureConfig
 from labswarm.audio.transforms.base import TRANSFORMATIONS, TransformationConfig
 from labswarm.config.training import TrainingConfig
 from labswarm.errors import ConfigError, format_loc
-from labswarm.plugin import PluginConfig, validate_plugin_spec, validate_plugin_specs
+from labswarm.plugin import PluginConfig, configs_of, validate_plugin_spec, validate_plugin_specs
 from labswarm.registry import BLOCKS, MODELS
 
 #: Experiment names become queue names (``labswarm.<name>``) and folder names: keep them to this pattern.
@@ -134,7 +134,7 @@ class ExperimentConfig(_Strict):
     @field_validator("features", mode="before")
     @classmethod
     def _features(cls, value: Any) -> Any:
-        specs = validate_plugin_specs(value, EXTRACTORS, "features")
+        specs = configs_of(validate_plugin_specs(value, EXTRACTORS, "features"), FeatureConfig, EXTRACTORS)
         if repeat := _first_repeat(s.output_name for s in specs):
             index, earlier = repeat
             raise ValueError(
@@ -161,7 +161,7 @@ class ExperimentConfig(_Strict):
             raise ValueError("the `features` block must come before the `batch` block (a batch holds features)")
         outputs = [f.output_name for f in info.data.get("features") or []]
         features = specs[names.index("features")]
-        if outputs and (unknown := sorted(set(features.outputs or ()) - set(outputs))):
+        if outputs and (unknown := sorted(set(_block_outputs(features) or ()) - set(outputs))):
             raise ValueError(f"item {names.index('features')} (features) reads {unknown}, which the experiment does "
                              f"not compute; its feature outputs are {outputs}")
         return specs
@@ -173,11 +173,14 @@ class ExperimentConfig(_Strict):
             return None
         spec = value if isinstance(value, PluginConfig) else validate_plugin_spec(value, MODELS, "model")
         outputs = [f.output_name for f in info.data.get("features") or []]
-        if outputs and spec.input not in outputs:
-            raise ValueError(f"input {spec.input!r} is not a feature output; the features are {outputs}")
-        read = [b.outputs for b in info.data.get("pipeline") or [] if b.name == "features" and b.outputs]
-        if read and spec.input not in read[0]:
-            raise ValueError(f"input {spec.input!r} is not among the outputs the pipeline's features block reads "
+        read = [o for b in info.data.get("pipeline") or [] if b.name == "features" and (o := _block_outputs(b))]
+        if not outputs and not read:
+            return spec
+        wanted = _model_input(spec)
+        if outputs and wanted not in outputs:
+            raise ValueError(f"input {wanted!r} is not a feature output; the features are {outputs}")
+        if read and wanted not in read[0]:
+            raise ValueError(f"input {wanted!r} is not among the outputs the pipeline's features block reads "
                              f"({read[0]})")
         return spec
 
@@ -198,10 +201,41 @@ class ExperimentConfig(_Strict):
         dataset = self.dataset.model_copy(update={"root": _absolute(self.dataset.root, base)})
         store = self.store.model_copy(update={"root": _absolute(self.store.root, base)})
         transformations = [
-            t.model_copy(update={"file": str(_absolute(Path(t.file), base))}) if getattr(t, "file", None) else t
+            t.model_copy(update={"file": str(_absolute(Path(file), base))}) if (file := getattr(t, "file", None)) else t
             for t in self.transformations
         ]
         return self.model_copy(update={"dataset": dataset, "store": store, "transformations": transformations})
+
+
+@runtime_checkable
+class _FeaturesBlockConfig(Protocol):
+    """The ``features`` block's config (:class:`labswarm.pipeline.blocks.features.FeaturesConfig`; the pipeline
+    is a layer above this one)."""
+
+    @property
+    def outputs(self) -> list[str] | None: ...
+
+
+@runtime_checkable
+class _ModelConfig(Protocol):
+    """A model's config (:class:`labswarm.train.models.base.ModelConfig`; the models are a layer above)."""
+
+    @property
+    def input(self) -> str: ...
+
+
+def _block_outputs(spec: PluginConfig) -> list[str] | None:
+    """The ``outputs`` of the ``features`` block ``spec``."""
+    if not isinstance(spec, _FeaturesBlockConfig):
+        raise ValueError(f"the config of block {spec.name!r} ({type(spec).__name__}) has no `outputs`")
+    return spec.outputs
+
+
+def _model_input(spec: PluginConfig) -> str:
+    """The ``input`` of the model ``spec``."""
+    if not isinstance(spec, _ModelConfig):
+        raise ValueError(f"the config of model {spec.name!r} ({type(spec).__name__}) has no `input`")
+    return spec.input
 
 
 def _failed(info: ValidationInfo) -> set[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal
 
@@ -163,7 +163,7 @@ Framework = Annotated[LabswarmFramework | CommandFramework | DistributedFramewor
 _FRAMEWORK_TAGS = frozenset({"labswarm", "command", *DISTRIBUTED_FRAMEWORKS})
 
 
-def _validation_error(title: str, errors: list[tuple[tuple[str | int, ...], str]]) -> ValidationError:
+def _validation_error(title: str, errors: Sequence[tuple[tuple[str | int, ...], str]]) -> ValidationError:
     """A ValidationError with these ``(location, message)`` pairs; raised in a validator, pydantic prefixes the
     locations with the field's. Inputs are left out so no value (a secret) rides along."""
     return ValidationError.from_exception_data(title, [

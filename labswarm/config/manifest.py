@@ -221,6 +221,7 @@ class JobManifest(_Strict):
     def _store(cls, value: Any, info: ValidationInfo) -> Any:
         if value is None or isinstance(value, StorageConfig):
             return value
+        assert info.field_name is not None, "a field validator runs for a named field"
         return validate_plugin_spec(value, STORAGES, info.field_name)
 
     @property

@@ -82,7 +82,8 @@ def check_labels_paths(config: ExperimentConfig, roots: DataRoots, *, source: st
             the first :data:`MAX_ROWS_NAMED` rows named, the others counted.
         DatasetError: the labels CSV cannot be read.
     """
-    rows, named, more = 0, [], 0
+    rows, more = 0, 0
+    named: list[int] = []
     for line, inside in _label_rows_inside(config, roots):
         rows += 1
         if inside:

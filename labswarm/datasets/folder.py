@@ -68,7 +68,7 @@ def _numbered_clips(root: str | Path, labels: str | Path,
     for line, clip_id, label, source in label_rows(labels):
         path = clip_path(root, clip_id)
         if inside is not None and not inside(path):
-            raise OutsideDataRoots([outside_row("dataset.labels", line, roots)], source=str(labels))
+            raise OutsideDataRoots([outside_row("dataset.labels", line, inside.roots)], source=str(labels))
         yield line, Clip(clip_id=clip_id, path=path, label=label, source=source)
 
 

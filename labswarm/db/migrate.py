@@ -35,7 +35,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+from alembic.script import Script, ScriptDirectory
 from sqlalchemy import Connection, create_engine, inspect, text
 from sqlalchemy.engine import Engine
 
@@ -91,8 +91,15 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 def head() -> str:
-    """The newest revision, e.g. ``"0002"``."""
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+    """The newest revision, e.g. ``"0002"``.
+
+    Raises:
+        MigrationError: there is no revision.
+    """
+    newest = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if newest is None:
+        raise MigrationError(f"no revision in {MIGRATIONS / 'versions'}")
+    return newest
 
 
 def current(engine: Engine) -> str | None:
@@ -128,7 +135,9 @@ def _upgrade_sqlite(engine: Engine, revision: str) -> None:
     # are off while tables are rebuilt (batch ALTERs), as SQLite's documentation prescribes; the pragma is a no-op
     # inside a transaction, hence before BEGIN.
     with engine.connect() as conn:
-        dbapi = conn.connection.driver_connection
+        dbapi = conn.connection.driver_connection  # pysqlite's connection
+        if dbapi is None:
+            raise MigrationError(f"{engine.url!r}: the connection has no driver connection (invalidated)")
         saved = dbapi.isolation_level
         dbapi.isolation_level = None
         try:
@@ -189,6 +198,8 @@ def new_revision(message: str) -> Path:
                 script = command.revision(alembic_config(conn), message, autogenerate=True, rev_id=rev_id)
         finally:
             engine.dispose()
+    if not isinstance(script, Script):  # None or a list: one revision per branch, and labswarm's are linear
+        raise MigrationError(f"autogenerate made no single revision: {script!r}")
     return Path(script.path)
 
 

@@ -152,6 +152,9 @@ class HealthLoop:
         steered = {}
         for session in sessions:
             sid = session.get("id")
+            if not isinstance(sid, str):  # the manager names every session: a malformed answer
+                log.warning("a session without an id (keys %s) skipped this tick", sorted(session))
+                continue
             try:
                 track = self.tracks.get(sid)
                 if track is None:

@@ -127,6 +127,8 @@ def _state_at(history: Iterable[tuple], t: float) -> tuple:
         if best is not None and item[0] > t:
             break
         best = item
+    if best is None:
+        raise ValueError("no state recorded")
     return best
 
 

@@ -15,7 +15,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar, cast
 
 import numpy as np
 
@@ -28,9 +28,14 @@ if TYPE_CHECKING:
 Split = Literal["train", "validation", "all"]
 
 
+#: The array type of a batch: numpy arrays (what the blocks make), or torch tensors
+#: (:class:`labswarm.pipeline.torch_data.PipelineDataset` with ``tensors=True``).
+A = TypeVar("A")
+
+
 @dataclass
-class Batch:
-    """A batch of samples.
+class Batch(Generic[A]):
+    """A batch of samples, generic over its array type (``Batch[np.ndarray]``, ``Batch[torch.Tensor]``).
 
     Attributes:
         features: per output name, float32 array ``(batch, n_bins, frames)``.
@@ -39,8 +44,8 @@ class Batch:
         failed: ``(sample id, reason)`` of the samples dropped from this batch because their features failed.
     """
 
-    features: dict[str, np.ndarray]
-    labels: np.ndarray
+    features: dict[str, A]
+    labels: A
     ids: list[str]
     failed: list[tuple[str, str]] = field(default_factory=list)
 
@@ -123,22 +128,27 @@ class _Skipped:
 SKIPPED = _Skipped()
 
 
-class Block(ABC):
-    """Base of every pipeline block.
+#: The config model of a block (``Block[BatchConfig]``: its ``config`` is a ``BatchConfig``).
+C = TypeVar("C", bound=BlockConfig)
+
+
+class Block(ABC, Generic[C]):
+    """Base of every pipeline block, generic over its config model (``class Batching(Block[BatchConfig])``).
 
     Class attributes:
         name: the registry name used in YAML.
-        config_model: the pydantic model of the parameters.
+        config_model: the pydantic model of the parameters (the class ``C`` stands for).
     """
 
     name: ClassVar[str]
     config_model: ClassVar[type[BlockConfig]] = BlockConfig
 
-    def __init__(self, config: BlockConfig | None = None) -> None:
-        self.config = config if config is not None else self.config_model(name=self.name)
+    def __init__(self, config: C | None = None) -> None:
+        # config_model is C by convention (a ClassVar cannot name a type variable), so the default is a C
+        self.config: C = config if config is not None else cast(C, self.config_model(name=self.name))
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any] | BlockConfig) -> Block:
+    def from_spec(cls, spec: Mapping[str, Any] | PluginConfig) -> Block[Any]:
         """Build the registered block a spec (``{name: ..., **params}`` or a config) names.
 
         Raises:
@@ -167,7 +177,7 @@ class Block(ABC):
 register_block = BLOCKS.decorator()
 
 
-def chain(blocks: Sequence[Block], ctx: Context) -> Iterator[Any]:
+def chain(blocks: Sequence[Block[Any]], ctx: Context) -> Iterator[Any]:
     """Connect ``blocks`` in order (each a generator over the one before) and return the last one's output."""
     items: Iterator[Any] | None = None
     for block in blocks:

@@ -104,7 +104,7 @@ class FeaturesBlock:
         transform = self.transformation(sample.transformation)
         identity = self._identity(sample.path)
         dataset = self.config.dataset
-        common = dict(
+        common: dict[str, Any] = dict(
             sample_rate=dataset.sample_rate,
             start=sample.start,
             duration=sample.duration,

@@ -37,7 +37,7 @@ class Pipeline:
             built = built[:-1]
         else:
             self.prefetch = PrefetchConfig(name="prefetch", producers=0)
-        self.blocks: list[Block] = built
+        self.blocks: list[Block[Any]] = built
         if validation is None:
             validation = experiment.training.validation if experiment.training is not None else 0.0
         clips = read_clips(experiment.dataset.root, experiment.dataset.labels_path)

@@ -39,7 +39,7 @@ import queue as queue_module
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
 from pydantic import Field
@@ -48,6 +48,9 @@ from labswarm.errors import LabswarmError
 from labswarm.pipeline.base import Block, BlockConfig, Context, chain, register_block
 from labswarm.pipeline.producer import produce, resumed
 from labswarm.pipeline.shm import MAX_SLOTS, SlotRing
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +86,7 @@ class PrefetchConfig(BlockConfig):
 
 
 @register_block
-class Prefetch(Block):
+class Prefetch(Block[PrefetchConfig]):
     """Marks where a chain is split between producer processes and the trainer. In a
     :class:`~labswarm.pipeline.pipeline.Pipeline` the blocks before it run in :class:`Prefetcher` producers;
     called directly in a chain, it passes its items through."""
@@ -95,6 +98,16 @@ class Prefetch(Block):
         if items is None:
             raise ValueError("prefetch needs a block before it")
         return items
+
+
+def _context(method: Literal["fork", "spawn", "forkserver"]) -> ForkContext | SpawnContext | ForkServerContext:
+    """``multiprocessing.get_context(method)``, one literal at a time so that the type checker knows it has a
+    ``Process`` (a plain ``str`` gets a ``BaseContext``, which has none)."""
+    if method == "fork":
+        return mp.get_context("fork")
+    if method == "forkserver":
+        return mp.get_context("forkserver")
+    return mp.get_context("spawn")
 
 
 @dataclass
@@ -129,14 +142,14 @@ class Prefetcher:
         PipelineError: (when iterated) a producer raised; the message carries its traceback.
     """
 
-    def __init__(self, blocks: Sequence[Block], ctx: Context, config: PrefetchConfig | None = None,
+    def __init__(self, blocks: Sequence[Block[Any]], ctx: Context, config: PrefetchConfig | None = None,
                  state: dict[str, Any] | None = None) -> None:
         self.blocks = list(blocks)
         self.config = config or PrefetchConfig(name="prefetch")
         self.n = max(1, self.config.producers)
         self.ctx = ctx.with_(producers=self.n)
         self.in_process = self.config.producers == 0
-        self._mp = mp.get_context(self.config.start_method)
+        self._mp = _context(self.config.start_method)
         self._stop = self._mp.Event()
         self.slots = [_Slot(k) for k in range(self.n)]
         self.turn = 0
@@ -194,7 +207,8 @@ class Prefetcher:
         slot.process.join(5)
         slot.queue.close()
         slot.queue.cancel_join_thread()
-        slot.ring.close()
+        if slot.ring is not None:
+            slot.ring.close()
         self.respawns += 1
         self._spawn(slot)
 
@@ -288,12 +302,14 @@ class Prefetcher:
                     continue
                 batch, placement = rest[1:]
                 if placement is not None:  # copy the arrays out of their slot (not for a replay), free the slot
-                    arrays = slot.ring.receive(placement, copy=seq == slot.delivered)
+                    ring = slot.ring
+                    assert ring is not None, "a batch placed in a ring that _spawn never made"
+                    arrays = ring.receive(placement, copy=seq == slot.delivered)
                     if arrays is not None:
                         batch.features = arrays
                     for other in self.slots if placement.need else ():  # the first batches tell their size:
                         if other.ring is not None:                        # start every producer's ring with it
-                            other.ring.start(slot.ring.size)
+                            other.ring.start(ring.size)
                 if seq < slot.delivered:  # a replay of a batch already delivered: drop it
                     continue
                 slot.delivered += 1

@@ -21,7 +21,7 @@ from labswarm.pipeline.shm import SlotWriter
 from labswarm.threads import limit_threads
 
 
-def produce(blocks: Sequence[Block], ctx: Context, out: Any, credits: Any, stop: Any, retire: Any,
+def produce(blocks: Sequence[Block[Any]], ctx: Context, out: Any, credits: Any, stop: Any, retire: Any,
              threads: int) -> None:
     """A producer process: run the chain, put ``("batch", seq, batch, placement)`` per batch (the batch without
     its arrays when :class:`~labswarm.pipeline.shm.Placement` says which slot of the ring holds them), then

@@ -13,7 +13,7 @@ import logging
 import os
 import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from multiprocessing import resource_tracker
 from multiprocessing.shared_memory import SharedMemory
 
@@ -109,10 +109,11 @@ def untracked(name: str) -> Iterator[None]:
     """Skip the resource tracker's registration of segment ``name`` (what ``SharedMemory(name)`` does before
     Python 3.13); restored on exit."""
     register = resource_tracker.register
+    segment = name.lstrip("/")
 
-    def skip(resource: str, rtype: str) -> None:
-        if rtype != "shared_memory" or resource.lstrip("/") != name.lstrip("/"):
-            register(resource, rtype)
+    def skip(name: Sized, rtype: str) -> None:  # register's signature (typeshed: a Sized name; a str in fact)
+        if rtype != "shared_memory" or not isinstance(name, str) or name.lstrip("/") != segment:
+            register(name, rtype)
 
     resource_tracker.register = skip
     try:

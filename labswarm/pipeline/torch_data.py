@@ -171,12 +171,13 @@ class PipelineIterableDataset(IterableDataset):
         producer, producers = (info.id, info.num_workers) if info is not None else (0, 1)
         return self.pipeline.context.with_(epoch=self.epoch, producer=producer, producers=producers)
 
-    def __iter__(self) -> Iterator[Batch | Any]:
+    def __iter__(self) -> Iterator[Batch[torch.Tensor] | Batch[np.ndarray] | Any]:
         _limit_worker_threads(self.threads, self._limited)
         for batch in chain(self.pipeline.blocks, self.context()):
             if batch is SKIPPED:
                 continue
             if self.tensors and isinstance(batch, Batch):
-                batch = Batch({name: torch.from_numpy(a) for name, a in batch.features.items()},
-                              torch.from_numpy(batch.labels), batch.ids, batch.failed)
+                yield Batch({name: torch.from_numpy(a) for name, a in batch.features.items()},
+                            torch.from_numpy(batch.labels), batch.ids, batch.failed)
+                continue
             yield batch

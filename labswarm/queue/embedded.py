@@ -94,7 +94,9 @@ class Channel(sqla.Channel):
 
     QoS = QoS
 
-    _engines: ClassVar[dict] = {}  # not kombu's cache: its engines lack the pragmas and the index
+    # not kombu's cache: its engines lack the pragmas and the index. kombu's Channel declares its own cache a
+    # plain class attribute, which mypy takes for an instance variable: overriding it with a ClassVar is flagged
+    _engines: ClassVar[dict[str, Any]] = {}  # type: ignore[misc]  # kombu's class-level cache lacks ClassVar
 
     def _engine_from_config(self):
         engine = super()._engine_from_config()
@@ -118,7 +120,8 @@ class Channel(sqla.Channel):
             self.session.commit()
         return ids[queue]
 
-    def _get(self, queue: str) -> dict:
+    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+        # ``timeout``: in kombu's abstract signature; its virtual channel never passes one (it polls)
         if self.session.bind.name != "sqlite":
             try:
                 payload = super()._get(queue)
@@ -175,7 +178,9 @@ class Transport(sqla.Transport):
         self.polls += 1
         self.empty_polls = 0 if got else self.empty_polls + 1
 
-    def drain_events(self, connection: Any, timeout: float | None = None) -> None:
+    def drain_events(  # type: ignore[override]  # kombu's virtual Transport, the parent, narrows base's **kwargs
+        self, connection: Any, timeout: float | None = None,
+    ) -> None:
         """kombu's virtual ``drain_events`` with the interval of :func:`poll_interval` between empty rounds.
 
         A round that polled no queue (each consumer holds its prefetch count of unacknowledged messages) waits
@@ -186,7 +191,8 @@ class Transport(sqla.Transport):
             TimeoutError: no message came within ``timeout`` s.
         """
         start = monotonic()
-        get = self.cycle.get
+        cycle: Any = self.cycle  # kombu's FairCycle, set in __init__ (the class declares it None)
+        get = cycle.get
         while True:
             polls = self.polls
             self.room.clear()

@@ -113,7 +113,7 @@ class AmqpPublisher:
         self.url = url
         self.confirm_timeout = confirm_timeout
         self._conn: Connection | None = None
-        self._channel = None
+        self._channel: Any = None  # py-amqp's channel (amqp is untyped)
         self._declared: set[str] = set()
         self._tag = 0  # delivery tag of the last message published on the channel
         self._first = 0  # delivery tag of the first message of the batch in flight
@@ -122,7 +122,8 @@ class AmqpPublisher:
         self._resolved = 0
         self._index: dict[str, int] = {}
 
-    def _open(self) -> None:
+    def _open(self) -> Connection:
+        """Connect, open a channel in confirm mode and make them the publisher's; returns the connection."""
         # heartbeat 0: an idle publisher (a paused session) keeps its connection; a dead one shows on publish
         conn = Connection(self.url, heartbeat=0, connect_timeout=CONNECT_TIMEOUT)
         try:
@@ -136,6 +137,7 @@ class AmqpPublisher:
         channel.events["basic_nack"].add(self._on_nack)
         channel.events["basic_return"].add(self._on_return)
         self._conn, self._channel, self._tag, self._declared = conn, channel, 0, set()
+        return conn
 
     def close(self) -> None:
         """Close the connection (the next publish opens a new one)."""
@@ -161,8 +163,7 @@ class AmqpPublisher:
             ConfirmTimeout: confirms missing after ``confirm_timeout`` s.
             amqp.exceptions.AMQPError, OSError: the broker closed the channel or the connection.
         """
-        if self._conn is None:
-            self._open()
+        conn = self._conn if self._conn is not None else self._open()
         channel = self._channel
         if queue.name not in self._declared:
             queue(channel).declare()
@@ -182,10 +183,10 @@ class AmqpPublisher:
             if remaining <= 0:
                 raise ConfirmTimeout(f"{n - self._resolved} of {n} confirms missing after {self.confirm_timeout} s")
             try:
-                self._conn.drain_events(timeout=min(remaining, 1.0))
+                conn.drain_events(timeout=min(remaining, 1.0))
             except TimeoutError:
                 continue
-        return self._status  # type: ignore[return-value]
+        return [status for status in self._status if status is not None]  # all resolved: one per message
 
     def _resolve(self, tag: int, multiple: bool, status: str) -> None:
         index = tag - self._first
@@ -206,7 +207,8 @@ class AmqpPublisher:
 
     def _on_return(self, exc: Exception, exchange: str, routing_key: str, message: Any) -> None:
         # a returned message is followed by its ack: mark it first so that the ack does not count it
-        index = self._index.get((message.properties or {}).get("correlation_id"))
+        correlation_id = (message.properties or {}).get("correlation_id")
+        index = self._index.get(correlation_id) if correlation_id is not None else None
         if index is not None:
             self._resolve(self._first + index, False, "returned")
 
@@ -242,7 +244,9 @@ class EmbeddedPublisher:
         """
         if self._conn is None:
             self._conn = Connection(self.url, transport_options=self.transport_options)
-        channel = self._conn.default_channel
+        # kombu.transport.sqlalchemy's Channel: the internals used below (_get_or_create, message_cls, session)
+        # are untyped, and the connection types its default channel as the abstract base
+        channel: Any = self._conn.default_channel
         if queue.name not in self._declared:
             with embedded_lock(self.url):
                 queue(channel).declare()

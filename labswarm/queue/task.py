@@ -88,6 +88,28 @@ class WorkerState:
         if self.reporter is None:
             self.reporter = Reporter(self.client, self.report_interval)
 
+    @property
+    def manager(self) -> ManagerClient:
+        """The manager client of this process.
+
+        Raises:
+            RuntimeError: :meth:`ensure` has not made it.
+        """
+        if self.client is None:
+            raise RuntimeError("the worker state has no manager client yet: call ensure() first")
+        return self.client
+
+    @property
+    def outcomes(self) -> Reporter:
+        """The outcome reporter of this process.
+
+        Raises:
+            RuntimeError: :meth:`ensure` has not made it (or :meth:`close` closed it).
+        """
+        if self.reporter is None:
+            raise RuntimeError("the worker state has no outcome reporter: call ensure() first")
+        return self.reporter
+
     def experiment_for(self, routing_key: str | None) -> str:
         """The experiment whose queue (``labswarm.<experiment>``) a message came from.
 
@@ -126,7 +148,7 @@ class WorkerState:
             return None
         checked = self.stale.get((name, fingerprint))
         if checked is None or time.monotonic() - checked > STALE_RECHECK:
-            config = ExperimentConfig.model_validate(self.client.experiment_config(name))
+            config = ExperimentConfig.model_validate(self.manager.experiment_config(name))
             held = config.fingerprint()
             if held != self.fingerprints[name]:
                 log.info("experiment %s: configuration %s replaces %s", name, held, self.fingerprints[name])
@@ -264,7 +286,7 @@ def _compute_one(task: Task, state: WorkerState, session_id: str, sample: Any, f
         # the broker gave this message back after a worker was lost: count it against the sample's attempts,
         # so a sample that kills every worker is recorded as failed instead of looping forever
         try:
-            if not state.client.redelivered(session_id, sample["id"]):
+            if not state.manager.redelivered(session_id, sample["id"]):
                 return "abandoned"
         except ManagerError as exc:
             log.warning("cannot record the redelivery of %s: %s", sample.get("id"), exc)
@@ -276,11 +298,11 @@ def _compute_one(task: Task, state: WorkerState, session_id: str, sample: Any, f
         return "unchecked"
     own = state.sample_of(name, sample) if stale is None else stale
     if isinstance(own, str):
-        state.reporter.add(session_id, {"sample_id": sample["id"], "status": "failed", "reason": own,
+        state.outcomes.add(session_id, {"sample_id": sample["id"], "status": "failed", "reason": own,
                                         "seconds": 0.0, "finished_at": time.time()})
         return "failed"
     result = run_sample(state.blocks[name], own)
-    state.reporter.add(session_id, {"sample_id": result.sample_id, "status": result.status,
+    state.outcomes.add(session_id, {"sample_id": result.sample_id, "status": result.status,
                                     "reason": result.reason, "seconds": round(result.seconds, 4),
                                     "finished_at": time.time()})
     return result.status

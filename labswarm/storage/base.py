@@ -12,6 +12,7 @@ at most :data:`MAX_KEY_BYTES` bytes with the prefix (S3's limit).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import copy
 import os
@@ -314,7 +315,7 @@ class Storage(ABC):
         """Full keys of every object below the folder ``folder`` (``""``: the whole storage)."""
 
     @abstractmethod
-    def _delete_many(self, fulls: list[str]) -> None:
+    def _delete_many(self, fulls: builtins.list[str]) -> None:  # builtins: `list` here is the method above
         """Delete these objects; missing ones are ignored."""
 
     @abstractmethod

@@ -50,7 +50,7 @@ class LocalStorage(Storage):
     def _describe(self, full: str) -> str:
         return str(self._path(full))
 
-    def _write(self, full: str, fill: Callable[[IO[bytes]], None]) -> None:
+    def _write(self, full: str, fill: Callable[[IO[bytes]], object]) -> None:
         final = self._path(full)
         final.parent.mkdir(parents=True, exist_ok=True)
         if final.is_dir():

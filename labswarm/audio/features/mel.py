@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import librosa
 import numpy as np
@@ -21,6 +21,13 @@ from labswarm.audio.features._params import (
 )
 from labswarm.audio.features.base import FeatureConfig, FeatureExtractor, register_extractor
 from labswarm.audio.features.shared import Spectra
+
+if TYPE_CHECKING:
+    #: The static type of :attr:`MelConfig.power`: a float (a float ``Literal`` is no valid static type, PEP 586)
+    MelPower = float
+else:
+    #: ``power``: pydantic validates it as one of these values (and lists them in the JSON schema)
+    MelPower = Literal[1.0, 2.0]
 
 
 class MelConfig(FeatureConfig):
@@ -46,7 +53,7 @@ class MelConfig(FeatureConfig):
     n_mels: int = Field(default=128, ge=1, le=1024)
     fmin: Fmin = 0.0
     fmax: Fmax = None
-    power: Literal[1.0, 2.0] = 2.0
+    power: MelPower = 2.0
     log: bool = True
     top_db: TopDb = 80.0
 

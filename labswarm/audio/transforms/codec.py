@@ -118,7 +118,9 @@ class Codec(Transformation):
         if fmt == "mp3":
             out = self._mp3(y, sr)
         elif fmt == "vorbis":
-            level = 1.0 - float(self.config.quality)  # libsndfile: Vorbis quality = 1 - compression level
+            quality = self.config.quality
+            assert quality is not None, "CodecConfig gives vorbis a default quality"
+            level = 1.0 - float(quality)  # libsndfile: Vorbis quality = 1 - compression level
             out = _ogg_round_trip(y, sr, "VORBIS", level)
         else:
             out = self._opus(y, sr)

@@ -65,6 +65,6 @@ class PIController(Controller):
         keeping_up = obs.consume_rate >= 0.8 * obs.measured_publish_rate
         if obs.depth < 1.0 and keeping_up and obs.backlog > 0:
             short = obs.publisher_short(self.config.shortfall)
-            achieved = min(obs.rate, obs.publish_rate) if short else obs.rate
+            achieved = min(obs.rate, obs.publish_rate) if short and obs.publish_rate is not None else obs.rate
             out = max(out, achieved * (1.0 + self.config.probe * dt))
         return out

@@ -36,7 +36,7 @@ class BatchConfig(BlockConfig):
 
 
 @register_block
-class Batcher(Block):
+class Batcher(Block[BatchConfig]):
     """Groups consecutive items into :class:`Batch` objects. Crops are random in training mode (one position per
     sample, shared by its features, drawn from :meth:`Context.rng` of the batch's index, so a respawned producer
     crops alike) and centred in evaluation mode. The first ``ctx.skip`` batches are yielded as
@@ -48,7 +48,7 @@ class Batcher(Block):
     name = "batch"
     config_model = BatchConfig
 
-    def __call__(self, items: Iterator[Any] | None, ctx: Context) -> Iterator[Batch | Any]:
+    def __call__(self, items: Iterator[Any] | None, ctx: Context) -> Iterator[Batch[np.ndarray] | Any]:
         if items is None:
             raise ValueError("batch needs a block before it (features)")
         size = self.config.size
@@ -62,7 +62,7 @@ class Batcher(Block):
         if group and not self.config.drop_last:
             yield SKIPPED if index < ctx.skip else self.collate(group, ctx, index)
 
-    def collate(self, items: list[Any], ctx: Context, index: int) -> Batch:
+    def collate(self, items: list[Any], ctx: Context, index: int) -> Batch[np.ndarray]:
         """One batch from ``items`` (:class:`~labswarm.pipeline.blocks.features.Item` objects); ``index`` is the
         batch's position in this chain's epoch (seeds its random crops)."""
         arrays: list[dict[str, np.ndarray]] = []

@@ -67,7 +67,7 @@ class Item:
 
 
 @register_block
-class Features(Block):
+class Features(Block[FeaturesConfig]):
     """Turns samples into :class:`Item` objects whose features come from the experiment's feature store; a
     feature that is missing is computed with the workers' code (:class:`~labswarm.pipeline.features.FeaturesBlock`)
     and written to the store, so the next epoch reads it."""

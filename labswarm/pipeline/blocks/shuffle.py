@@ -21,7 +21,7 @@ class ShuffleConfig(BlockConfig):
 
 
 @register_block
-class Shuffle(Block):
+class Shuffle(Block[ShuffleConfig]):
     """Reservoir-style buffer shuffle (as in tf.data / webdataset): fill a buffer of ``buffer`` items, then
     each new item replaces a randomly chosen one, which is yielded; at the end the rest leave in random order.
     Seeded from (experiment seed, epoch, shard) via :meth:`Context.rng`: a new order every epoch, the same

@@ -27,7 +27,7 @@ class SourceConfig(BlockConfig):
 
 
 @register_block
-class Source(Block):
+class Source(Block[SourceConfig]):
     """Yields the :class:`~labswarm.sample.Sample` objects of the context's split (whole source recordings
     held out for ``validation``, see :mod:`labswarm.pipeline.split`) in dataset order, the ones of this chain's
     shard only, so that producers and learners each read a disjoint share (together: the whole split).
