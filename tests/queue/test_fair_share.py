@@ -44,7 +44,7 @@ class _Health:
         self._ready = threading.Event()
         self._thread = threading.Thread(target=asyncio.run, args=(self._main(),), daemon=True)
         self._thread.start()
-        self._ready.wait(10)
+        assert self._ready.wait(10), "the health loop's thread did not start within 10 s"
 
     async def _main(self) -> None:
         self._stop = asyncio.Event()
@@ -66,7 +66,7 @@ class _Health:
 def _consume_rates(client: ManagerClient, sessions: list[str], seconds: float) -> list[float]:
     """Samples/s each session finished over the next ``seconds``, from the manager's ledger."""
     before, t0 = [client.session(s)["finished"] for s in sessions], time.monotonic()
-    time.sleep(seconds)
+    time.sleep(seconds)  # the measure itself: rates over a window of real time, not a wait for a condition
     after, t1 = [client.session(s)["finished"] for s in sessions], time.monotonic()
     return [(b - a) / (t1 - t0) for a, b in zip(before, after, strict=True)]
 
@@ -80,15 +80,20 @@ def _log(path: Path, since_wall: float, until_wall: float = float("inf")) -> lis
 
 def _settle(paths: list[Path], share: float, since_wall: float, deadline: float = CONVERGE) -> None:
     """Wait until the first session's share of the consume rates the controller logs (5-s windows) has been
-    within 20 % of ``share`` for :data:`HOLD` s of decisions in a row, at most ``deadline`` s (the fixed wait of
-    before): a wait on the condition, not a check; the shares are then measured from the ledger."""
+    within 20 % of ``share`` for :data:`HOLD` s of decisions in a row; fails the test when that has not happened
+    within ``deadline`` s (it used to return then, and the shares were measured on a controller that had not
+    converged). The shares are then measured from the ledger."""
     end = time.monotonic() + deadline
+    logs: list[list[dict]] = []
     while time.monotonic() < end:
         logs = [_log(path, since_wall) if path.is_file() else [] for path in paths]
         if all(logs) and (held := _convergence(logs, share, since_wall)) is not None \
                 and logs[0][-1]["wall"] - since_wall - held >= HOLD:
             return
         time.sleep(0.25)
+    last = [(a["consume_rate"], b["consume_rate"]) for a, b in zip(*logs, strict=False)][-8:] if all(logs) else []
+    pytest.fail(f"the first session's share of the consume rates did not stay within 20 % of {share} for {HOLD} s "
+                f"within {deadline} s; the last logged rates (first, second): {last}", pytrace=False)
 
 
 def _convergence(logs: list[list[dict]], share: float, since_wall: float) -> float | None:
