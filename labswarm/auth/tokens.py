@@ -48,7 +48,7 @@ class User:
         role: ``admin`` (sees and controls everything) or ``user`` (their own experiments, sessions and jobs,
             once those record owners).
         scope: ``None`` for a user's token; for a scoped token (a learner's attempt token,
-            :mod:`labswarm.jobs.service.credentials`) the one request it opens, ``"METHOD /path"``: any other is a 401.
+            :mod:`labswarm.jobs.records.credentials`) the one request it opens, ``"METHOD /path"``: any other is a 401.
     """
 
     name: str

@@ -76,7 +76,7 @@ def learners_seen(sessions: SessionService, job_ids: Iterable[str], owner: str |
         ``last_seen`` (ISO 8601 UTC, ``None`` before its first heartbeat), ``age_s`` (seconds since it, or
         ``None``), ``progress`` (its last report: ``epoch``, ``step``, ... or ``{}``).
     """
-    from labswarm.jobs.service.models import JobRow, LearnerRow
+    from labswarm.jobs.records.models import JobRow, LearnerRow
     from labswarm.jobs.spec.states import HOLDS_SLOTS
 
     stmt = (select(LearnerRow, JobRow.name).join(JobRow, JobRow.id == LearnerRow.job_id)

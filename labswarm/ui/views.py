@@ -74,7 +74,7 @@ def overview(sessions: SessionService, jobs: Any | None, owner: str | None = Non
     learners: list[dict[str, Any]] = []
     listed: list[dict[str, Any]] = []
     if jobs is not None:
-        from labswarm.jobs.service.models import JobRow
+        from labswarm.jobs.records.models import JobRow
         from labswarm.jobs.spec.states import HOLDS_SLOTS
 
         listed = jobs.list(limit=RECENT, owner=owner)["jobs"]

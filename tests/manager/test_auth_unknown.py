@@ -16,13 +16,13 @@ from sqlalchemy import event
 
 from labswarm.auth.authenticator import ISSUED_TOKEN, UNKNOWN_SIZE, UnknownTokens
 from labswarm.auth.tokens import new_token
-from labswarm.jobs.service.credentials import new_attempt_token
-from labswarm.jobs.service.models import AttemptRow, JobRow
+from labswarm.jobs.records.credentials import new_attempt_token
+from labswarm.jobs.records.models import AttemptRow, JobRow
 from labswarm.manager.api import create_app
 from labswarm.settings import Settings
 
 ADMIN = "admin-token-for-the-unknown-tokens-test"
-#: What the scoped-token hook's statement selects (labswarm.jobs.service.credentials.attempt_user).
+#: What the scoped-token hook's statement selects (labswarm.jobs.records.credentials.attempt_user).
 LOOKUP = "job_attempts.token_sha256 FROM job_attempts"
 
 

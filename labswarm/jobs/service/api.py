@@ -29,7 +29,7 @@ job 404; a refused state change (halting a completed job) 409; a user's ``framew
 
 Owners (issue 11): a job is its submitter's. A user lists and reaches only their own jobs (another user's job is
 a 404 on every route: its existence is not disclosed), an admin every job. Reports come with the attempt's own
-token (:mod:`labswarm.jobs.service.credentials`), which opens that route and no other, or from an admin.
+token (:mod:`labswarm.jobs.records.credentials`), which opens that route and no other, or from an admin.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ from labswarm.auth.authenticator import current_user
 from labswarm.auth.limits import MAX_OFFSET
 from labswarm.auth.tokens import User
 from labswarm.errors import NotFound
-from labswarm.jobs.service import events as job_events
-from labswarm.jobs.service.credentials import report_scope
+from labswarm.jobs.records import events as job_events
+from labswarm.jobs.records.credentials import report_scope
 from labswarm.jobs.service.service import JobService
 from labswarm.jobs.spec.errors import AdminOnly
 
