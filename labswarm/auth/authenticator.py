@@ -29,7 +29,8 @@ Scoped tokens: a service may add a hook (:meth:`Authenticator.add_scoped`) that 
 token no configured token matched, whether it issued that token; the :class:`User` it answers carries a
 ``scope``, the one request (``"POST /v1/jobs/{id}/attempts/{n}/reports"``) the token opens: any other request
 with it is a 401. The training jobs give each attempt's learners such a token
-(:mod:`labswarm.jobs.records.credentials`). A hook may cost a database query, so a flood of wrong tokens must not cost one each: the hooks are asked only
+(:mod:`labswarm.jobs.records.credentials`).
+A hook may cost a database query, so a flood of wrong tokens must not cost one each: the hooks are asked only
 about a token of the shape the manager issues (:data:`ISSUED_TOKEN`, what :func:`~labswarm.auth.tokens.new_token`
 makes), and a digest that no hook knew is remembered as unknown for :data:`UNKNOWN_TTL` seconds (the newest
 :data:`UNKNOWN_SIZE` of them: :class:`UnknownTokens`), so the same wrong token is looked up once per TTL. Only
