@@ -117,7 +117,7 @@ def main() -> None:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
 
-    from labswarm.compare.run import compare, parse_learners, table
+    from labswarm.compare.run import CompareOptions, compare, parse_learners, table
     from labswarm.config.experiment import load_experiment
 
     config = load_experiment(args.experiment)
@@ -145,8 +145,9 @@ def main() -> None:
     per_round: list[dict[str, float]] = []
     for r in range(args.rounds):
         sub = f"round-{r + 1}" if args.rounds > 1 else ""  # Path / "" is the path itself
-        rows = compare(args.experiment, args.framework or list(ALL), output / sub, learners=counts,
-                       epochs=args.epochs, target=args.target, threads=1, workdir=workdir / sub, on_event=on_event)
+        options = CompareOptions(learners=counts, epochs=args.epochs, target=args.target, threads=1)
+        rows = compare(args.experiment, args.framework or list(ALL), output / sub, options, workdir=workdir / sub,
+                       on_event=on_event)
         per_round.append(ratios(rows))
         if args.rounds > 1:
             print(f"round {r + 1}: " + "  ".join(f"{k} {v:.2f}x" for k, v in per_round[-1].items()), flush=True)

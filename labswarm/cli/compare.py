@@ -53,7 +53,7 @@ def compare_command(
     """Train the experiment under each framework and learner count, one training job after another (same model,
     data, seed, epochs, per-learner batch and schedule), and write a table, plots and compare.json into the
     output folder."""
-    from labswarm.compare.run import DEFAULT_FRAMEWORKS, compare, default_output, parse_learners, table
+    from labswarm.compare.run import DEFAULT_FRAMEWORKS, CompareOptions, compare, default_output, parse_learners, table
     from labswarm.settings import Settings, load_settings
 
     if output is None:
@@ -63,9 +63,10 @@ def compare_command(
     if manager is not None:
         token = token_file.read_text().strip() if token_file is not None else load_settings().api_token
     try:
-        rows = compare(experiment, names or list(DEFAULT_FRAMEWORKS), output, learners=parse_learners(learners),
-                       epochs=epochs, target=target, ps_shards=ps_shards, owner=owner, manager_url=manager,
-                       token=token or None, threads=threads, on_event=_printer())
+        options = CompareOptions(learners=parse_learners(learners), epochs=epochs, target=target,
+                                 ps_shards=ps_shards, threads=threads, owner=owner)
+        rows = compare(experiment, names or list(DEFAULT_FRAMEWORKS), output, options, manager_url=manager,
+                       token=token or None, on_event=_printer())
     except LabswarmError as exc:
         raise _fail(exc) from None
     console.print(table(rows), highlight=False, markup=False)

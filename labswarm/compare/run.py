@@ -23,6 +23,7 @@ import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,22 @@ from labswarm.compare.report import CompareError, plot, rank_records, scaling, s
 from labswarm.errors import ConfigError
 from labswarm.settings import COMPARE_DIR
 
-__all__ = ["COMPARE_DIR", "RUN_TIMEOUT_S", "CompareError", "compare", "default_output", "job_manifest",
-           "parse_frameworks", "parse_learners", "plot", "rank_records", "scaling", "summarize", "table"]
+__all__ = [
+    "COMPARE_DIR",
+    "RUN_TIMEOUT_S",
+    "CompareError",
+    "CompareOptions",
+    "compare",
+    "default_output",
+    "job_manifest",
+    "parse_frameworks",
+    "parse_learners",
+    "plot",
+    "rank_records",
+    "scaling",
+    "summarize",
+    "table",
+]
 
 #: Seconds one job may take before it is deleted (its processes stopped) and the comparison fails.
 RUN_TIMEOUT_S = 1800.0
@@ -194,10 +209,32 @@ def run_job(client: Any, manifest: Mapping[str, Any], timeout_s: float = RUN_TIM
     return events
 
 
+@dataclass(frozen=True)
+class CompareOptions:
+    """What a comparison runs: how many learners, for how long, on what.
+
+    Attributes:
+        learners: learner counts; 1 runs the single-process trainer once (not once per framework).
+        epochs: override ``training.epochs`` (the sample budget); ``None``: the experiment's.
+        target: the validation accuracy whose first reach is timed (0-1).
+        ps_shards: parameter-server shards of the frameworks that need them.
+        threads: torch threads (and ``resources.cpus``) per learner.
+        timeout_s: the longest a job may take, in s.
+        owner: recorded in ``compare.json``: that user may see the run on the dashboard (admins see all).
+    """
+
+    learners: Sequence[int] = (2,)
+    epochs: int | None = None
+    target: float = 0.8
+    ps_shards: int = 1
+    threads: int = 1
+    timeout_s: float = RUN_TIMEOUT_S
+    owner: str | None = None
+
+
 def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], output: Path,
-            learners: Sequence[int] = (2,), epochs: int | None = None, target: float = 0.8, ps_shards: int = 1,
-            owner: str | None = None, manager_url: str | None = None, token: str | None = None, threads: int = 1,
-            timeout_s: float = RUN_TIMEOUT_S, workdir: Path | None = None,
+            options: CompareOptions | None = None, *, manager_url: str | None = None, token: str | None = None,
+            workdir: Path | None = None,
             on_event: Callable[[str, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Run every (learner count, framework) as a job, one after another, and write ``compare.json``,
     ``compare.md`` and the plots into ``output``.
@@ -206,16 +243,10 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
         experiment: the experiment YAML (with ``model`` and ``training``).
         frameworks: framework specs (``{"name": ..., **params}``) or names.
         output: the output folder (created) of ``compare.json``, ``compare.md`` and the plots.
-        learners: learner counts; 1 runs the single-process trainer once (not once per framework).
-        epochs: override ``training.epochs`` (the sample budget).
-        target: the validation accuracy whose first reach is timed.
-        ps_shards: parameter-server shards of the frameworks that need them.
-        owner: recorded in ``compare.json``: that user may see the run on the dashboard (admins see all).
+        options: learner counts, epochs, target, shards, threads, timeout, owner (:class:`CompareOptions`).
         manager_url: a running manager; ``None``: one embedded here. Its data roots must hold the experiment's
             folders and ``workdir/results``.
         token: that manager's API token.
-        threads: torch threads (and ``resources.cpus``) per learner; default 1.
-        timeout_s: the longest a job may take, in s.
         workdir: where the embedded manager keeps its state (``workdir/manager``: database, the learners'
             folders) and the jobs their results (``workdir/results``: models, checkpoints, logs, metrics);
             default ``output``.
@@ -236,17 +267,19 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
     from labswarm.config.roots import experiment_folders
     from labswarm.jobs.client.client import JobsClient
 
+    opts = options if options is not None else CompareOptions()
     if not frameworks:
         raise ConfigError([("framework", "name at least one framework")])
     specs = [s for f in frameworks for s in (parse_frameworks([f]) if isinstance(f, str) else [dict(f)])]
-    counts = parse_learners(list(learners))
+    counts = parse_learners(list(opts.learners))
     config = load_experiment(Path(experiment))
     workload = config.model_dump(mode="json")
     output = Path(output).resolve()
     workdir = Path(workdir).resolve() if workdir is not None else output
     results = workdir / "results"
     runs = [(n, None) for n in counts if n == 1] + [(n, fw) for n in counts if n > 1 for fw in specs]
-    manifests = [job_manifest(workload, fw, n, results, epochs, threads, ps_shards) for n, fw in runs]
+    manifests = [job_manifest(workload, fw, n, results, opts.epochs, opts.threads, opts.ps_shards)
+                 for n, fw in runs]
     for manifest in manifests:
         parse_manifest(manifest, source=f"job {manifest['name']}")  # every error before the first job
     output.mkdir(parents=True, exist_ok=True)
@@ -257,12 +290,12 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
         client = stack.enter_context(JobsClient(manager_url, token))
         rows = []
         for (n, fw), manifest in zip(runs, manifests, strict=True):
-            events = run_job(client, manifest, timeout_s, on_event)
-            rows.append(summarize("labswarm" if fw is None else fw["name"], rank_records(events, n), target,
+            events = run_job(client, manifest, opts.timeout_s, on_event)
+            rows.append(summarize("labswarm" if fw is None else fw["name"], rank_records(events, n), opts.target,
                                   params=fw))
     (output / "compare.json").write_text(json.dumps({
-        "experiment": str(experiment), "learners": max(counts), "learner_counts": counts, "epochs": epochs,
-        "threads": threads, "owner": owner, "frameworks": specs, "rows": rows}, indent=1))
+        "experiment": str(experiment), "learners": max(counts), "learner_counts": counts, "epochs": opts.epochs,
+        "threads": opts.threads, "owner": opts.owner, "frameworks": specs, "rows": rows}, indent=1))
     (output / "compare.md").write_text(table(rows))
     plot(rows, output)
     return rows
