@@ -33,7 +33,7 @@ from labswarm.train import checkpoint
 from labswarm.train.checkpoint import CheckpointError
 from labswarm.train.loop import LoopHooks
 from labswarm.train.metrics import accuracy, confusion, f1_per_class, macro_f1
-from labswarm.train.models.base import Model, import_torch
+from labswarm.train.models.base import Model, ModelConfig, import_torch
 
 log = logging.getLogger(__name__)
 
@@ -117,10 +117,13 @@ class Trainer:
                  hooks: Sequence[TrainerHooks] = (), distributed: LoopHooks | None = None) -> None:
         if experiment.training is None or experiment.model is None:
             raise ConfigError([("training", "the experiment has no `training` and `model` sections to train")])
+        if not isinstance(experiment.model, ModelConfig):  # validated through the models' registry: always one
+            raise ConfigError([("model", f"not a model's config: {type(experiment.model).__name__}")])
         self.experiment = experiment
         self.training = experiment.training
-        self.spec = Model.from_spec(experiment.model)
-        self.input = experiment.model.input
+        self.model_config: ModelConfig = experiment.model
+        self.spec = Model.from_spec(self.model_config)
+        self.input = self.model_config.input
         tag = f"{experiment.name}-{experiment.fingerprint()}"
         self.distributed = distributed
         self.loop = distributed if distributed is not None else LoopHooks()
@@ -230,7 +233,7 @@ class Trainer:
             return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started)
         checkpoint.save({
             "format": MODEL_FORMAT, "experiment": self.experiment.name,
-            "fingerprint": self.experiment.fingerprint(), "model": self.experiment.model.model_dump(mode="json"),
+            "fingerprint": self.experiment.fingerprint(), "model": self.model_config.model_dump(mode="json"),
             "classes": list(classes), "input": self.input, "n_bins": n_bins,
             "state_dict": {k: v.cpu() for k, v in model.state_dict().items()},
             "metrics": records[-1] if records else None, "config": self.experiment.model_dump(mode="json"),

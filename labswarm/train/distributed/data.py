@@ -77,7 +77,7 @@ class TrainingSamples(StoreDataset):
                          validation=train.context.validation, random_crop=True, threads=None)
         features = blocks.get("features")
         config = features.config if features is not None else FeaturesConfig(name="features")
-        self._block = _KeptFeatures(config.model_copy(update={"outputs": [output]}))
+        self._block: _KeptFeatures = _KeptFeatures(config.model_copy(update={"outputs": [output]}))
         source = blocks.get("source")
         limit = source.config.limit if source is not None else None
         if limit is not None:  # the source block's limit: the first samples of the split, in dataset order

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from pydantic import Field
 
@@ -31,7 +31,10 @@ class ModelConfig(PluginConfig):
     dropout: float = Field(0.3, ge=0.0, lt=1.0)
 
 
-class Model(ABC):
+C = TypeVar("C", bound=ModelConfig)
+
+
+class Model(ABC, Generic[C]):
     """Builds a ``torch.nn.Module`` classifier from its config.
 
     Class attributes:
@@ -42,11 +45,11 @@ class Model(ABC):
     name: ClassVar[str]
     config_model: ClassVar[type[ModelConfig]] = ModelConfig
 
-    def __init__(self, config: ModelConfig) -> None:
-        self.config = config
+    def __init__(self, config: C) -> None:
+        self.config: C = config
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any] | ModelConfig) -> Model:
+    def from_spec(cls, spec: Mapping[str, Any] | ModelConfig) -> Model[Any]:
         """The registered model a spec names.
 
         Raises:

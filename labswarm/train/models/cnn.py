@@ -24,7 +24,7 @@ class CNNConfig(ModelConfig):
 
 
 @register_model
-class CNN(Model):
+class CNN(Model[CNNConfig]):
     """:class:`~labswarm.train.models.nets.MelCNN` built from :class:`CNNConfig`."""
 
     name = "cnn"

@@ -23,7 +23,7 @@ class MLPConfig(ModelConfig):
 
 
 @register_model
-class MLP(Model):
+class MLP(Model[MLPConfig]):
     """:class:`~labswarm.train.models.nets.StatsMLP` built from :class:`MLPConfig`."""
 
     name = "mlp"

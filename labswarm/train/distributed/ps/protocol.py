@@ -52,7 +52,7 @@ def send(sock: socket.socket, header: dict[str, Any], tensors: list[Any] = ()) -
     head = json.dumps({**header, "tensors": [[a.dtype.str, list(a.shape)] for a in arrays]}).encode()
     sock.sendall(_LEN.pack(len(head)) + head)
     for a in arrays:
-        sock.sendall(memoryview(a).cast("B"))
+        sock.sendall(a.data.cast("B"))  # the array's own memoryview: no copy
     return sum(a.nbytes for a in arrays)
 
 
