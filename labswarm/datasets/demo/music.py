@@ -82,8 +82,9 @@ def render_midi(params: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
     """Render a random window of a MIDI file, at a random tempo and transposition, some instruments swapped.
 
     Params:
-        path: the MIDI file. soundfont: the ``.sf2``/``.sf3`` to play it with. soundfonts: all soundfonts
-        of the set, preloaded once per process.
+        path: the MIDI file.
+        soundfont: the ``.sf2``/``.sf3`` to play it with.
+        soundfonts: all soundfonts of the set, preloaded once per process.
 
     Raises:
         DatasetError: pyfluidsynth or mido is missing, or a file cannot be read.
@@ -145,18 +146,7 @@ def _render_window(
                     produced += n
             elif msg.type in ("note_on", "note_off"):
                 continue  # before the window only the channel state matters
-            ch = msg.channel
-            if msg.type == "note_on" and msg.velocity > 0:
-                key = msg.note if ch == 9 else min(127, max(0, msg.note + transpose))
-                synth.noteon(ch, key, max(1, int(msg.velocity * velocity)))
-            elif msg.type in ("note_off", "note_on"):
-                synth.noteoff(ch, msg.note if ch == 9 else min(127, max(0, msg.note + transpose)))
-            elif msg.type == "program_change":
-                program(ch, msg.program)
-            elif msg.type == "control_change":
-                synth.cc(ch, msg.control, msg.value)
-            elif msg.type == "pitchwheel":
-                synth.pitch_bend(ch, msg.pitch)
+            _play(synth, msg, transpose, velocity, program)
         if total > produced:
             chunks.append(synth.get_samples(total - produced))
     finally:
@@ -164,6 +154,24 @@ def _render_window(
     stereo = np.concatenate(chunks).astype(np.float32).reshape(-1, 2) / 32768.0
     skip = int(_PREROLL_S * sr)
     return stereo.mean(axis=1)[skip : skip + dsp.CLIP_SAMPLES]
+
+
+def _play(synth: Any, msg: Any, transpose: int, velocity: float, program: Callable[[int, int], None]) -> None:
+    """Send one MIDI message (mido) to ``synth``: notes transposed by ``transpose`` semitones (drums, channel 9,
+    never) and their velocity scaled by ``velocity``; a program change through ``program``; controllers and pitch
+    bends as they are; any other channel message ignored."""
+    ch = msg.channel
+    if msg.type == "note_on" and msg.velocity > 0:
+        key = msg.note if ch == 9 else min(127, max(0, msg.note + transpose))
+        synth.noteon(ch, key, max(1, int(msg.velocity * velocity)))
+    elif msg.type in ("note_off", "note_on"):
+        synth.noteoff(ch, msg.note if ch == 9 else min(127, max(0, msg.note + transpose)))
+    elif msg.type == "program_change":
+        program(ch, msg.program)
+    elif msg.type == "control_change":
+        synth.cc(ch, msg.control, msg.value)
+    elif msg.type == "pitchwheel":
+        synth.pitch_bend(ch, msg.pitch)
 
 
 def render_moh(params: dict[str, Any], rng: np.random.Generator) -> np.ndarray:
