@@ -53,7 +53,7 @@ class ProcessPlan:
 
 
 def plan_attempt(framework: Mapping[str, Any], learners: int, attempt: int, master: tuple[str, int],
-                 ps_addresses: Sequence[tuple[str, int]] = (), checkpoint_dir: Path | None = None,
+                 ps_addresses: Sequence[tuple[str, int]] = (), checkpoint_dir: Path | None = None, *,
                  timeout_s: float | None = None, checkpoint_every: int = 10,
                  ps_secret: str | None = None) -> list[ProcessPlan]:
     """The processes of one attempt, in start order: the shards (if the framework needs them), then the learners.
