@@ -1,8 +1,7 @@
 """The seam with the job service: what the lifecycle manager deploys for one attempt of a distributed job.
 
 The lifecycle (:mod:`labswarm.jobs.lifecycle.lifecycle`, with :mod:`labswarm.jobs.lifecycle.cluster`) does, for a
-manifest with
-``learners: N`` and ``framework: {name: ...}``:
+manifest with ``learners: N`` and ``framework: {name: ...}``:
 
 1. host the job's :class:`JobCoordinator` (a ``TCPStore`` server: the process-group rendezvous and the global
    cursor's state), and checkpoint :meth:`JobCoordinator.state_dict` with the job;
@@ -68,9 +67,8 @@ def plan_attempt(framework: Mapping[str, Any], learners: int, attempt: int, mast
         timeout_s: collective / round / request timeout, in s; ``None``: the framework's ``timeout_s``
             (:class:`~labswarm.train.distributed.frameworks.base.FrameworkConfig`, default 30).
         checkpoint_every: shard updates between two shard checkpoints.
-        ps_secret: the job's parameter-server secret (:func:`labswarm.train.distributed.ps.auth.new_secret`, made once
-        per
-            job): set as ``LABSWARM_PS_SECRET`` in the shards' and learners' ``env``, never in an ``argv``.
+        ps_secret: the job's parameter-server secret (:func:`labswarm.train.distributed.ps.auth.new_secret`,
+            made once per job): set as ``LABSWARM_PS_SECRET`` in the shards' and learners' ``env``, never in an ``argv``.
             ``None``: shards without a secret, which listen on loopback only.
 
     Raises:

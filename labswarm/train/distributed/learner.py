@@ -3,9 +3,8 @@
 
 Its place in the job comes from the environment (:class:`~labswarm.train.distributed.context.LearnerContext`: ``RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``LABSWARM_ATTEMPT``, ``LABSWARM_PS_ADDRS``, ...), as
-:func:`~labswarm.train.distributed.launch.plan_attempt` gives it. It trains the experiment's model with the one trainer
-in
-distributed mode (:mod:`labswarm.train.distributed.training`); rank ``r`` writes its metrics to
+:func:`~labswarm.train.distributed.launch.plan_attempt` gives it. It trains the experiment's model with the one
+trainer in distributed mode (:mod:`labswarm.train.distributed.training`); rank ``r`` writes its metrics to
 ``<home>/train/<experiment>-<fingerprint>/rank-<r>/metrics.jsonl``, rank 0 the model file; ``--resume`` continues
 from the rank's checkpoint (a halted epoch where it stopped, with the coordinator given rank 0's cursor). A local
 runner without the job service (``tests/train/test_distributed.py``); a job's learners

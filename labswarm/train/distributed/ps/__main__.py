@@ -5,8 +5,8 @@ The lifecycle manager starts ``ps_shards`` of these before the learners, each on
 addresses to the learners (``LABSWARM_PS_ADDRS``). The shard prints ``listening on HOST:PORT`` once it accepts
 connections, and writes ``PORT`` to ``--ready-file`` when given. It runs until killed (SIGTERM: it checkpoints
 first). The job's secret comes from the environment only (``LABSWARM_PS_SECRET``,
-:mod:`labswarm.train.distributed.ps.auth`):
-learners must prove it on connect; without it the shard listens on loopback only.
+:mod:`labswarm.train.distributed.ps.auth`): learners must prove it on connect; without it the shard listens on
+loopback only.
 """
 
 from __future__ import annotations

@@ -169,8 +169,7 @@ class Shard:
 
 class _Handler(socketserver.BaseRequestHandler):
     """One learner connection: the handshake (:mod:`labswarm.train.distributed.ps.auth`), then requests answered in
-    order
-    until it closes."""
+    order until it closes."""
 
     def handle(self) -> None:
         shard: Shard = self.server.shard  # type: ignore[attr-defined]
