@@ -68,7 +68,8 @@ def plan_attempt(framework: Mapping[str, Any], learners: int, attempt: int, mast
             (:class:`~labswarm.train.distributed.frameworks.base.FrameworkConfig`, default 30).
         checkpoint_every: shard updates between two shard checkpoints.
         ps_secret: the job's parameter-server secret (:func:`labswarm.train.distributed.ps.auth.new_secret`,
-            made once per job): set as ``LABSWARM_PS_SECRET`` in the shards' and learners' ``env``, never in an ``argv``.
+            made once per job): set as ``LABSWARM_PS_SECRET`` in the shards' and learners' ``env``, never in an
+            ``argv``.
             ``None``: shards without a secret, which listen on loopback only.
 
     Raises:
