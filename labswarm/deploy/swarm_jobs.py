@@ -29,8 +29,9 @@ KILL_GRACE_S = 5.0
 ALIVE_STATES = frozenset({"new", "allocated", "pending", "assigned", "accepted", "preparing", "ready", "starting",
                           "running"})
 
-def learner_service_name(job_id: str, attempt: int, rank: int) -> str:
-    """``labswarm-job-<job>-<attempt>-<rank>`` (a job id is 12 hex digits: well within a service name's 63)."""
+def learner_service_name(job_id: str, attempt: int | str, rank: int | str) -> str:
+    """``labswarm-job-<job>-<attempt>-<rank>`` (a job id is 12 hex digits: well within a service name's 63);
+    ``attempt`` and ``rank`` as numbers or as a service's labels hold them."""
     return f"labswarm-job-{job_id}-{attempt}-{rank}"
 
 

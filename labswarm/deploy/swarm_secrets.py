@@ -44,12 +44,12 @@ def secret_name(kind: str, value: str) -> str:
 def worker_secrets(settings: Settings) -> list[tuple[SecretSpec, str]]:
     """The secrets of the worker containers with their values: the API token, and the broker URL when it
     carries a password (``swarm_broker_url``, else the manager's own ``broker_url``)."""
-    found = []
+    found: list[tuple[SecretSpec, str]] = []
     if settings.api_token:
         found.append((SecretSpec(secret_name("api-token", settings.api_token), "labswarm_api_token",
                                  "LABSWARM_API_TOKEN"), settings.api_token))
     broker = settings.swarm_broker_url or settings.broker_url
-    if has_password(broker):
+    if broker is not None and has_password(broker):
         found.append((SecretSpec(secret_name("broker-url", broker), "labswarm_broker_url", "LABSWARM_BROKER_URL"),
                       broker))
     return found

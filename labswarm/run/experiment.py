@@ -167,6 +167,7 @@ def run_experiment(config: ExperimentConfig, options: RunOptions | None = None, 
     client = ManagerClient(manager_url, settings.api_token)
     try:
         if server is not None and own_token:
+            assert settings.api_token is not None, "_embedded_manager made the manager's own token"
             token_file = write_private(settings.home / DASHBOARD_TOKEN_FILE.format(port=server.port),
                                        settings.api_token)
         hooks.on_dashboard(f"{manager_url.rstrip('/')}/ui", token_file)

@@ -11,7 +11,7 @@ from labswarm.deploy.base import Host, Launcher
 from labswarm.deploy.sessions import NONE, session_launcher
 from labswarm.errors import ConfigError, Conflict, DeployError, LabswarmError, NotFound
 from labswarm.sessions.context import SessionContext
-from labswarm.sessions.models import ACTIVE, SessionRow
+from labswarm.sessions.models import ACTIVE, SessionRow, known_session
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ class SessionLaunchers:
             raise Conflict(f"session {session_id} already has its launcher")
         try:
             instance = session_launcher(launcher, row.experiment, session_id, self.context.settings)
+            assert instance is not None, f"a launcher other than {NONE!r} is made"
             instance.bind(self.host)
             instance.start(workers)
         except (ConfigError, DeployError) as exc:
@@ -77,7 +78,7 @@ class SessionLaunchers:
         # stop(); one that ended during start() is seen here. stop() pops it, so exactly one of the two stops it
         self._launchers[session_id] = instance
         with self.context.db() as db:
-            current = db.get(SessionRow, session_id)
+            current = known_session(db, session_id)
             current.launcher = launcher
             db.commit()
             ended = current.status not in ACTIVE

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import String, any_, bindparam, func, select, text, update
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -63,7 +64,7 @@ def chunks(items: Iterable[T], size: int = CHUNK) -> Iterator[list[T]]:
 
 
 def _postgres(db: Session) -> bool:
-    return db.bind.dialect.name == "postgresql"
+    return db.get_bind().dialect.name == "postgresql"
 
 
 def _among(db: Session, column, ids: Sequence[str]) -> ColumnElement[bool]:
@@ -324,13 +325,15 @@ def set_status(db: Session, session_id: str, sample_ids: Iterable[str], status: 
     changed = 0
     now = utcnow()
     for chunk in chunks(sample_ids):
-        changed += db.execute(
+        result = db.execute(
             update(SampleRow)
             .where(SampleRow.session_id == session_id, _among(db, SampleRow.sample_id, chunk),
                    _is_pending(SampleRow.status))
             .values(status=status, reason=reason, updated_at=now)
             .execution_options(synchronize_session=False)
-        ).rowcount
+        )
+        assert isinstance(result, CursorResult), "an UPDATE without RETURNING gives a CursorResult"
+        changed += result.rowcount
     _count(db, session_id, {"published": -changed, status: changed})
     return changed
 

@@ -103,6 +103,14 @@ class SampleRow(Base):
     __table_args__ = (Index("ix_samples_session_status", "session_id", "status"),)
 
 
+def known_session(db: Session, session_id: str) -> SessionRow:
+    """The row of a session the caller knows exists: one it runs, launches or has just found (sessions are never
+    deleted). Not for an id a user gave: that is a :class:`~labswarm.errors.NotFound` where it is looked up."""
+    row = db.get(SessionRow, session_id)
+    assert row is not None, f"session {session_id} has a row (sessions are never deleted)"
+    return row
+
+
 def active_session(db: Session, experiment: str) -> str | None:
     """The id of the experiment's running or paused session, if any."""
     return db.scalar(select(SessionRow.id).where(SessionRow.experiment == experiment, SessionRow.status.in_(ACTIVE)))

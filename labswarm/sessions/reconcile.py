@@ -17,7 +17,7 @@ from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import Sample, iter_samples
 from labswarm.sessions import ledger
 from labswarm.sessions.context import SessionContext
-from labswarm.sessions.models import SessionRow
+from labswarm.sessions.models import known_session
 from labswarm.sessions.ratelimit import TokenBucket
 from labswarm.sessions.states import SessionState
 
@@ -163,7 +163,7 @@ def _record_sent(runner: Publisher, sample_ids: list[str]) -> None:
         return
     with runner.context.db() as db:
         ledger.add_attempt(db, runner.session_id, sample_ids)
-        row = db.get(SessionRow, runner.session_id)
+        row = known_session(db, runner.session_id)
         row.published += len(sample_ids)
         row.republished += len(sample_ids)
         db.commit()

@@ -28,7 +28,7 @@ from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import Sample, iter_samples
 from labswarm.sessions import ledger, lifecycle
 from labswarm.sessions.context import SessionContext
-from labswarm.sessions.models import SessionRow
+from labswarm.sessions.models import SessionRow, known_session
 from labswarm.sessions.ratelimit import TokenBucket
 from labswarm.sessions.reconcile import reconcile
 from labswarm.sessions.states import SessionState
@@ -145,7 +145,7 @@ class SessionRunner(threading.Thread):
         before a wait longer than that), so a restart republishes at most one batch and skips nothing.
         """
         with self.context.db() as db:
-            cursor = db.get(SessionRow, self.session_id).cursor
+            cursor = known_session(db, self.session_id).cursor
             self.window.resync(ledger.counts(db, self.session_id)["published"])
         stream = itertools.islice(enumerate(iter_samples(self.config)), cursor, None)
         pend = _Pending(cursor)
@@ -267,7 +267,7 @@ class SessionRunner(threading.Thread):
     def _commit(self, rows: list[tuple[str, str, str | None]], cursor: int, published: int) -> None:
         with self.context.db() as db:
             ledger.add_samples(db, self.session_id, rows)
-            row = db.get(SessionRow, self.session_id)
+            row = known_session(db, self.session_id)
             row.cursor = max(row.cursor, cursor)
             row.published += published
             db.commit()
@@ -284,7 +284,7 @@ class SessionRunner(threading.Thread):
             InvalidTransition: ``state`` is not terminal.
         """
         with self.context.db() as db:
-            row = db.get(SessionRow, self.session_id)
+            row = known_session(db, self.session_id)
             lifecycle.end(row, state, error=error)
             db.commit()
         self._on_end(self.session_id)

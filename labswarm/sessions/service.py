@@ -34,7 +34,14 @@ from labswarm.sessions import ledger, lifecycle, queries
 from labswarm.sessions.broker import BrokerClient
 from labswarm.sessions.context import SessionContext
 from labswarm.sessions.launchers import SessionLaunchers
-from labswarm.sessions.models import ACTIVE, DEFAULT_OWNER, ONE_ACTIVE_INDEX, SessionRow, active_session
+from labswarm.sessions.models import (
+    ACTIVE,
+    DEFAULT_OWNER,
+    ONE_ACTIVE_INDEX,
+    SessionRow,
+    active_session,
+    known_session,
+)
 from labswarm.sessions.queries import MAX_FAILURES_PAGE, MAX_SESSIONS_PAGE, SESSION_STATUSES, SESSIONS_PAGE
 from labswarm.sessions.registry import ExperimentRegistry
 from labswarm.sessions.runner import SessionRunner
@@ -86,8 +93,8 @@ class SessionService:
         publisher cannot be made, is failed with the reason in its ``error`` (its queue purged, its launcher
         stopped); the others resume.
         """
-        for name, problem in self.registry.problems().items():
-            log.error("experiment %s is invalid and will not be served: %s", name, problem)
+        for name, invalid in self.registry.problems().items():
+            log.error("experiment %s is invalid and will not be served: %s", name, invalid)
         with self.db() as db:
             rows = list(db.execute(select(SessionRow.id, SessionRow.experiment)
                                    .where(SessionRow.status.in_(ACTIVE)).order_by(SessionRow.created_at)))
@@ -156,7 +163,7 @@ class SessionService:
         stored = self.registry.get(experiment, None if admin else owner)
         with self.db() as db:
             if active := active_session(db, experiment):
-                shown = active if admin or db.get(SessionRow, active).owner == owner else "(another user's)"
+                shown = active if admin or known_session(db, active).owner == owner else "(another user's)"
                 raise Conflict(f"experiment {experiment!r} already has an active session {shown}")
         # its labels CSV's rows checked again (the file may have changed since registration) and counted: one read
         config, clips = self.registry.config_and_clips(experiment, stored)
@@ -328,7 +335,11 @@ class SessionService:
         return row
 
     def fail_session(self, session_id: str, error: str) -> None:
-        """Stop an active session's publisher and record it as failed with ``error``."""
+        """Stop an active session's publisher and record it as failed with ``error``.
+
+        Raises:
+            NotFound: no such session.
+        """
         with self._lock:
             runner = self._runners.pop(session_id, None)
         if runner is not None:
@@ -336,6 +347,8 @@ class SessionService:
             runner.join(10)
         with self.db() as db:
             row = db.get(SessionRow, session_id)
+            if row is None:
+                raise NotFound(f"no session {session_id!r}")
             lifecycle.end(row, SessionState.FAILED, error=error)
             db.commit()
             experiment = row.experiment

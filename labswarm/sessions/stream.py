@@ -68,7 +68,7 @@ async def session_events(
     session is a 404."""
     await run_in_threadpool(service.session, session_id, scope(user))
     first = await run_in_threadpool(service.progress, session_id)  # 404 before the stream starts
-    number = int(last_event_id) if (last_event_id or "").isdigit() else 0
+    number = int(last_event_id) if last_event_id is not None and last_event_id.isdigit() else 0
 
     async def sse() -> AsyncIterator[str]:
         nonlocal number

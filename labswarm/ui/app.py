@@ -72,7 +72,9 @@ async def _security_headers(request: Request, call_next) -> Response:
     return response
 
 
-async def _http_error(request: Request, exc: HTTPException) -> Response:
+# Starlette types a handler as taking any Exception; it calls each one for the class it is registered for only
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException), "registered for HTTPException"
     if exc.status_code == 401:  # not logged in (or a wrong cookie): the login form here, then this page
         here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         response = render(request, "login.html", 401, next=target(request, here), error=None)
@@ -81,5 +83,6 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
     return render(request, "error.html", exc.status_code, message=str(exc.detail))
 
 
-async def _not_found(request: Request, exc: NotFound) -> Response:
+async def _not_found(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, NotFound), "registered for NotFound"
     return render(request, "error.html", 404, message=str(exc))

@@ -40,7 +40,8 @@ async def login(request: Request) -> Response:
     body = await request.body()
     form = parse_qs(body[:MAX_FORM].decode("utf-8", "replace"))
     token = (form.get("token") or [""])[0].strip()
-    goto = target(request, (form.get("next") or [None])[0])
+    wanted = form.get("next")
+    goto = target(request, wanted[0] if wanted else None)
     authenticator = manager_state(request).auth
     user = authenticator.user(token.encode("utf-8")) if token and cookie_allowed(token) else None
     if user is None:

@@ -45,6 +45,7 @@ def target(request: Request, wanted: str | None) -> str:
     overview."""
     root = request.scope.get("root_path", "")
     parts = urlsplit(wanted or "")
-    ok = (wanted and not parts.scheme and not parts.netloc and "\\" not in wanted
-          and (parts.path == root or parts.path.startswith(root + "/")) and not parts.path.startswith("//"))
-    return wanted if ok else root + "/"
+    if (wanted and not parts.scheme and not parts.netloc and "\\" not in wanted
+            and (parts.path == root or parts.path.startswith(root + "/")) and not parts.path.startswith("//")):
+        return wanted
+    return root + "/"

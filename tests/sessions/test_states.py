@@ -14,7 +14,7 @@ from typing import get_args
 import pytest
 from helpers import experiment_dict, write_dataset
 
-from labswarm.errors import Conflict
+from labswarm.errors import Conflict, NotFound
 from labswarm.sample import Sample
 from labswarm.sessions import lifecycle
 from labswarm.sessions.api import SessionStatus
@@ -153,3 +153,8 @@ def test_an_ended_session_keeps_its_end_whoever_ends_it_later(service: SessionSe
     service.fail_session(sid, "a launcher failing late")
     row = service.session(sid)
     assert (row.status, row.error, row.finished_at) == ("cancelled", None, finished_at)
+
+
+def test_failing_an_unknown_session_is_not_found(service: SessionService) -> None:
+    with pytest.raises(NotFound, match="no session 'nope'"):
+        service.fail_session("nope", "a launcher failing")

@@ -6,6 +6,7 @@ drops, so a caller sees every event once, in order, until the job is completed o
 
 from __future__ import annotations
 
+import builtins
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -78,7 +79,7 @@ class JobsClient(HTTPClient):
         """Delete a job and what it owns."""
         self._call("DELETE", f"/v1/jobs/{job_id}")
 
-    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+    def attempts(self, job_id: str) -> builtins.list[dict[str, Any]]:  # builtins: `list` is the method above
         """The job's attempts."""
         return self._call("GET", f"/v1/jobs/{job_id}/attempts")["attempts"]
 
@@ -91,7 +92,7 @@ class JobsClient(HTTPClient):
                 return
             pos = page["next_pos"]
 
-    def metrics(self, job_id: str) -> list[dict[str, Any]]:
+    def metrics(self, job_id: str) -> builtins.list[dict[str, Any]]:
         """The job's metrics records."""
         return self._call("GET", f"/v1/jobs/{job_id}/metrics")["metrics"]
 

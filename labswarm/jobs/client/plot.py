@@ -80,7 +80,9 @@ def plot_metrics(records: Sequence[Mapping[str, Any]], out: str | Path, title: s
     times = wall_times(rows)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), constrained_layout=True)
     plotted = Plotted(Path(out))
-    for row, (axis, xs) in enumerate((("epoch", [float(r["epoch"]) for r in rows]), ("wall time", times))):
+    axes_x: tuple[tuple[str, list[float | None]], ...] = (("epoch", [float(r["epoch"]) for r in rows]),
+                                                         ("wall time", times))
+    for row, (axis, xs) in enumerate(axes_x):
         for col, panel in enumerate(("loss", "accuracy")):
             ax = axes[row][col]
             for metric, curve_panel, label in CURVES:

@@ -45,6 +45,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.config.manifest import CommandFramework, DistributedFramework
@@ -57,6 +58,9 @@ from labswarm.jobs.spec import layout
 from labswarm.jobs.spec.errors import EXIT_HALTED, EXIT_PLATFORM, EXIT_STORAGE, EXIT_USER
 from labswarm.storage.base import MissingObject
 from labswarm.train.trainer import Trainer
+
+if TYPE_CHECKING:
+    from labswarm.train.distributed.training import DistributedTraining
 
 log = logging.getLogger("labswarm.learner")
 
@@ -189,7 +193,7 @@ class Learner(LearnerContext):
             distributed = DistributedTraining(self.manifest.framework.model_dump(mode="json"), lease_s=LEASE_S)
         trainer = Trainer(config, self.workdir / "home", hooks=[JobHooks(self)], distributed=distributed)
         self.chunks_path = trainer.run_dir / "chunks.jsonl" if distributed is not None else None
-        resume = self._restore(trainer)
+        resume = self._restore(trainer, distributed)
         result = trainer.fit(resume=resume)
         if result.stopped:
             log.info("halted in epoch %d with a checkpoint", len(result.metrics) + 1)
@@ -200,9 +204,10 @@ class Learner(LearnerContext):
             log.info("model stored in %s", self.storage.describe(layout.MODEL_KEY))
         return 0
 
-    def _restore(self, trainer: Trainer) -> bool:
+    def _restore(self, trainer: Trainer, distributed: DistributedTraining | None) -> bool:
         """Download the spec's checkpoint and the metrics up to it; report those metrics again (the manager keeps
-        each epoch once). ``True`` when there is one to resume from."""
+        each epoch once). ``True`` when there is one to resume from. ``distributed``: the trainer's loop hooks
+        when the job is distributed (an asynchronous rank restores its own newest copy)."""
         from labswarm.train import checkpoint
 
         pointer = self.spec.checkpoint
@@ -211,7 +216,7 @@ class Learner(LearnerContext):
         trainer.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
         for tries_left in range(RESTORE_TRIES - 1, -1, -1):
             mine = layout.rank_checkpoint_key(pointer["key"], self.spec.rank)
-            if self.spec.rank and trainer.distributed is not None and not trainer.distributed.lockstep:
+            if self.spec.rank and distributed is not None and not distributed.lockstep:
                 # an asynchronous rank stopped at its own step: its newest copy (its running totals go on)
                 mine = layout.latest_rank_copy(self.storage, self.spec.rank, int(pointer["epoch"])) or mine
             try:  # a distributed job's rank r: its own copy, else rank 0's (the replicas of a sync framework agree)

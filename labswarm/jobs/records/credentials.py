@@ -50,6 +50,7 @@ def attempt_user(db: Session, digest: bytes) -> User | None:
                       .where(AttemptRow.ended_at.is_(None), AttemptRow.token_sha256.is_not(None))).all()
     found = None
     for job_id, number, stored in rows:
+        assert stored is not None, "the query keeps the attempts that have a digest"
         if hmac.compare_digest(digest, bytes.fromhex(stored)) and found is None:
             found = User(f"learner:{job_id}:{number}", "user", scope=report_scope(job_id, number))
     return found

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -84,6 +84,14 @@ def log_tail(db: Session, job_id: str, attempt: int | None = None, lines: int = 
         query = query.where(JobEventRow.attempt == attempt)
     rows = db.scalars(query.order_by(JobEventRow.seq.desc()).limit(lines))
     return [p.get("line", "") for p in reversed(list(rows))]
+
+
+@overload
+def iso(moment: datetime) -> str: ...
+@overload
+def iso(moment: None) -> None: ...
+@overload
+def iso(moment: datetime | None) -> str | None: ...
 
 
 def iso(moment: datetime | None) -> str | None:

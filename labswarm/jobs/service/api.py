@@ -218,7 +218,8 @@ async def stream(job_id: str, request: Request, user: Caller, service: Service,
                  after: Annotated[int | None, Query(ge=0, le=MAX_OFFSET)] = None,
                  last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
     """Server-Sent Events of the job from the event after ``Last-Event-ID`` (or ``after``) on."""
-    start = after if after is not None else int(last_event_id) if (last_event_id or "").isdigit() else 0
+    start = (after if after is not None
+             else int(last_event_id) if last_event_id is not None and last_event_id.isdigit() else 0)
     owner = _owner(user)
     await run_in_threadpool(service.events, job_id, start, 1, owner)  # 404 before the stream starts
     return StreamingResponse(_sse(service, request, job_id, start, owner), media_type="text/event-stream",

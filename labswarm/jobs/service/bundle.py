@@ -59,7 +59,7 @@ def versions(manifest: dict[str, Any]) -> dict[str, Any]:
     experiment = manifest.get("experiment")
     fingerprint = (ExperimentConfig.model_validate(experiment).fingerprint() if isinstance(experiment, dict)
                    else None)
-    libraries = {}
+    libraries: dict[str, str | None] = {}
     for name in LIBRARIES:
         try:
             libraries[name] = importlib.metadata.version(name)

@@ -4,6 +4,7 @@ metrics, the trained model and the bundle. Nothing here changes a job.
 
 from __future__ import annotations
 
+import builtins
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -102,7 +103,8 @@ class JobQueries:
                 (JobRow.priority == job.priority) & (JobRow.submitted_at < job.submitted_at))))
         return int(ahead or 0) + 1
 
-    def attempts(self, job_id: str, db: Session | None = None, owner: str | None = None) -> list[dict[str, Any]]:
+    def attempts(self, job_id: str, db: Session | None = None, owner: str | None = None
+                 ) -> builtins.list[dict[str, Any]]:  # builtins: `list` here is the method above
         """The job's attempts, first first: number, start, end, exit code, error code, reason, checkpoint in and
         out, where each learner ran (host, pid, GPUs), and ``learner_restarts``: the learners of an asynchronous
         framework restarted alone within the attempt (rank, why, the dead process's pid and exit code, time).
@@ -111,8 +113,8 @@ class JobQueries:
             NotFound: no such job, or (``owner`` given) another user's.
         """
         if db is None:
-            with self.db() as db:
-                return self.attempts(job_id, db, owner)
+            with self.db() as opened:
+                return self.attempts(job_id, opened, owner)
         self.get(db, job_id, owner)
         learners: dict[int, list[dict[str, Any]]] = {}
         for lr in db.scalars(select(LearnerRow).where(LearnerRow.job_id == job_id).order_by(LearnerRow.rank)):
@@ -134,7 +136,7 @@ class JobQueries:
                  "learner_restarts": restarts.get(a.number, [])} for a in rows]
 
     def events(self, job_id: str, after: int = 0, limit: int = 500, owner: str | None = None
-               ) -> tuple[list[JobEventRow], bool]:
+               ) -> tuple[builtins.list[JobEventRow], bool]:
         """The job's events with a sequence number above ``after``, in order, and whether the job is terminal.
 
         Raises:
@@ -167,7 +169,7 @@ class JobQueries:
                                "rank": r.payload.get("rank"), "line": r.payload.get("line", "")} for r in rows],
                     "next_pos": rows[-1].seq if rows else pos}
 
-    def metrics(self, job_id: str, owner: str | None = None) -> list[dict[str, Any]]:
+    def metrics(self, job_id: str, owner: str | None = None) -> builtins.list[dict[str, Any]]:
         """The job's metrics records in the order they were reported, each epoch once.
 
         Raises:
