@@ -227,9 +227,9 @@ def main() -> None:
     args = parser.parse_args()
     handoff = args.handoff or 100
 
-    from labswarm.threads import limit_threads
     from labswarm.pipeline.features import FeaturesBlock
     from labswarm.sample import iter_samples
+    from labswarm.threads import limit_threads
 
     limit_threads(1)  # every process computes with one maths thread (producers and workers do too)
     tmp = Path(tempfile.mkdtemp(prefix="labswarm-bench-prefetch-"))

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from labswarm.pipeline import segments as shm_segments
-from labswarm.pipeline import shm
 from labswarm.pipeline.segments import GRAIN
 from labswarm.pipeline.shm import ALIGN, GROWTH, Placement, SlotRing, SlotWriter, layout
 
