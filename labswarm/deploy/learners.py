@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 #: The file in its working folder a learner writes its exit code to (``{"code": N}``), read by a manager that is
 #: not its parent (it restarted).
 EXIT_FILE = "exit.json"
+#: The file in its working folder a distributed learner records its trained chunks in (appended, one line a chunk:
+#: :mod:`labswarm.train.distributed.record`); the manager stores it for a learner that was killed before it could.
+CHUNKS_FILE = "chunks.jsonl"
 #: What a ``command`` learner writes in its working folder when it starts the user's program, which runs in a
 #: process group of its own (a halt's SIGTERM must reach the program's children, not the learner):
 #: ``"<pid> <start time>"``, so that killing the learner kills the program too, even once the learner is gone.

@@ -1,6 +1,7 @@
 """Distributed training jobs (``learners: 2`` with a distributed framework): real manager, real learner processes,
 real parameter-server shards, the tiny three-class experiment. Kill -9 a learner mid-job under a synchronous and an
-asynchronous framework; delete leaves no process and no coordinator port."""
+asynchronous framework: the job completes and its stored chunk record shows every sample trained exactly once per
+pass (the killed process's chunks included); delete leaves no process and no coordinator port."""
 
 from __future__ import annotations
 
@@ -11,10 +12,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from train.three_classes import write_three_classes
 
+from jobs.chunk_record import assert_every_sample_once_per_pass
 from jobs.manager import Manager, learner_processes, manager, read_events, statuses, wait_until
 from jobs.tiny import tiny_manifest
 from labswarm.jobs.spec.errors import EXIT_HALTED, EXIT_PLATFORM
+from labswarm.train.distributed import record
 from labswarm.train.trainer import load_model
 
 
@@ -37,6 +41,11 @@ def _model(m: Manager, job_id: str, tmp_path: Path) -> Path:
     path = tmp_path / f"{job_id}.pt"
     path.write_bytes(response.content)
     return path
+
+
+def _results(tmp_path: Path, job_id: str) -> Path:
+    """The job's results store (the tiny manifest's local one)."""
+    return tmp_path / "results" / "jobs" / job_id
 
 
 def _pid(m: Manager, job_id: str, rank: int) -> int:
@@ -109,8 +118,9 @@ def test_manifest_errors_name_the_field(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_downpour_learner_killed_restarts_alone_and_the_job_completes(tmp_path: Path) -> None:
+    manifest = _distributed(tmp_path, {"name": "downpour"}, epochs=3, ps_shards=1)
     with manager(tmp_path, job_slots=2) as m:
-        job = m.submit(_distributed(tmp_path, {"name": "downpour"}, epochs=3, ps_shards=1))
+        job = m.submit(manifest)
         # Rank 1 trains the tiny set's 3 passes in ~0.2 s and never waits for rank 0: killed at a log line of its
         # training, it had sometimes exited 0 already (the kill then hit nothing). So it is frozen while it starts
         # (it cannot have exited: torch's import alone takes seconds) and killed once rank 0 is mid-pass.
@@ -133,12 +143,39 @@ def test_downpour_learner_killed_restarts_alone_and_the_job_completes(tmp_path: 
     assert restart["previous"]["exit_code"] == -signal.SIGKILL
     assert shown["restarts"] == {"user": 0, "platform": 1}
     assert [r["epoch"] for r in metrics] == [1, 2, 3]
+    assert_every_sample_once_per_pass(_results(tmp_path, job["id"]), shown, manifest, 3)  # the killed one's too
+
+
+@pytest.mark.slow
+def test_a_downpour_learner_killed_in_its_first_pass_keeps_its_chunks_in_the_stored_record(tmp_path: Path) -> None:
+    """Issue 22's held-out case: rank 1 killed -9 after it trained chunks of the first pass, before any checkpoint.
+    Its chunks are done in the cursor; they must be in the stored record (its lines were buffered and its
+    restarted successor wiped its run folder: 8 of 192 samples were absent from pass 0)."""
+    write_three_classes(tmp_path / "data", per_class=16)
+    manifest = _distributed(tmp_path, {"name": "downpour"}, epochs=2, ps_shards=1)
+    manifest["experiment"]["pipeline"][3]["size"] = 1  # 72 training samples a pass, one a step: ~36 steps a rank
+    with manager(tmp_path, job_slots=2) as m:
+        job = m.submit(manifest)
+        read_events(m.http, job["id"], until=lambda e: e["event"] == "log" and e["data"].get("rank") == 1
+                    and "first step" in e["data"]["line"])
+        victim = _pid(m, job["id"], 1)
+        os.kill(victim, signal.SIGKILL)
+        stream = read_events(m.http, job["id"])
+        shown = m.show(job["id"])
+    assert statuses(stream)[-1] == "completed", shown.get("log_tail")
+    [attempt] = shown["attempts"]
+    assert [r["previous"]["pid"] for r in attempt["learner_restarts"]] == [victim]
+    results = _results(tmp_path, job["id"])
+    assert_every_sample_once_per_pass(results, shown, manifest, 2)
+    lines = record.read(results.glob("logs/attempt-1/chunks-1.jsonl"))
+    assert any(c["owner"].endswith(f":{victim}") for c in lines), "the premise: the killed process trained chunks"
 
 
 @pytest.mark.slow
 def test_allreduce_learner_killed_restarts_both_from_the_checkpoint(tmp_path: Path) -> None:
+    manifest = _distributed(tmp_path, {"name": "allreduce"}, epochs=3)
     with manager(tmp_path, job_slots=2) as m:
-        job = m.submit(_distributed(tmp_path, {"name": "allreduce"}, epochs=3))
+        job = m.submit(manifest)
         stream, shown, metrics = kill_learner_after_first_checkpoint(m, job["id"])
     assert statuses(stream)[-1] == "completed", shown.get("log_tail")
     first, second = shown["attempts"]
@@ -146,6 +183,7 @@ def test_allreduce_learner_killed_restarts_both_from_the_checkpoint(tmp_path: Pa
     assert second["checkpoint_in"] is not None and second["checkpoint_in"]["epoch"] >= 1
     assert sorted(lr["rank"] for lr in second["learners"]) == [0, 1]
     assert [r["epoch"] for r in metrics] == [1, 2, 3]  # every epoch once
+    assert_every_sample_once_per_pass(_results(tmp_path, job["id"]), shown, manifest, 3)
 
 
 @pytest.mark.slow
@@ -175,6 +213,7 @@ def test_a_learner_hung_inside_a_collective_fails_the_step_and_the_learners_rest
     assert any("timed out waiting 10000ms" in line.lower() for line in rank0), rank0[-5:]
     assert second["exit_code"] == 0 and second["checkpoint_in"]["epoch"] >= 1
     assert [r["epoch"] for r in metrics] == [1, 2, 3, 4]  # every epoch once
+    assert_every_sample_once_per_pass(_results(tmp_path, job["id"]), shown, manifest, 4)
 
 
 @pytest.mark.slow
@@ -219,8 +258,9 @@ def test_halt_stops_both_allreduce_learners_at_the_same_step_and_resume_complete
 
 @pytest.mark.slow
 def test_a_killed_shard_restarts_from_its_checkpoint_and_the_job_completes(tmp_path: Path) -> None:
+    manifest = _distributed(tmp_path, {"name": "downpour"}, epochs=3)
     with manager(tmp_path, job_slots=2) as m:
-        job = m.submit(_distributed(tmp_path, {"name": "downpour"}, epochs=3))
+        job = m.submit(manifest)
         stream = read_events(m.http, job["id"], until=lambda e: e["event"] == "log" and e["data"].get("rank") == 0
                              and "first step" in e["data"]["line"])
         started = next(e for e in stream if e["event"] == "attempt" and e["data"]["event"] == "started")
@@ -234,3 +274,4 @@ def test_a_killed_shard_restarts_from_its_checkpoint_and_the_job_completes(tmp_p
     assert any("shard 0 exited -9: restarted from its checkpoint" in line for line in lines), lines
     assert len(shown["attempts"]) == 1 and shown["restarts"] == {"user": 0, "platform": 1}
     assert [r["epoch"] for r in metrics] == [1, 2, 3]
+    assert_every_sample_once_per_pass(_results(tmp_path, job["id"]), shown, manifest, 3)

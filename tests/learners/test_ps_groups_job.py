@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from jobs.chunk_record import assert_every_sample_once_per_pass
 from jobs.manager import manager, statuses
-from jobs.test_distributed_jobs import _distributed, kill_learner_after_first_checkpoint
+from jobs.test_distributed_jobs import _distributed, _results, kill_learner_after_first_checkpoint
 
 #: a real manager, a shard and 2 learner processes per attempt (each imports torch)
 pytestmark = pytest.mark.slow
@@ -14,8 +15,9 @@ pytestmark = pytest.mark.slow
 
 def test_a_dead_group_member_restarts_the_attempt_and_the_job_completes(tmp_path: Path) -> None:
     # one group of 2: a member killed -9 fails its peer's next in-group all-reduce; both restart from the checkpoint
+    manifest = _distributed(tmp_path, {"name": "downpour", "group_size": 2, "n_fetch": 2}, epochs=3)
     with manager(tmp_path, job_slots=2) as m:
-        job = m.submit(_distributed(tmp_path, {"name": "downpour", "group_size": 2, "n_fetch": 2}, epochs=3))
+        job = m.submit(manifest)
         stream, shown, metrics = kill_learner_after_first_checkpoint(m, job["id"])
     assert statuses(stream)[-1] == "completed", shown.get("log_tail")
     attempts = shown["attempts"]
@@ -30,3 +32,4 @@ def test_a_dead_group_member_restarts_the_attempt_and_the_job_completes(tmp_path
     assert sorted(lr["rank"] for lr in attempts[-1]["learners"]) == [0, 1]
     assert [r["epoch"] for r in metrics] == [1, 2, 3]  # every epoch once
     assert metrics[-1]["comm"]["syncs"] > 0 and "staleness_p50" in metrics[-1]["comm"]  # rank 0 leads its group
+    assert_every_sample_once_per_pass(_results(tmp_path, job["id"]), shown, manifest, 3)

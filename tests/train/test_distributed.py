@@ -57,7 +57,7 @@ def test_allreduce_learners_halted_mid_epoch_resume_the_pass_train_each_sample_o
     with Pipeline(config, split="train", train=False).epoch(0) as batches:
         train_ids = Counter(i for b in batches for i in b.ids)
     assert len(train_ids) == 36 and set(train_ids.values()) == {1}  # 18 training sources × 2 transformations
-    lines = {r: (run / f"rank-{r}" / "chunks.jsonl").read_text().splitlines() for r in range(2)}
+    lines = {r: (run / f"chunks-rank-{r}.jsonl").read_text().splitlines() for r in range(2)}
     logged = [json.loads(line) for r in range(2) for line in lines[r]]
     assert all(c["pass"] == 0 for r in range(2) for c in map(json.loads, lines[r][:2]))  # both trained in pass 0
     for pass_ in range(2):

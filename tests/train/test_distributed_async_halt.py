@@ -63,7 +63,7 @@ def test_a_halt_between_passes_waits_for_the_peer_still_training_the_next_pass(t
         train_ids = Counter(i for b in batches for i in b.ids)
     assert len(train_ids) == 36 and set(train_ids.values()) == {1}
     logged = [json.loads(line) for r in range(2)
-              for line in (run / f"rank-{r}" / "chunks.jsonl").read_text().splitlines()]
+              for line in (run / f"chunks-rank-{r}.jsonl").read_text().splitlines()]
     for pass_ in range(2):
         trained = Counter(i for c in logged if c["pass"] == pass_ for i in c["ids"])
         assert trained == train_ids, f"pass {pass_}: not every training sample exactly once across the halt"

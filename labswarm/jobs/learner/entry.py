@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.config.manifest import CommandFramework, DistributedFramework
-from labswarm.deploy.learners import EXIT_FILE
+from labswarm.deploy.learners import CHUNKS_FILE, EXIT_FILE
 from labswarm.errors import ConfigError, DatasetError, StorageError
 from labswarm.jobs.learner.command import run_command
 from labswarm.jobs.learner.context import LearnerContext, LearnerSpec, load_spec
@@ -190,9 +190,12 @@ class Learner(LearnerContext):
             from labswarm.train.distributed.training import DistributedTraining
 
             # its place in the job from the environment the lifecycle set (labswarm.train.distributed.context)
-            distributed = DistributedTraining(self.manifest.framework.model_dump(mode="json"), lease_s=LEASE_S)
+            # its chunk record in the working folder, outside the trainer's run folder (a fresh start wipes that):
+            # a killed process's lines stay for its successor, or for the manager to store
+            distributed = DistributedTraining(self.manifest.framework.model_dump(mode="json"), lease_s=LEASE_S,
+                                              chunk_log=self.workdir / CHUNKS_FILE)
         trainer = Trainer(config, self.workdir / "home", hooks=[JobHooks(self)], distributed=distributed)
-        self.chunks_path = trainer.run_dir / "chunks.jsonl" if distributed is not None else None
+        self.chunks_path = self.workdir / CHUNKS_FILE if distributed is not None else None
         resume = self._restore(trainer, distributed)
         result = trainer.fit(resume=resume)
         if result.stopped:

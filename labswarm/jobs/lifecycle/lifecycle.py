@@ -27,18 +27,21 @@ import logging
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from labswarm.config.manifest import RestartPolicy
-from labswarm.deploy.learners import learner_launcher
+from labswarm.deploy.learners import CHUNKS_FILE, learner_launcher
+from labswarm.errors import StorageError
 from labswarm.jobs.lifecycle.cluster import JobCluster
 from labswarm.jobs.lifecycle.deployer import Deployer
 from labswarm.jobs.lifecycle.outcomes import AttemptOutcomes
 from labswarm.jobs.lifecycle.runtime import JobRuntime
 from labswarm.jobs.records import events
 from labswarm.jobs.records.models import JobRow, LearnerRow, naive_utcnow
+from labswarm.jobs.spec import layout
 from labswarm.jobs.spec.states import HOLDS_SLOTS, JobState
 
 log = logging.getLogger(__name__)
@@ -151,6 +154,8 @@ class JobLifecycle:
             log.info("job %s attempt %d learner %d ended: exit code %s%s", job.id, learner.attempt, learner.rank,
                      status.exit_code, f" ({status.reason})" if status.reason else "")
             self._raw_output(db, job, learner, status.reason)
+            if status.exit_code != 0:
+                self._store_chunk_record(job, learner)
             self.learners.kill(learner)  # what it left: its process group, or its service, secret and config
 
     def _watch_shards(self, db: Session) -> None:
@@ -215,6 +220,19 @@ class JobLifecycle:
         for line in lines:
             events.append(db, job, "log", {"line": line, "rank": learner.rank, "source": "launcher"},
                           attempt=learner.attempt)
+
+    def _store_chunk_record(self, job: JobRow, learner: LearnerRow) -> None:
+        """A distributed learner that ended badly (killed -9: it could not store it itself) has its chunk record
+        stored from its working folder, where it is (a local learner's; a swarm task's folder is in its container),
+        so the job's record holds every chunk the cursor marked done (:mod:`labswarm.train.distributed.record`).
+        A learner restarted alone appends to the same file and stores it again later."""
+        path = Path(learner.workdir) / CHUNKS_FILE
+        if not path.is_file():
+            return
+        try:
+            self.runtime.storage(job).put_file(layout.chunks_key(learner.attempt, learner.rank), path)
+        except StorageError as exc:
+            log.warning("job %s: learner %d's chunk record not stored: %s", job.id, learner.rank, exc)
 
     def kill_and_wait(self, learners: list[LearnerRow], timeout: float = 15.0, job_id: str | None = None) -> None:
         """Kill these learners (process groups, or services) and wait until they are gone (a delete); with

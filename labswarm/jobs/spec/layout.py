@@ -12,7 +12,7 @@ that folder and nothing else (never the user's data)::
       checkpoints/latest.json                             the pointer: the last committed checkpoint
       metrics.jsonl                                       one record per epoch, as far as the pointer goes
       logs/attempt-<n>/learner-<rank>.log                 each learner's output
-      logs/attempt-<n>/chunks-<rank>.jsonl                a distributed learner's chunks trained (pass, chunk, ids)
+      logs/attempt-<n>/chunks-<rank>.jsonl                a distributed learner's chunks (pass, chunk, owner, ids)
       model/model.pt                                      the trained model (``labswarm`` framework)
       results/...                                         a ``command`` learner's results folder
 
@@ -103,7 +103,8 @@ def log_key(attempt: int, rank: int) -> str:
 
 
 def chunks_key(attempt: int, rank: int) -> str:
-    """``logs/attempt-<n>/chunks-<rank>.jsonl``: a distributed learner's chunk log (pass, chunk, sample ids)."""
+    """``logs/attempt-<n>/chunks-<rank>.jsonl``: a distributed learner's chunk record
+    (:mod:`labswarm.train.distributed.record`)."""
     return f"logs/attempt-{attempt}/chunks-{rank}.jsonl"
 
 

@@ -19,7 +19,9 @@ the trainer trains as a single process, through the default hooks). With it, the
    need; in the pass's last step a learner without a chunk takes a step of zero loss on one sample (it joins
    the collective, trains nothing). Asynchronous ones claim on their own and take over an expired lease of a
    dead learner. Either way each training sample is trained exactly once per pass across the learners; each
-   learner logs its chunks to ``chunks.jsonl`` in its run folder (pass, chunk, sample ids);
+   learner records its chunks (pass, chunk, its process, sample ids) in ``chunks-rank-<r>.jsonl`` beside its run
+   folder, or where its owner says (``chunk_log``), each line written before the chunk is marked done and kept
+   across kills and restarts (:mod:`labswarm.train.distributed.record`);
 4. honours a hook's ``should_stop`` (a halt) at a step boundary, as the single-process trainer does. In
    lockstep the "stop requested" flags ride in the same all-reduce as "who has a chunk" (no extra collective):
    if any learner asked, all stop at the same step, and each gives back (:meth:`GlobalCursor.release`) the
@@ -48,7 +50,6 @@ the trainer trains as a single process, through the default hooks). With it, the
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -56,7 +57,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,7 @@ from labswarm.train.distributed.context import LearnerContext
 from labswarm.train.distributed.cursor import Chunk, GlobalCursor
 from labswarm.train.distributed.data import TrainingSamples
 from labswarm.train.distributed.frameworks.base import CommStats, Framework
+from labswarm.train.distributed.record import ChunkRecord
 from labswarm.train.loop import EpochSteps, LoopHooks
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,8 @@ class DistributedTraining(LoopHooks):
         framework: the framework spec (``{name: ..., **params}``, the manifest's ``framework``).
         context: the learner's rank, peers and addresses (default: :meth:`LearnerContext.from_env`).
         lease_s: the cursor's lease per chunk, in s (default 30: far longer than one step).
+        chunk_log: this learner's chunk record (default ``<run dir>/../chunks-rank-<r>.jsonl``: beside the run
+            folder, which a fresh start wipes; :mod:`labswarm.train.distributed.record`).
 
     Raises:
         ConfigError: an unknown framework or bad parameters, or a malformed environment.
@@ -93,7 +97,7 @@ class DistributedTraining(LoopHooks):
     stops_between_epochs = True
 
     def __init__(self, framework: Mapping[str, Any], context: LearnerContext | None = None,
-                 lease_s: float = 30.0) -> None:
+                 lease_s: float = 30.0, chunk_log: Path | None = None) -> None:
         super().__init__()
         self.framework = Framework.from_spec(framework)
         self.context = context if context is not None else LearnerContext.from_env()
@@ -104,7 +108,7 @@ class DistributedTraining(LoopHooks):
         self._halted: int | None = None  # the pass a halt stopped this learner in
         self._comm_before = CommStats()  # this rank's communication before the checkpoint it resumed from
         self._joined = False
-        self._chunks_path: Path | None = None  # this rank's chunks.jsonl (set by attach)
+        self._chunks_path: Path | None = chunk_log  # this rank's chunk record (attach sets the default)
 
     @property
     def rank(self) -> int:
@@ -170,7 +174,7 @@ class DistributedTraining(LoopHooks):
 
     def attach(self, torch: Any, model: Any, optimizer: Any, train: Pipeline, output: str, run_dir: Path) -> Any:
         """Join the group, attach the framework, read the training features (of ``output``, the model's input)
-        and open the cursor; this rank's chunks are logged to ``run_dir/chunks.jsonl``.
+        and open the cursor; this rank's chunks are recorded in :meth:`chunk_log`.
 
         Returns:
             The module to train through.
@@ -193,8 +197,13 @@ class DistributedTraining(LoopHooks):
         self.cursor = GlobalCursor(self.context.store(), n, chunk,
                                    owner=f"{self.rank}:{self.context.attempt}:{os.getpid()}", lease_s=self.lease_s,
                                    seed=experiment.seed)
-        self._chunks_path = run_dir / "chunks.jsonl"
+        self._chunks_path = self.chunk_log(run_dir)
         return module
+
+    def chunk_log(self, run_dir: Path) -> Path:
+        """This rank's chunk record: the ``chunk_log`` given, else ``chunks-rank-<r>.jsonl`` beside ``run_dir``
+        (the trainer's fresh start wipes the run folder; the record of a killed predecessor must stay)."""
+        return self._chunks_path if self._chunks_path is not None else run_dir.parent / f"chunks-rank-{self.rank}.jsonl"
 
     @contextmanager
     def epoch(self, torch: Any, epoch: int, device: Any,
@@ -216,7 +225,7 @@ class DistributedTraining(LoopHooks):
         """
         assert self.cursor is not None and self._chunks_path is not None, "attach() first"
         steps = _CursorSteps(self, torch, epoch, device, partial)
-        with open(self._chunks_path, "a", encoding="utf-8") as steps.trained:
+        with ChunkRecord(self._chunks_path, self.cursor.owner) as steps.trained:
             yield steps
 
     def comm(self) -> CommStats:
@@ -260,9 +269,13 @@ class DistributedTraining(LoopHooks):
         self.cursor.store.set(f"{HALTED}/{self.context.attempt}/{self.rank}", str(epoch))
 
     def _cursor_state(self) -> dict[str, Any]:
-        """The cursor's state for rank 0's checkpoint. After a halt: in lockstep every learner is past its last
-        ``done`` (the all-reduce), so a lease of the stopped pass is a chunk claimed for the step nobody took:
-        free (each learner released its own; this covers the race with that). Asynchronous learners stop on
+        """The cursor's state for rank 0's checkpoint. In lockstep every learner is past its last ``done`` when
+        rank 0 reads it (the all-reduce of "who has a chunk" that ended the pass, or stopped it), so every lease
+        in it is a chunk claimed for a step the checkpoint does not hold: free, in every pass. After a halt that
+        is the stopped pass's (each learner released its own; this covers the race with that); at an epoch's end
+        it is a peer's first chunk of the next pass, claimed before it waits in that pass's first collective while
+        rank 0 validates: kept as a lease, ``claim_fresh`` (which never takes a lease over) would skip it after a
+        restart from this checkpoint and its samples would go untrained in that pass. Asynchronous learners stop on
         their own: wait (up to ``lease_s``) until each has stopped, so that no chunk is marked done after the
         state is read (it would be trained again after the resume); a dead one's lease stays and expires."""
         assert self.cursor is not None
@@ -274,8 +287,9 @@ class DistributedTraining(LoopHooks):
                 log.warning("not every learner stopped within %.0f s (%s): the cursor's state is read anyway",
                             self.lease_s, exc)
         state = self.cursor.state_dict()
-        if self._halted is not None and self.lockstep and self._halted in state["passes"]:
-            state["passes"][self._halted] = ["" if v.startswith("L|") else v for v in state["passes"][self._halted]]
+        if self.lockstep:
+            state["passes"] = {p: ["" if v.startswith("L|") else v for v in values]
+                               for p, values in state["passes"].items()}
         return state
 
     def state_dict(self) -> dict[str, Any]:
@@ -326,7 +340,7 @@ class _CursorSteps(EpochSteps):
         assert learner.cursor is not None and learner.samples is not None
         self.learner, self.cursor, self.samples = learner, learner.cursor, learner.samples
         self.torch, self.device = torch, device
-        self.trained: IO[str] | None = None  # chunks.jsonl, open for the pass
+        self.trained: ChunkRecord | None = None  # the chunk record, open for the pass
         self.chunk: Chunk | None = None
         self.index = _FILLER
         self.peer_wait_s = 0.0
@@ -348,14 +362,17 @@ class _CursorSteps(EpochSteps):
 
     def after_step(self) -> bool:
         """``True`` when this learner's chunk is marked done: a filler, or a lost lease (its new holder trains it),
-        does not count."""
+        does not count. The chunk's line is in the record before the done mark (a kill between the two leaves a
+        line whose chunk is not done under its owner: :func:`labswarm.train.distributed.record.counted`)."""
         chunk = self.chunk
-        if chunk is None or not self.cursor.done(chunk):
+        if chunk is None:
+            return False
+        assert self.trained is not None
+        self.trained.trained(self.epoch, chunk.index, self.samples.ids(self.index.tolist()))
+        if not self.cursor.done(chunk):
+            self.trained.lost(self.epoch, chunk.index)
             return False
         self.sums["chunks"] += 1
-        assert self.trained is not None
-        self.trained.write(json.dumps({"pass": self.epoch, "chunk": chunk.index,
-                                       "ids": self.samples.ids(self.index.tolist())}) + "\n")
         return True
 
     def after_epoch(self, record: dict[str, Any]) -> None:
