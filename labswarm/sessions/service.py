@@ -31,6 +31,7 @@ from labswarm.db import make_engine, make_sessionmaker, utcnow
 from labswarm.errors import Conflict, LabswarmError, NotFound
 from labswarm.paths import DataRoots
 from labswarm.sessions import ledger, lifecycle, queries
+from labswarm.sessions import outcomes as outcomes_of
 from labswarm.sessions.broker import BrokerClient
 from labswarm.sessions.context import SessionContext
 from labswarm.sessions.launchers import SessionLaunchers
@@ -367,17 +368,8 @@ class SessionService:
     # worker side
     def record_outcomes(self, session_id: str, outcomes: list[dict[str, Any]], owner: str | None = None
                         ) -> tuple[int, list[dict[str, str]]]:
-        """Apply a batch of worker outcomes to the ledger, for the samples of this session only.
-
-        A sample of the session is one in its ledger, or one its publisher has sent and not yet written there
-        (read from the runner BEFORE the ledger: the runner writes the ledger, then forgets). Any other sample
-        id (another session's, or unknown) is rejected, never recorded; the rest of the batch is.
-
-        The session's existence and ``owner`` are checked in the same transaction as the write (one database
-        session for the whole request: the hot path of every worker's reports).
-
-        Args:
-            owner: when given, the session must be this user's.
+        """Apply a batch of worker outcomes to the ledger, for the samples of this session only (see
+        :func:`labswarm.sessions.outcomes.record_outcomes`).
 
         Returns:
             ``(applied, rejected)``: how many were recorded, and ``{sample_id, reason}`` for each one rejected.
@@ -385,20 +377,8 @@ class SessionService:
         Raises:
             NotFound: no such session, or (``owner`` given) another user's; nothing is recorded.
         """
-        runner = self._runners.get(session_id)
-        in_flight = runner.in_flight([o["sample_id"] for o in outcomes]) if runner is not None else set()
         with self.db() as db:
-            n, unknown = ledger.record_outcomes(db, session_id, outcomes, in_flight, owner)
-            db.commit()
-        if runner is not None and n:
-            refused = set(unknown)
-            runner.note_outcomes(max(float(o.get("seconds") or 0.0) for o in outcomes
-                                     if o["sample_id"] not in refused), n)
-        if unknown:
-            log.warning("session %s: %d outcomes rejected (not samples of the session), e.g. %r", session_id,
-                        len(unknown), unknown[0][:200])
-        reason = f"not a sample of session {session_id}"
-        return n, [{"sample_id": sample_id, "reason": reason} for sample_id in unknown]
+            return outcomes_of.record_outcomes(db, self._runners.get(session_id), session_id, outcomes, owner)
 
     def redelivered(self, session_id: str, sample_id: str) -> bool:
         """Count a broker redelivery of a sample; ``False`` means the worker skips it (see ledger.redelivery)."""
