@@ -1,40 +1,4 @@
-"""Several hosts on one machine: network namespaces on a common bridge, shaped links, cuts and partitions.
-
-A :class:`Cluster` of K hosts, for the multi-host tests and the benchmarks (root only; Linux ``ip``, ``tc`` and
-``iptables``)::
-
-    with Cluster(["a", "b", "c"], profile="campus") as cluster:
-        server = cluster.popen("a", [sys.executable, "-m", "http.server", "8000"])
-        cluster.check("b", ["curl", f"http://{cluster.address('a')}:8000/"])
-        cluster.cut("b")            # b's link down: b is unreachable, and reaches nobody
-        cluster.restore("b")
-        cluster.partition("a", "c") # a and c drop each other's packets; both still reach b
-        tx, rx = cluster.counters("b")
-
-Topology: each host is a namespace ``<name>`` with one interface ``eth0`` at ``198.18.0.<10+i>/24`` (RFC 2544's
-benchmarking range, 198.18.0.0/15: never any other); its veth peer ``h<i>`` is a port of the bridge ``br0``,
-which lives in a **namespace of its own** (the switch), not in the root one, because:
-
-- nothing of the cluster is in the root namespace unless asked (``gateway=True``): no 198.18 route there, so a
-  test's traffic cannot leave the machine, and the root's firewall (Docker's FORWARD rules, ``br_netfilter``
-  sending bridged frames through the root's iptables: on here) never sees the cluster's frames;
-- a cut is a switch port set down and shaping sits on both ends of each link: a process on a host cannot undo
-  either from inside its own namespace;
-- deleting the switch namespace removes the bridge and every host's veth at once; teardown cannot half-fail.
-
-``gateway=True`` adds the machine itself as host ``gw`` at ``198.18.0.1``: a veth from the root namespace to the
-switch, so the hosts reach services that run outside the cluster (RabbitMQ, PostgreSQL, the S3 server) at
-``198.18.0.1`` when those listen on every address (RabbitMQ's ``*:5672`` here). It is not shaped.
-
-Link profiles (:data:`PROFILES`): ``loopback`` (unshaped), ``lan`` 1 Gbit/s, ``campus`` 100 Mbit/s, ``wan``
-20 Mbit/s, each a ``tbf`` qdisc at both ends of the host's link (its uplink and its downlink). This kernel has no
-``netem``: no added latency or loss, only bandwidth.
-
-Cleanup: :meth:`Cluster.close` (the context manager's exit) kills every process in the cluster's namespaces and
-deletes them; an ``atexit`` hook and a SIGTERM/SIGHUP handler close every live cluster of the process; a
-SIGKILLed process leaves its namespaces behind, named ``lsw-<pid>-<n>-<host>``: :func:`sweep` (run by every
-new cluster) deletes those whose pid is dead, so concurrent test processes never delete each other's.
-"""
+"""A :class:`Cluster` of hosts in network namespaces (see :mod:`labswarm.netns`)."""
 
 from __future__ import annotations
 
@@ -48,16 +12,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from labswarm.errors import LabswarmError
+from labswarm.netns.system import PREFIX, ClusterError, kill_namespace, run, sweep
 
-#: Namespace and root-interface name prefix of every cluster (:func:`sweep` looks for it).
-PREFIX = "lsw"
 #: Link rate by profile, in bit/s (``None``: unshaped).
 PROFILES: dict[str, int | None] = {"loopback": None, "lan": 1_000_000_000, "campus": 100_000_000,
                                    "wan": 20_000_000}
@@ -68,79 +29,10 @@ GATEWAY = f"{NETWORK}.1"
 #: Seconds of queue a tbf keeps before dropping (its ``latency``).
 TBF_LATENCY = "50ms"
 
-_NAMESPACE = re.compile(rf"^{PREFIX}-(\d+)-(\d+)-(\S+)$")
-_ROOT_LINK = re.compile(rf"^{PREFIX}(\d+)g(\d+)$")
 _live: set[Cluster] = set()
 _counter = iter(range(10**6))
 _hooks_lock = threading.Lock()
 _hooked = False
-
-
-class ClusterError(LabswarmError):
-    """A cluster could not be made, changed or torn down (not root, a command failed, an unknown host or profile)."""
-
-
-def _run(argv: Sequence[str], check: bool = True) -> str:
-    """Run a command; its stdout. Raises ClusterError with its stderr when it fails and ``check``."""
-    try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ClusterError(f"{' '.join(argv)}: {exc}") from exc
-    if check and done.returncode != 0:
-        raise ClusterError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()}")
-    return done.stdout
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _kill_namespace(name: str) -> None:
-    """Kill every process inside namespace ``name``, then delete it."""
-    for _ in range(50):
-        pids = [int(p) for p in _run(["ip", "netns", "pids", name], check=False).split()]
-        if not pids:
-            break
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.02)
-    _run(["ip", "netns", "delete", name], check=False)
-
-
-def namespaces() -> list[str]:
-    """Every cluster namespace on the machine (any process's)."""
-    names = (line.split()[0] for line in _run(["ip", "netns", "list"], check=False).splitlines() if line.strip())
-    return sorted(n for n in names if _NAMESPACE.match(n))
-
-
-def root_links() -> list[str]:
-    """Every cluster interface in the root namespace (a gateway's veth; any process's)."""
-    links = json.loads(_run(["ip", "-j", "link", "show"], check=False) or "[]")
-    return sorted(link["ifname"] for link in links if _ROOT_LINK.match(link.get("ifname", "")))
-
-
-def sweep(all_: bool = False) -> list[str]:
-    """Delete what clusters of dead processes left (namespaces, root veths; iptables rules live and die inside the
-    namespaces), or, with ``all_``, every cluster's. Returns what was deleted."""
-    gone = []
-    for name in namespaces():
-        match = _NAMESPACE.match(name)
-        if match and (all_ or not _alive(int(match.group(1)))):
-            _kill_namespace(name)
-            gone.append(name)
-    for link in root_links():
-        match = _ROOT_LINK.match(link)
-        if match and (all_ or not _alive(int(match.group(1)))):
-            _run(["ip", "link", "delete", link], check=False)
-            gone.append(link)
-    return gone
 
 
 def _close_all() -> None:
@@ -230,30 +122,30 @@ class Cluster:
         _live.add(self)
         self.started = True
         try:
-            _run(["ip", "netns", "add", self.switch])
-            _run(["ip", "-n", self.switch, "link", "add", "br0", "type", "bridge"])
-            _run(["ip", "-n", self.switch, "link", "set", "br0", "up"])
+            run(["ip", "netns", "add", self.switch])
+            run(["ip", "-n", self.switch, "link", "add", "br0", "type", "bridge"])
+            run(["ip", "-n", self.switch, "link", "set", "br0", "up"])
             for host in self.hosts.values():
                 self._add_host(host)
             if self.gateway is not None:
-                _run(["ip", "-n", self.switch, "link", "add", "gw", "type", "veth", "peer", "name", self.gateway,
+                run(["ip", "-n", self.switch, "link", "add", "gw", "type", "veth", "peer", "name", self.gateway,
                       "netns", "1"])
-                _run(["ip", "-n", self.switch, "link", "set", "gw", "master", "br0", "up"])
-                _run(["ip", "addr", "add", f"{GATEWAY}/24", "dev", self.gateway])
-                _run(["ip", "link", "set", self.gateway, "up"])
+                run(["ip", "-n", self.switch, "link", "set", "gw", "master", "br0", "up"])
+                run(["ip", "addr", "add", f"{GATEWAY}/24", "dev", self.gateway])
+                run(["ip", "link", "set", self.gateway, "up"])
         except BaseException:
             self.close()
             raise
         return self
 
     def _add_host(self, host: Host) -> None:
-        _run(["ip", "netns", "add", host.netns])
-        _run(["ip", "-n", self.switch, "link", "add", host.port, "type", "veth", "peer", "name", "eth0",
+        run(["ip", "netns", "add", host.netns])
+        run(["ip", "-n", self.switch, "link", "add", host.port, "type", "veth", "peer", "name", "eth0",
               "netns", host.netns])
-        _run(["ip", "-n", self.switch, "link", "set", host.port, "master", "br0", "up"])
-        _run(["ip", "-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0"])
-        _run(["ip", "-n", host.netns, "link", "set", "eth0", "up"])
-        _run(["ip", "-n", host.netns, "link", "set", "lo", "up"])
+        run(["ip", "-n", self.switch, "link", "set", host.port, "master", "br0", "up"])
+        run(["ip", "-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0"])
+        run(["ip", "-n", host.netns, "link", "set", "eth0", "up"])
+        run(["ip", "-n", host.netns, "link", "set", "lo", "up"])
         self.shape(host.name, self.profiles[host.name])
 
     def close(self) -> None:
@@ -267,10 +159,10 @@ class Cluster:
                 proc.wait(timeout=5)
         self._procs.clear()
         for host in self.hosts.values():
-            _kill_namespace(host.netns)
-        _kill_namespace(self.switch)  # the bridge, the switch-side veths and the gateway's peer with it
+            kill_namespace(host.netns)
+        kill_namespace(self.switch)  # the bridge, the switch-side veths and the gateway's peer with it
         if self.gateway is not None:
-            _run(["ip", "link", "delete", self.gateway], check=False)
+            run(["ip", "link", "delete", self.gateway], check=False)
         _live.discard(self)
         self.started = False
 
@@ -312,20 +204,20 @@ class Cluster:
         """Host ``name``'s link at ``profile``'s rate both ways (a tbf at each end), or unshaped (``loopback``)."""
         rate, host = _rate(profile), self.host(name)
         for netns, dev in ((host.netns, "eth0"), (self.switch, host.port)):
-            _run(["tc", "-n", netns, "qdisc", "del", "dev", dev, "root"], check=False)
+            run(["tc", "-n", netns, "qdisc", "del", "dev", dev, "root"], check=False)
             if rate is not None:
                 burst = max(rate // 8 // 100, 256 * 1024)  # 10 ms at the rate, at least 4 GSO packets
-                _run(["tc", "-n", netns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{rate}bit",
+                run(["tc", "-n", netns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{rate}bit",
                       "burst", str(burst), "latency", TBF_LATENCY])
         self.profiles[name] = profile
 
     def cut(self, name: str) -> None:
         """Host ``name``'s link down at the switch: it reaches nobody and nobody reaches it."""
-        _run(["ip", "-n", self.switch, "link", "set", self.host(name).port, "down"])
+        run(["ip", "-n", self.switch, "link", "set", self.host(name).port, "down"])
 
     def restore(self, name: str) -> None:
         """Host ``name``'s link up again (its addresses and shaping stay)."""
-        _run(["ip", "-n", self.switch, "link", "set", self.host(name).port, "up"])
+        run(["ip", "-n", self.switch, "link", "set", self.host(name).port, "up"])
 
     def partition(self, a: str, b: str) -> None:
         """Hosts ``a`` and ``b`` drop each other's packets (iptables DROP both ways inside each); the others still
@@ -343,16 +235,16 @@ class Cluster:
         self._partitions.discard((a, b))
 
     def _iptables(self, name: str, args: list[str], check: bool = True) -> None:
-        _run(self.command(name, ["iptables", "-w", *args]), check=check)
+        run(self.command(name, ["iptables", "-w", *args]), check=check)
 
     def rules(self, name: str) -> list[str]:
         """Host ``name``'s iptables rules (``iptables -S``, the policies left out)."""
-        out = _run(self.command(name, ["iptables", "-w", "-S"]))
+        out = run(self.command(name, ["iptables", "-w", "-S"]))
         return [line for line in out.splitlines() if not line.startswith("-P ")]
 
     def counters(self, name: str) -> tuple[int, int]:
         """Host ``name``'s bytes on the wire since it was made: ``(tx, rx)`` of its ``eth0`` (Ethernet frames)."""
-        [link] = json.loads(_run(["ip", "-j", "-s", "-n", self.host(name).netns, "link", "show", "eth0"]))
+        [link] = json.loads(run(["ip", "-j", "-s", "-n", self.host(name).netns, "link", "show", "eth0"]))
         stats = link["stats64"]
         return int(stats["tx"]["bytes"]), int(stats["rx"]["bytes"])
 
