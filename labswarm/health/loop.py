@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import time
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labswarm import strictjson
 from labswarm.health.controllers import Controller, Observation, make_controller
 from labswarm.health.monitors import ManagerMonitor, QueueStats, RabbitMQMonitor
 from labswarm.health.share import steer
@@ -215,7 +215,7 @@ class HealthLoop:
                 "total": session["total"], "weight": float(session.get("weight") or 1.0), "cap": obs.max_rate,
                 "target": target}
         with open(self.log_dir / f"health-{session['id']}.jsonl", "a") as handle:
-            handle.write(json.dumps(line) + "\n")
+            handle.write(strictjson.dumps(line) + "\n")  # strict JSON: a NaN target or rate is null
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Tick every ``period`` seconds until ``stop`` is set; a failing tick (any exception) is logged with its

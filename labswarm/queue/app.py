@@ -38,6 +38,7 @@ from labswarm.queue.names import (
     EXCHANGE,
     TASK_NAME,
     app_queue,
+    connection_name,
     embedded_lock,
     embedded_path,
     experiment_queue,
@@ -104,12 +105,16 @@ def prepare_embedded_broker(broker_url: str) -> None:
             enable_wal(conn)
 
 
-def make_celery(broker_url: str, max_queue_length: int | None = None) -> Celery:
+def make_celery(broker_url: str, max_queue_length: int | None = None, *, role: str = "manager",
+                experiment: str | None = None) -> Celery:
     """A Celery app on ``broker_url`` with labswarm's no-loss settings and its task registered.
 
     Args:
         broker_url: ``amqp://user:pass@host:5672/vhost`` (RabbitMQ) or ``sqla+sqlite:///path`` (embedded).
         max_queue_length: the hard bound of every experiment queue (see :func:`experiment_queue`).
+        role: who uses the app (``manager``, ``worker``): its RabbitMQ connections are named after it and
+            ``experiment`` (:func:`~labswarm.queue.names.connection_name`), and so are its publishers'.
+        experiment: the experiment the app serves, if one.
     """
     app = Celery("labswarm", broker=broker_url, set_as_current=False)
     app.conf.update(
@@ -132,12 +137,17 @@ def make_celery(broker_url: str, max_queue_length: int | None = None) -> Celery:
         task_send_sent_event=False,
         enable_utc=True,
         labswarm_max_queue_length=max_queue_length,
+        labswarm_role=role,
+        labswarm_experiment=experiment,
     )
     if is_embedded(broker_url):
         prepare_embedded_broker(broker_url)
         app.conf.broker_transport_options = {"connect_args": {"timeout": 30}}
     else:
-        app.conf.broker_transport_options = {"confirm_publish": True}
+        app.conf.broker_transport_options = {
+            "confirm_publish": True,
+            "client_properties": {"connection_name": connection_name(role, experiment)},
+        }
         app.conf.broker_heartbeat = 30
     from labswarm.queue.task import register
 

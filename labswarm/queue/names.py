@@ -1,11 +1,13 @@
 """The names labswarm's messages travel under: the task, the exchange, one durable queue per experiment and its
-bound; which broker URL is the embedded one, and its lock between processes. Shared by the Celery app
-(:mod:`labswarm.queue.app`), the task and the publisher.
+bound; the name each broker connection shows (:func:`connection_name`); which broker URL is the embedded one,
+and its lock between processes. Shared by the Celery app (:mod:`labswarm.queue.app`), the task and the publisher.
 """
 
 from __future__ import annotations
 
 import fcntl
+import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +24,19 @@ EXCHANGE = Exchange("labswarm", type="direct", durable=True)
 def queue_name(experiment: str) -> str:
     """The queue of an experiment: ``labswarm.<experiment>``."""
     return f"labswarm.{experiment}"
+
+
+def connection_name(role: str, experiment: str | None = None) -> str:
+    """The name a broker connection carries (AMQP client property ``connection_name``, shown by RabbitMQ's
+    management UI, ``rabbitmqctl list_connections client_properties`` and its HTTP API):
+    ``labswarm <role> [<experiment>] on <host> pid <pid>``.
+
+    Args:
+        role: what the connection is for: ``manager``, ``manager publisher``, ``worker``, ``worker publisher``.
+        experiment: the experiment (or ``<n>-experiments``) the connection serves, when it serves one.
+    """
+    what = f"labswarm {role} {experiment}" if experiment else f"labswarm {role}"
+    return f"{what} on {socket.gethostname()} pid {os.getpid()}"
 
 
 def experiment_queue(experiment: str, max_length: int | None = None) -> Queue:

@@ -39,7 +39,7 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from kombu.serialization import dumps
 
 from labswarm.errors import PublishError
-from labswarm.queue.names import TASK_NAME, embedded_lock, is_embedded
+from labswarm.queue.names import TASK_NAME, connection_name, embedded_lock, is_embedded
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +109,9 @@ class AmqpPublisher:
         confirm_timeout: seconds to wait for a batch's confirms (default :data:`CONFIRM_TIMEOUT`).
     """
 
-    def __init__(self, url: str, confirm_timeout: float = CONFIRM_TIMEOUT) -> None:
+    def __init__(self, url: str, confirm_timeout: float = CONFIRM_TIMEOUT, name: str | None = None) -> None:
         self.url = url
+        self.name = name  #: the connection's name in RabbitMQ (``connection_name``), if any
         self.confirm_timeout = confirm_timeout
         self._conn: Connection | None = None
         self._channel: Any = None  # py-amqp's channel (amqp is untyped)
@@ -125,7 +126,8 @@ class AmqpPublisher:
     def _open(self) -> Connection:
         """Connect, open a channel in confirm mode and make them the publisher's; returns the connection."""
         # heartbeat 0: an idle publisher (a paused session) keeps its connection; a dead one shows on publish
-        conn = Connection(self.url, heartbeat=0, connect_timeout=CONNECT_TIMEOUT)
+        options = {"client_properties": {"connection_name": self.name}} if self.name else {}
+        conn = Connection(self.url, heartbeat=0, connect_timeout=CONNECT_TIMEOUT, transport_options=options)
         try:
             conn.connect()
             channel = conn.channel()
@@ -278,12 +280,14 @@ class EmbeddedPublisher:
         return ["ack"] * len(messages)
 
 
-def make_publisher(app: Celery) -> AmqpPublisher | EmbeddedPublisher:
-    """The publisher for ``app``'s broker (one per publishing thread)."""
+def make_publisher(app: Celery, experiment: str | None = None) -> AmqpPublisher | EmbeddedPublisher:
+    """The publisher for ``app``'s broker (one per publishing thread); on RabbitMQ its connection is named
+    ``labswarm <app's role> publisher <experiment>`` (:func:`~labswarm.queue.names.connection_name`)."""
     url = app.conf.broker_url
     if is_embedded(url):
         return EmbeddedPublisher(url, dict(app.conf.broker_transport_options or {}))
-    return AmqpPublisher(url)
+    role = f"{app.conf.get('labswarm_role') or 'manager'} publisher"
+    return AmqpPublisher(url, name=connection_name(role, experiment or app.conf.get("labswarm_experiment")))
 
 
 def redacted(url: str) -> str:

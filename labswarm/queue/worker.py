@@ -76,8 +76,10 @@ def run_worker(
     configs = {name: ExperimentConfig.model_validate(client.experiment_config(name)) for name in names}
     settings = client.settings()
     client.close()
+    label = names[0] if len(names) == 1 else f"{len(names)}-experiments"
     app = make_celery(broker_url or _broker_url(settings),
-                      message_bound(settings.get("max_queue_length"), settings.get("samples_per_message", 1)))
+                      message_bound(settings.get("max_queue_length"), settings.get("samples_per_message", 1)),
+                      role="worker", experiment=label)
     app.conf.task_queues = [app_queue(app, name) for name in names]
     if is_embedded(app.conf.broker_url):
         for name in names:
@@ -90,7 +92,6 @@ def run_worker(
         FeaturesBlock(config).warm_up()
     signals.worker_process_init.connect(_process_init, weak=False)
     signals.worker_process_shutdown.connect(_process_shutdown, weak=False)
-    label = names[0] if len(names) == 1 else f"{len(names)}-experiments"
     name = f"labswarm-{label}-{os.getpid()}@{socket.gethostname()}"
     app.worker_main([
         "worker", "-Q", ",".join(queue_name(n) for n in names), "-c", str(concurrency), "-P", "prefork", "-n", name,

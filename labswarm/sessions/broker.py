@@ -116,11 +116,11 @@ class BrokerClient:
         n = self.samples_per_message
         if n == 1:
             messages = [self.messages.build(session_id, _sample_dict(s), fingerprint) for s in samples]
-            return publish_confirmed(self._publisher(), app_queue(self.celery, experiment), messages, stop)
+            return publish_confirmed(self._publisher(experiment), app_queue(self.celery, experiment), messages, stop)
         groups = [samples[i:i + n] for i in range(0, len(samples), n)]
         messages = [self.messages.build(session_id, [_sample_dict(s) for s in group], fingerprint)
                     for group in groups]
-        confirmed = publish_confirmed(self._publisher(), app_queue(self.celery, experiment), messages, stop)
+        confirmed = publish_confirmed(self._publisher(experiment), app_queue(self.celery, experiment), messages, stop)
         return sum(len(group) for group in groups[:confirmed])
 
     def fingerprint(self, session_id: str) -> str | None:
@@ -140,11 +140,12 @@ class BrokerClient:
                 self._fingerprints.popitem(last=False)
         return value
 
-    def _publisher(self) -> AmqpPublisher | EmbeddedPublisher:
-        """This thread's publisher; the connections of threads that ended are closed on the way."""
+    def _publisher(self, experiment: str) -> AmqpPublisher | EmbeddedPublisher:
+        """This thread's publisher (its connection named after ``experiment``: a session's thread publishes one
+        experiment's samples); the connections of threads that ended are closed on the way."""
         publisher = getattr(self._local, "publisher", None)
         if publisher is None:
-            publisher = self._local.publisher = make_publisher(self.celery)
+            publisher = self._local.publisher = make_publisher(self.celery, experiment)
             with self._lock:
                 for ident, (thread, old) in list(self._publishers.items()):
                     if not thread.is_alive():

@@ -6,24 +6,26 @@ Every ``interval`` seconds (1 s by default) one ``progress`` event: the session'
 counters) and ``publish_rate`` / ``consume_rate`` (samples/s: the slopes of ``published`` and ``finished`` over
 the last :data:`RATE_WINDOW_S` seconds of this stream, ``null`` until it has two snapshots). Each event's id is
 its number in the stream; a client reconnecting with ``Last-Event-ID`` gets the next numbers (snapshots are not
-history: what it missed is not replayed). When the session has ended, the stream sends its last snapshot and an
-``end`` event, and closes. An idle stream needs no keep-alive: a snapshot is sent every interval.
+history: what it missed is not replayed; a ``Last-Event-ID`` that is not a number is a 400). When the session has
+ended, the stream sends its last snapshot and an ``end`` event, and closes; a reconnection then (with
+``Last-Event-ID``) is a 204, on which a browser's ``EventSource`` stops. An idle stream needs no keep-alive: a
+snapshot is sent every interval.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import StreamingResponse
 
+from labswarm import sse
 from labswarm.errors import NotFound
 from labswarm.sessions.api import Caller, Service, scope
 from labswarm.sessions.models import ACTIVE
@@ -56,31 +58,34 @@ def snapshot(progress: dict[str, Any], published: TimeSeries, finished: TimeSeri
 router = APIRouter(tags=["sessions"])
 
 
-@router.get("/sessions/{session_id}/events")
+@router.get("/sessions/{session_id}/events", response_model=None)
 async def session_events(
     session_id: str, request: Request, user: Caller, service: Service,
     interval: Annotated[float, Query(ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S, description="s between snapshots")]
     = INTERVAL_S,
-    last_event_id: Annotated[str | None, Header()] = None,
-) -> StreamingResponse:
+    last_id: Annotated[int | None, Depends(sse.last_event_id)] = None,
+) -> Response:
     """Server-Sent Events: a ``progress`` snapshot of the session every ``interval`` s (queue depth, publish
-    and consume rates in samples/s, counts), numbered; ``end`` once the session has ended. Another user's
-    session is a 404."""
+    and consume rates in samples/s, counts), numbered; ``end`` once the session has ended. A reconnection
+    (``Last-Event-ID``) to an ended session is a 204 (``EventSource`` stops; ``GET /sessions/{id}`` has the
+    final counts); a ``Last-Event-ID`` that is not a number a 400; another user's session a 404."""
     await run_in_threadpool(service.session, session_id, scope(user))
     first = await run_in_threadpool(service.progress, session_id)  # 404 before the stream starts
-    number = int(last_event_id) if last_event_id is not None and last_event_id.isdigit() else 0
+    if last_id is not None and first["status"] not in ACTIVE:
+        return sse.finished()
+    number = last_id or 0
 
-    async def sse() -> AsyncIterator[str]:
+    async def stream() -> AsyncIterator[str]:
         nonlocal number
         published, finished = TimeSeries(maxlen=64), TimeSeries(maxlen=64)
         progress = first
         while True:
             number += 1
-            data = snapshot(progress, published, finished, time.time())
-            yield f"id: {number}\nevent: progress\ndata: {json.dumps(jsonable_encoder(data))}\n\n"
+            yield sse.event(number, "progress", jsonable_encoder(snapshot(progress, published, finished,
+                                                                          time.time())))
             if progress["status"] not in ACTIVE:
                 number += 1
-                yield f"id: {number}\nevent: end\ndata: {json.dumps({'status': progress['status']})}\n\n"
+                yield sse.event(number, "end", {"status": progress["status"]})
                 return
             await asyncio.sleep(interval)
             if await request.is_disconnected():
@@ -90,5 +95,4 @@ async def session_events(
             except NotFound:
                 return
 
-    return StreamingResponse(sse(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(stream(), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from helpers import experiment_dict, write_dataset
 
 from labswarm.client import ManagerClient
+from labswarm.health.controllers import Observation
 from labswarm.health.loop import HealthLoop
 from labswarm.health.monitors import ManagerMonitor
 from labswarm.health.plot import plot_session
@@ -179,3 +181,19 @@ def test_the_first_decision_measures_the_consume_rate_from_the_first_outcome_not
     assert first["consume_rate"] == pytest.approx(20.0, rel=0.05), first
     assert manager.rates[0] >= first["consume_rate"], (manager.rates, first)  # depth 25 is under 3 s x 20/s
     assert all(r["consume_rate"] == pytest.approx(20.0, rel=0.05) for r in rows), rows  # and the ticks after
+
+
+def test_the_decision_log_is_strict_json(tmp_path: Path) -> None:
+    """A rate or a target that is not finite is logged as null: a bare NaN (Python's default) is not JSON, and
+    strict parsers (jq, browsers, Go) reject the whole line."""
+    loop = HealthLoop(_Sessions({"a": 1.0}), None, log_dir=tmp_path)
+    obs = Observation(t=1.0, depth=3.0, consume_rate=math.nan, consumers=1, rate=5.0, publish_rate=math.inf)
+    session = {"id": "a", "finished": 1, "total": 10}
+    loop._record(session, obs, new=math.nan, target=math.inf)
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"not JSON: {constant}")
+
+    [row] = [json.loads(line, parse_constant=refuse) for line in (tmp_path / "health-a.jsonl").read_text().splitlines()]
+    assert row["new_rate"] is row["target"] is row["consume_rate"] is row["publish_rate"] is None
+    assert row["depth"] == 3.0 and row["rate"] == 5.0

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from jobs.manager import manager, read_events, statuses
 from jobs.tiny import tiny_manifest
+from labswarm.jobs.client.client import JobsClient
 from labswarm.train.trainer import load_model
 
 
@@ -28,6 +29,13 @@ def test_a_job_completes_and_a_reconnecting_stream_misses_nothing_and_repeats_no
         first = read_events(m.http, job["id"], until=lambda e: e["event"] == "metric")
         rest = read_events(m.http, job["id"], last_event_id=first[-1]["id"])
         whole = read_events(m.http, job["id"])  # once more from the start, after the end
+        # after the end, a reconnection with the last id is a 204 (a browser's EventSource stops there), as is
+        # the client's reader; a Last-Event-ID that is not a number is a 400, not a replay from the start
+        finished = m.http.get(f"/v1/jobs/{job['id']}/events", headers={"Last-Event-ID": str(whole[-1]["id"])})
+        assert finished.status_code == 204 and finished.content == b""
+        assert list(JobsClient(m.server.url).events(job["id"], after=whole[-1]["id"], give_up_s=1)) == []
+        malformed = m.http.get(f"/v1/jobs/{job['id']}/events", headers={"Last-Event-ID": "3x"})
+        assert malformed.status_code == 400 and "Last-Event-ID" in malformed.json()["detail"]
         shown = m.show(job["id"])
         model = m.http.get(f"/v1/jobs/{job['id']}/model")
         metrics = m.http.get(f"/v1/jobs/{job['id']}/metrics").json()["metrics"]

@@ -66,5 +66,13 @@ def test_the_stream_numbers_snapshots_measures_rates_and_ends_with_the_session(t
             assert seen[-1]["data"] == {"status": "completed"}
             ended = list(events(http, f"/sessions/{sid}/events", 10))  # an ended session: one snapshot, the end
             assert [e["event"] for e in ended] == ["progress", "end"]
+            ended = list(events(http, f"/sessions/{sid}/events", 10, {"Last-Event-ID": ""}))  # empty: no header
+            assert [e["event"] for e in ended] == ["progress", "end"]
+            # a browser's EventSource reconnects after the end with the last id: 204 is what stops it
+            again = http.get(f"/sessions/{sid}/events", headers={"Last-Event-ID": str(seen[-1]["id"])})
+            assert again.status_code == 204 and again.content == b""
+            for bad in ("x1", "-1", "1.5", "\u0663".encode(), str(2**63)):  # not an event number: 400, not a replay
+                answer = http.get(f"/sessions/{sid}/events", headers={"Last-Event-ID": bad})
+                assert answer.status_code == 400 and "Last-Event-ID" in answer.json()["detail"], (bad, answer.text)
     finally:
         server.stop()

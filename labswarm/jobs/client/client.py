@@ -134,6 +134,8 @@ class JobsClient(HTTPClient):
                     if response.status_code >= 400:
                         response.read()
                         raise_for_status(response, "GET", f"/v1/jobs/{job_id}/events")
+                    if response.status_code == 204:
+                        return  # the job is over and every event up to its terminal status was sent
                     failing_since = None
                     for event in parse_sse(response.iter_lines()):
                         last = event["id"]

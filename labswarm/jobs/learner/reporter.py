@@ -22,7 +22,8 @@ report (the manager keeps the last one per learner: ``GET /v1/jobs/{id}`` shows 
 sent is replaced by the next, so an outage cannot pile them up.
 
 Events wait in memory while the manager is unreachable (at most :data:`MAX_PENDING`; beyond, the oldest are
-dropped and one log line says how many).
+dropped and one log line says how many). Payloads are sent as strict JSON: a float that is not finite (a NaN
+loss, a macro F1 with no class defined) is sent as ``null`` (:func:`labswarm.strictjson.finite`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import time
 from typing import Any
 
 import httpx
+
+from labswarm.strictjson import finite
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +124,7 @@ class JobReporter:
         """Where training stands (``epoch``, ``step``, ``loss``...): sent with the next request (replacing the
         last one) and, when ``progress_s`` seconds have passed since the last one or with ``final`` (an epoch's
         end), as a ``progress`` event too (see the module docstring)."""
+        fields = finite(fields)
         with self._lock:
             self._progress = fields
             now = time.monotonic()
@@ -133,7 +137,7 @@ class JobReporter:
 
     def _add(self, kind: str, payload: dict[str, Any], *, key: str | None = None, wake: bool = False) -> None:
         with self._lock:
-            self._pending.append({"n": self._next, "kind": kind, "key": key, "payload": payload,
+            self._pending.append({"n": self._next, "kind": kind, "key": key, "payload": finite(payload),
                                   "time": time.time()})
             self._next += 1
             while len(self._pending) > MAX_PENDING:

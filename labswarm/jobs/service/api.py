@@ -19,8 +19,9 @@ routes. The handlers reach the :class:`~labswarm.jobs.service.service.JobService
                                              ``checkpoint``, ``attempt``, ``progress``; id = the per-job number;
                                              data = the payload with ``seq``, ``attempt`` and ``stamp`` (when
                                              the learner or the manager made the event);
-                                             ``Last-Event-ID`` (or ``?after=``) resumes after it; the stream
-                                             ends after the terminal status
+                                             ``Last-Event-ID`` (or ``?after=``) resumes after it (400 when
+                                             not a number); the stream ends after the terminal status, and a
+                                             reconnection then gets 204 (``EventSource`` stops)
 ``POST /v1/jobs/{id}/attempts/{n}/reports``  a learner's report (:mod:`labswarm.jobs.learner.reporter`)
 ============================================ ===========================================================
 
@@ -35,19 +36,19 @@ token (:mod:`labswarm.jobs.records.credentials`), which opens that route and no 
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
 
+from labswarm import sse
 from labswarm.auth.authenticator import current_user
 from labswarm.auth.limits import MAX_OFFSET
 from labswarm.auth.tokens import User
@@ -213,17 +214,20 @@ def bundle(job_id: str, user: Caller, service: Service) -> FileResponse:
                         background=BackgroundTask(shutil.rmtree, path.parent, ignore_errors=True))
 
 
-@router.get("/{job_id}/events")
+@router.get("/{job_id}/events", response_model=None)
 async def stream(job_id: str, request: Request, user: Caller, service: Service,
                  after: Annotated[int | None, Query(ge=0, le=MAX_OFFSET)] = None,
-                 last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
-    """Server-Sent Events of the job from the event after ``Last-Event-ID`` (or ``after``) on."""
-    start = (after if after is not None
-             else int(last_event_id) if last_event_id is not None and last_event_id.isdigit() else 0)
+                 last_id: Annotated[int | None, Depends(sse.last_event_id)] = None) -> Response:
+    """Server-Sent Events of the job from the event after ``Last-Event-ID`` (or ``after``) on; 204 when the job
+    is over and every event up to its terminal status was sent (a browser's ``EventSource`` stops there);
+    400 for a ``Last-Event-ID`` that is not an event number."""
+    start = after if after is not None else last_id or 0
     owner = _owner(user)
-    await run_in_threadpool(service.events, job_id, start, 1, owner)  # 404 before the stream starts
-    return StreamingResponse(_sse(service, request, job_id, start, owner), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    rows, terminal = await run_in_threadpool(service.events, job_id, start, 1, owner)  # 404 before the stream
+    if terminal and not rows:
+        return sse.finished()
+    return StreamingResponse(_sse(service, request, job_id, start, owner), media_type=sse.MEDIA_TYPE,
+                             headers=sse.HEADERS)
 
 
 async def _sse(service: JobService, request: Request, job_id: str, start: int,
@@ -238,8 +242,8 @@ async def _sse(service: JobService, request: Request, job_id: str, start: int,
             return  # deleted
         for row in rows:
             seq = row.seq
-            data = {**row.payload, "seq": row.seq, "attempt": row.attempt, "stamp": job_events.iso(row.time)}
-            yield f"id: {row.seq}\nevent: {row.kind}\ndata: {json.dumps(data)}\n\n"
+            yield sse.event(row.seq, row.kind, {**row.payload, "seq": row.seq, "attempt": row.attempt,
+                                                "stamp": job_events.iso(row.time)})
         if terminal and len(rows) < 500:
             return  # everything up to the terminal status is sent
         if rows:
