@@ -95,3 +95,17 @@ def require(module: str) -> ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         missing(f"{module} is not installed ({exc})")
+
+
+def promtool_check(exposition: str) -> None:
+    """Fail with promtool's words unless ``promtool check metrics`` (Debian's ``prometheus`` package) finds
+    nothing to say about ``exposition``, a Prometheus text exposition; :func:`missing` without promtool."""
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        missing("promtool is not installed (Debian package prometheus: .ci/apt-install test)")
+    done = subprocess.run([promtool, "check", "metrics"], input=exposition, capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0 and not done.stdout.strip(), f"promtool check metrics: {done.stdout}{done.stderr}"

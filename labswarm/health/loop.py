@@ -234,19 +234,26 @@ class HealthLoop:
 
 
 def _decision_metrics():
-    """A Prometheus registry with the controller's gauges, labelled by session and experiment."""
-    from prometheus_client import CollectorRegistry, Gauge
+    """A Prometheus registry with the controller's gauges, labelled by session and experiment, beside the process
+    and platform collectors and ``labswarm_build_info`` (:mod:`labswarm.exposition`). The names carry their unit
+    (issue 28: ``labswarm_health_rate`` is ``labswarm_health_publish_rate_tasks_per_second``, ``..._queue_depth``
+    ``..._queue_depth_messages``, ``..._consume_rate`` ``..._consume_rate_tasks_per_second``, ``..._target_depth``
+    ``..._target_depth_messages``, ``..._rate_cap`` ``..._rate_cap_tasks_per_second``)."""
+    from prometheus_client import Gauge
 
-    registry = CollectorRegistry()
+    from labswarm.exposition import standard_registry
+
+    registry = standard_registry()
     labels = ["session", "experiment"]
     gauges = {
-        "rate": Gauge("labswarm_health_rate", "Publish rate decided, tasks/s.", labels, registry=registry),
-        "depth": Gauge("labswarm_health_queue_depth", "Queue depth observed, messages.", labels, registry=registry),
-        "consume_rate": Gauge("labswarm_health_consume_rate", "Consume rate measured, tasks/s.", labels,
+        "rate": Gauge("labswarm_health_publish_rate_tasks_per_second", "Publish rate decided.", labels,
+                      registry=registry),
+        "depth": Gauge("labswarm_health_queue_depth_messages", "Queue depth observed.", labels, registry=registry),
+        "consume_rate": Gauge("labswarm_health_consume_rate_tasks_per_second", "Consume rate measured.", labels,
                               registry=registry),
-        "target_depth": Gauge("labswarm_health_target_depth", "Target queue depth, messages.", labels,
+        "target_depth": Gauge("labswarm_health_target_depth_messages", "Target queue depth.", labels,
                               registry=registry),
-        "rate_cap": Gauge("labswarm_health_rate_cap", "Share of the workers by weight the rate is capped at, "
-                          "tasks/s (+Inf: uncapped).", labels, registry=registry),
+        "rate_cap": Gauge("labswarm_health_rate_cap_tasks_per_second", "Share of the workers by weight the rate "
+                          "is capped at (+Inf: uncapped).", labels, registry=registry),
     }
     return registry, gauges

@@ -15,15 +15,15 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from labswarm.auth.authenticator import Authenticator, BearerAuth
 from labswarm.auth.limits import BodyLimit
 from labswarm.errors import BrokerError, ConfigError, DatasetError, DeployError, LabswarmError, NotFound
 from labswarm.jobs.service import api as jobs_api
 from labswarm.jobs.service.service import JobService
+from labswarm.manager.metrics import metrics_registry
 from labswarm.sessions.api import router as sessions_router
-from labswarm.sessions.metrics import SessionCollector
 from labswarm.sessions.service import SessionService
 from labswarm.sessions.stream import router as session_stream_router
 from labswarm.settings import Settings
@@ -71,16 +71,16 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
         """Liveness."""
         return {"status": "ok"}
 
-    registry = CollectorRegistry()
-    registry.register(SessionCollector(sessions))
+    app.include_router(sessions_router)  # authenticated by the app's dependency; the service: app.state.sessions
+    jobs = JobService(sessions)
+    registry = metrics_registry(sessions, jobs)  # issue 28: sessions, jobs, process, build info
 
     @app.get("/metrics", response_class=PlainTextResponse)
     def metrics() -> PlainTextResponse:
-        """Prometheus metrics: samples per status, totals, publish rates of every session."""
+        """Prometheus metrics: the sessions' and the jobs' progress, the process, the build (see
+        :mod:`labswarm.manager.metrics`)."""
         return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    app.include_router(sessions_router)  # authenticated by the app's dependency; the service: app.state.sessions
-    jobs = JobService(sessions)
     authenticator.add_scoped(jobs.attempt_user)  # each attempt's own token: its learners' report route only
     app.state.jobs = jobs  # the jobs routes' service (labswarm.jobs.service.api.job_service); started by its lifespan
     app.include_router(jobs_api.router)  # authenticated by the app's dependency

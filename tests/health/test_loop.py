@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import experiment_dict, write_dataset
+from helpers import experiment_dict, promtool_check, write_dataset
 
 from labswarm.client import ManagerClient
 from labswarm.health.controllers import Observation
@@ -49,7 +49,10 @@ def test_loop_lowers_the_rate_of_a_flooding_session_and_logs_it(tmp_path: Path) 
             from prometheus_client import generate_latest
 
             text = generate_latest(loop.registry).decode()
-            assert f'labswarm_health_rate{{experiment="flood",session="{session["id"]}"}}' in text
+            promtool_check(text)
+            assert "labswarm_build_info{" in text and "process_cpu_seconds_total" in text
+            labels = f'experiment="flood",session="{session["id"]}"'
+            assert f"labswarm_health_publish_rate_tasks_per_second{{{labels}}}" in text
             return decisions
 
         decisions = asyncio.run(run())

@@ -11,6 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from helpers import promtool_check
+
 from jobs.manager import manager, read_events, statuses
 from jobs.tiny import tiny_manifest
 from labswarm.jobs.client.client import JobsClient
@@ -41,6 +43,16 @@ def test_a_job_completes_and_a_reconnecting_stream_misses_nothing_and_repeats_no
         metrics = m.http.get(f"/v1/jobs/{job['id']}/metrics").json()["metrics"]
         logs = m.http.get(f"/v1/jobs/{job['id']}/logs", params={"pagesize": 5000}).json()["lines"]
         bundle = m.http.get(f"/v1/jobs/{job['id']}/bundle")
+        exposition = m.http.get("/metrics").text
+    promtool_check(exposition)
+    labels = f'job="{job["id"]}",name="{job["name"]}"'
+    assert f'labswarm_job_status{{{labels},status="completed"}} 1.0' in exposition
+    assert f'labswarm_job_status{{{labels},status="running"}} 0.0' in exposition
+    assert f"labswarm_job_attempt{{{labels}}} 1.0" in exposition
+    assert f"labswarm_job_epoch{{{labels}}} 2.0" in exposition
+    for name in ("validation_accuracy_ratio", "loss", "samples_per_second"):
+        assert f"labswarm_job_{name}{{{labels}}}" in exposition
+    assert 'labswarm_jobs{status="completed"} 1.0' in exposition
     assert bundle.status_code == 200 and bundle.headers["content-type"] == "application/zip"
     with zipfile.ZipFile(io.BytesIO(bundle.content)) as files:
         assert {"model/model.pt", "metrics.jsonl", "manifest.json", "logs/attempt-1/learner-0.log"} <= set(

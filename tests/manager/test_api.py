@@ -14,7 +14,7 @@ import httpx
 import pytest
 import yaml
 from fastapi import FastAPI
-from helpers import experiment_dict, write_dataset
+from helpers import experiment_dict, promtool_check, write_dataset
 
 from labswarm.client import ManagerClient
 from labswarm.config.experiment import parse_experiment
@@ -229,13 +229,21 @@ def test_prometheus_metrics(http: httpx.Client, client: ManagerClient, experimen
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
     text = response.text
     labels = f'experiment="api",session="{sid}"'
-    assert f"labswarm_session_total{{{labels}}} 40.0" in text
-    assert f"labswarm_session_publish_rate{{{labels}}} 3.5" in text
+    promtool_check(text)  # Prometheus' naming and typing conventions (issue 28)
+    assert f"labswarm_session_samples{{{labels}}} 40.0" in text
+    assert f"labswarm_session_publish_rate_tasks_per_second{{{labels}}} 3.5" in text
     assert f"labswarm_session_active{{{labels}}} 1.0" in text
+    assert "# TYPE labswarm_session_outcomes_total counter" in text
+    assert f'labswarm_session_outcomes_total{{experiment="api",outcome="done",session="{sid}"}}' in text
+    assert "# TYPE labswarm_session_messages_published_total counter" in text
     pending = client.session(sid)["pending"]
-    assert f'labswarm_session_samples{{{labels},status="published"}}' in text and pending > 0
+    assert f"labswarm_session_pending_samples{{{labels}}}" in text and pending > 0
+    assert 'labswarm_build_info{python_version="' in text and "process_resident_memory_bytes" in text
+    assert 'labswarm_jobs{status="running"} 0.0' in text
     client.cancel(sid)
-    assert f"labswarm_session_active{{{labels}}} 0.0" in http.get("/metrics").text
+    text = http.get("/metrics").text
+    assert f"labswarm_session_active{{{labels}}} 0.0" in text
+    assert f"labswarm_session_publish_rate_tasks_per_second{{{labels}}} 0.0" in text  # ended: no rate in force
 
 
 def test_bad_request_bodies_name_the_field_and_finished_sessions_keep_their_rate(
