@@ -6,6 +6,9 @@ A YAML item ``{name: pitch_shift, semitones: 2}`` is validated by the config mod
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -57,8 +60,8 @@ def validate_plugin_specs(items: Any, registry: Registry, title: str) -> list[Pl
         try:
             out.append(model.model_validate(dict(item)))
         except ValidationError as exc:
-            for err in exc.errors():
-                errors.append(_error((index, *err["loc"]), err["msg"], err.get("input")))
+            for loc, reason in field_errors(exc, model):
+                errors.append(_error((index, *loc), reason, None))
     if errors:
         raise ValidationError.from_exception_data(title, errors)
     return out
@@ -122,3 +125,58 @@ def _error(loc: tuple[int | str, ...], message: str, value: Any) -> InitErrorDet
         loc=loc,
         input=value,
     )
+
+
+def field_errors(exc: ValidationError, model: type[BaseModel]) -> list[tuple[tuple[int | str, ...], str]]:
+    """``(location, reason)`` of each error of ``exc`` (raised validating ``model``), where an unknown key says
+    so in the user's terms, with the closest known key when one is close (a misspelling) and the known keys:
+    ``unknown key 'smaple_rate': did you mean 'sample_rate'? (known: root, labels, sample_rate, segment)``.
+    A "missing" error of the key an unknown one is a misspelling of is dropped (the suggestion says it)."""
+    out: list[tuple[tuple[int | str, ...], str]] = []
+    suggested: set[tuple[int | str, ...]] = set()
+    for error in exc.errors():
+        loc, reason = tuple(error["loc"]), error["msg"]
+        if error["type"] == "extra_forbidden" and loc and isinstance(loc[-1], str):
+            known = list(fields) if (fields := _fields_at(model, loc[:-1])) is not None else []
+            close = difflib.get_close_matches(loc[-1], known, n=1, cutoff=0.6)
+            reason = f"unknown key {loc[-1]!r}" + (f": did you mean {close[0]!r}?" if close else "")
+            reason += f" (known: {', '.join(known)})" if known else ""
+            if close:
+                suggested.add((*loc[:-1], close[0]))
+        out.append((loc, reason))
+    missing = {tuple(e["loc"]) for e in exc.errors() if e["type"] == "missing"}
+    return [(loc, reason) for loc, reason in out if not (loc in suggested and loc in missing)]
+
+
+def _fields_at(model: type[BaseModel], loc: Sequence[int | str]) -> dict[str, Any] | None:
+    """The fields of the model found at ``loc`` inside ``model`` (list items, optional and annotated types
+    followed), or ``None`` when it is not a model (e.g. a plugin's config, validated by its own class)."""
+    current: Any = model
+    for part in loc:
+        current = _inner(current, part)
+        if current is None:
+            return None
+    current = _inner(current, None)
+    return dict(current.model_fields) if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _inner(annotation: Any, part: int | str | None) -> Any:
+    """The type one step down ``annotation`` along ``part`` (a field name, a list index; ``None``: no step)."""
+    while True:
+        origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+        if origin is typing.Annotated:
+            annotation = args[0]
+        elif origin in (typing.Union, types.UnionType):
+            options = [a for a in args if a is not type(None)]
+            if len(options) != 1:
+                return None
+            annotation = options[0]
+        else:
+            break
+    if part is None:
+        return annotation
+    if isinstance(part, int):
+        return args[0] if origin in (list, tuple, Sequence) and args else None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel) and part in annotation.model_fields:
+        return annotation.model_fields[part].annotation
+    return None

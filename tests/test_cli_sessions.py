@@ -117,20 +117,20 @@ def test_pause_resume_rate_and_weight_change_the_session(runner: CliRunner, mana
     assert run("cancel")["status"] == "cancelled"
 
 
-def test_without_the_token_a_change_is_refused_with_exit_code_1(runner: CliRunner, manager) -> None:
+def test_without_the_token_a_change_is_refused_with_exit_code_2(runner: CliRunner, manager) -> None:
     url, session_id = manager
     result = runner.invoke(app, ["sessions", "pause", session_id, "--manager", url])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # usage: a request the manager refuses as such (labswarm/cli/exits.py)
     assert "401" in result.stderr and "API token" in result.stderr
     result = runner.invoke(app, ["sessions", "list", "--manager", url])  # a read as well
-    assert result.exit_code == 1 and "401" in result.stderr
+    assert result.exit_code == 2 and "401" in result.stderr
 
 
-def test_unknown_session_is_a_clear_error_with_exit_code_1(runner: CliRunner, manager, token_file: Path) -> None:
+def test_unknown_session_is_a_clear_error_with_exit_code_2(runner: CliRunner, manager, token_file: Path) -> None:
     url, _ = manager
     for command in (["show", "nosuchsession"], ["rate", "nosuchsession", "3"], ["workers", "nosuchsession", "2"]):
         result = runner.invoke(app, ["sessions", *command, "--manager", url, "--token-file", str(token_file)])
-        assert result.exit_code == 1, result.output
+        assert result.exit_code == 2, result.output
         assert "404" in result.stderr and "no session 'nosuchsession'" in result.stderr
         assert result.stdout == ""
 
@@ -139,11 +139,11 @@ def test_workers_of_a_session_without_launcher_are_refused(runner: CliRunner, ma
     url, session_id = manager
     result = runner.invoke(app, ["sessions", "workers", session_id, "2", "--manager", url,
                                  "--token-file", str(token_file)])
-    assert result.exit_code == 1 and "409" in result.stderr and "no launcher" in result.stderr
+    assert result.exit_code == 2 and "409" in result.stderr and "no launcher" in result.stderr
 
 
 def test_bad_values_are_refused_before_any_request(runner: CliRunner) -> None:
     result = runner.invoke(app, ["sessions", "rate", "abc", "0", "--manager", "http://127.0.0.1:9"])
     assert result.exit_code == 2 and "RATE" in result.output
     result = runner.invoke(app, ["sessions", "list", "--manager", "http://127.0.0.1:9"])
-    assert result.exit_code == 1 and "cannot reach the manager" in result.stderr
+    assert result.exit_code == 3 and "cannot reach the manager" in result.stderr  # infrastructure

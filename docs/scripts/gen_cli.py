@@ -16,6 +16,8 @@ from pathlib import Path
 import mkdocs_gen_files
 import typer.main
 
+from labswarm.cli.exits import MEANINGS
+
 sys.path.insert(0, str(Path(__file__).parent))
 from _common import ROOT, cell, paragraphs
 
@@ -80,6 +82,10 @@ def main() -> None:
         "[getting started](../getting-started.md), [sessions](../guides/sessions.md), "
         "[training jobs](../guides/jobs.md).\n",
     ]
+    out.append("## Exit status\n\nThe same in every command (`labswarm.cli.exits.MEANINGS`):\n\n| status | meaning |\n"
+               "|---|---|")
+    out += [f"| {code} | {cell(meaning)} |" for code, meaning in MEANINGS]  # issue 29
+    out.append("")
     render(command, SCRIPT, None, out, 1)
     with mkdocs_gen_files.open("reference/cli.md", "w") as f:
         f.write("\n".join(out) + "\n")

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from labswarm.cli.experiment import load
 from labswarm.cli.output import console
 from labswarm.cli.output import fail as _fail
 from labswarm.errors import LabswarmError
@@ -56,6 +57,8 @@ def compare_command(
     from labswarm.compare.run import DEFAULT_FRAMEWORKS, CompareOptions, compare, default_output, parse_learners, table
     from labswarm.settings import Settings, load_settings
 
+    if manager is None:  # the files it names, checked before any learner starts (a manager's are its own)
+        load(experiment)
     if output is None:
         output = default_output(Settings().home)
     names = [*(framework or []), *(n.strip() for n in (frameworks or "").split(",") if n.strip())]

@@ -2,8 +2,9 @@
 
 Each command takes ``--manager URL`` (default: ``LABSWARM_MANAGER_URL``, else ``http://127.0.0.1:8000``); the API
 token comes from ``LABSWARM_API_TOKEN`` or ``--token-file PATH``, never from the command line. ``--json`` prints
-the manager's answer for scripts. Any error (a bad manifest: each field with its path; an unknown job; a refused
-change) is printed on stderr and exits with status 1; ``submit --follow`` exits 1 when the job fails.
+the manager's answer for scripts. Any error is printed on stderr; the exit status says which kind
+(:mod:`labswarm.cli.exits`): 2 for a bad manifest (each field with its path), an unknown job or a refused change,
+3 when the manager cannot be reached; ``submit --follow`` exits 1 when the job fails.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from labswarm.cli.exits import FAILED, exit_code
+from labswarm.cli.output import LogConsole
 from labswarm.errors import LabswarmError
 from labswarm.jobs.client.client import JobsClient
 from labswarm.jobs.client.follow import epoch_line
@@ -26,8 +28,8 @@ from labswarm.jobs.client.follow import follow as follow_events
 DEFAULT_MANAGER = "http://127.0.0.1:8000"
 
 jobs_app = typer.Typer(help="Submit, follow, inspect and steer training jobs on a manager.", no_args_is_help=True)
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+console = LogConsole(highlight=False)
+err = LogConsole(stderr=True, highlight=False)
 
 Manager = Annotated[str, typer.Option(envvar="LABSWARM_MANAGER_URL", show_envvar=True, help="Manager URL.")]
 TokenFile = Annotated[Path | None, typer.Option(
@@ -38,7 +40,7 @@ ManifestFile = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
 
 
 def _call(manager: str, token_file: Path | None, call: Callable[[JobsClient], Any]) -> Any:
-    """``call(client)``; a labswarm error is printed and exits with status 1."""
+    """``call(client)``; a labswarm error is printed and exits with its status (:mod:`labswarm.cli.exits`)."""
     from labswarm.settings import load_settings
 
     token = token_file.read_text().strip() if token_file is not None else load_settings().api_token
@@ -47,7 +49,7 @@ def _call(manager: str, token_file: Path | None, call: Callable[[JobsClient], An
             return call(client)
     except LabswarmError as exc:
         err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(1) from None
+        raise typer.Exit(exit_code(exc)) from None
 
 
 def _json(data: Any) -> None:
@@ -99,7 +101,7 @@ def submit(manifest: ManifestFile, follow: Annotated[bool, typer.Option(
 
     final = _call(manager, token_file, run)
     if follow and final.get("status") != "completed":
-        raise typer.Exit(1)
+        raise typer.Exit(FAILED)
 
 
 @jobs_app.command()
@@ -176,7 +178,7 @@ def plot(job: JobId, output: Annotated[Path | None, typer.Option(help="The PNG t
         drawn = plot_metrics(records, output or Path(f"{job}.png"), title=f"job {job}")
     except LabswarmError as exc:
         err.print(f"error: {exc}", markup=False)
-        raise typer.Exit(1) from None
+        raise typer.Exit(exit_code(exc)) from None
     console.print(f"figure: {drawn.path}")
 
 

@@ -1,4 +1,9 @@
-"""What the ``labswarm`` commands print: the consoles, errors, and the tables of sessions (rich)."""
+"""What the ``labswarm`` commands print: the consoles, errors, and the tables of sessions (rich).
+
+On a terminal, output fits its width. Elsewhere (a pipe, a log file) nothing is cut or wrapped to fit 80
+columns: tables take their natural width and lines stay whole (:class:`LogConsole`); ``COLUMNS`` still sets a
+width when given.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,34 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
+from labswarm.cli.exits import exit_code
 from labswarm.errors import LabswarmError
 
-console = Console()
-err = Console(stderr=True)
+#: The width of output that is not a terminal: wide enough that no table or line is cut or wrapped.
+LOG_WIDTH = 10_000
+
+
+class LogConsole(Console):
+    """A rich console that, when its output is not a terminal and ``COLUMNS`` is not set, is :data:`LOG_WIDTH`
+    columns wide instead of 80 (see the module)."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = Console.size.fget(self)  # type: ignore[attr-defined]
+        if self._width is None and not self.is_terminal and not self._environ.get("COLUMNS"):
+            return ConsoleDimensions(LOG_WIDTH, size.height)
+        return size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+console = LogConsole()
+err = LogConsole(stderr=True)
 
 #: The summary rows of a session (``GET /sessions/{id}``): label -> its value as text. ``labswarm run`` prints
 #: them at the end of a run, ``labswarm sessions show`` for any session, ``list`` as columns.
@@ -39,10 +65,11 @@ DETAILS: tuple[tuple[str, Callable[[Mapping[str, Any]], str]], ...] = (
 )
 
 
-def fail(exc: LabswarmError, code: int = 1) -> typer.Exit:
-    """Print ``error: <exc>`` on stderr; the :class:`typer.Exit` to raise, with status ``code``."""
+def fail(exc: LabswarmError, code: int | None = None) -> typer.Exit:
+    """Print ``error: <exc>`` on stderr; the :class:`typer.Exit` to raise, with status ``code``, by default the
+    one that the error's kind means (:func:`labswarm.cli.exits.exit_code`)."""
     err.print(f"[bold red]error:[/] {exc}", highlight=False)
-    return typer.Exit(code)
+    return typer.Exit(exit_code(exc) if code is None else code)
 
 
 def session_table(progress: Mapping[str, Any], seconds: float | None = None, *, details: bool = False) -> Table:
@@ -54,8 +81,8 @@ def session_table(progress: Mapping[str, Any], seconds: float | None = None, *, 
         details: add the rate, weight, launcher, times and error below the summary rows.
     """
     seconds = progress.get("elapsed_s", 0.0) if seconds is None else seconds
-    table = Table(title=f"{progress['experiment']}: session {progress['id']} {progress['status']} in {seconds:.1f} s",
-                  show_header=False)
+    title = f"{progress['experiment']}: session {progress['id']} {progress['status']} in {seconds:.1f} s"
+    table = Table(title=title, show_header=False, min_width=len(title))  # the title on one line, the id whole
     for label, value in SUMMARY + (DETAILS if details else ()):
         table.add_row(label, value(progress))
     return table
@@ -89,3 +116,12 @@ def print_session(progress: Mapping[str, Any], failures: Iterable[Mapping[str, A
 def print_json(data: Any) -> None:
     """Print ``data`` as JSON on stdout (times as ISO 8601 text), for scripts."""
     typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def warn_password(option: str, url: str | None, variable: str) -> None:
+    """Warn that a URL given on the command line shows its password to every user (``ps``)."""
+    from labswarm.redact import has_password, redact_url
+
+    if has_password(url):
+        err.print(f"[bold yellow]warning:[/] {option} {redact_url(url)} carries a password, which `ps` shows to "
+                  f"every user of this machine: set {variable} (or {variable}_FILE) instead", highlight=False)

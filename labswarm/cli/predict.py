@@ -5,8 +5,8 @@ from the manager (``--manager``, default ``LABSWARM_MANAGER_URL``; the token fro
 ``--token-file``, never from the command line) into a temporary folder, removed afterwards.
 
 Exit status: 0 when every file was classified; 1 when some file could not be (its row says why, the others are
-classified); 2 when there is no usable model (not a labswarm model file, corrupt, or the job's model could not
-be downloaded).
+classified); 2 when there is no usable model (not a labswarm model file, corrupt, no job of that id or no model
+of it yet); 3 when the manager that holds the job's model cannot be reached (:mod:`labswarm.cli.exits`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from labswarm.cli.exits import FAILED, INFRASTRUCTURE, USAGE, exit_code
 from labswarm.cli.jobs import DEFAULT_MANAGER, Manager, TokenFile
 from labswarm.cli.output import console, fail, print_json
 from labswarm.errors import LabswarmError, ManagerError
@@ -89,12 +90,12 @@ def predict_command(
     try:
         with model_file(model_or_job, manager, token_file) as path:
             predictor = Predictor(path)
-    except LabswarmError as exc:
-        raise fail(exc, 2) from None
+    except LabswarmError as exc:  # no usable model: 2, unless the manager could not serve it (3)
+        raise fail(exc, INFRASTRUCTURE if exit_code(exc) == INFRASTRUCTURE else USAGE) from None
     predictions = predictor.predict(audio)
     if as_json:
         print_json([p.to_dict(top) for p in predictions])
     else:
         console.print(_table(predictions, top))
     if any(p.error is not None for p in predictions):
-        raise typer.Exit(1)
+        raise typer.Exit(FAILED)

@@ -3,7 +3,8 @@
 Each command takes ``--manager URL`` (default: ``LABSWARM_MANAGER_URL``, else ``http://127.0.0.1:8000``) and
 ``--json`` (the manager's answer as JSON, for scripts). The API token comes from ``LABSWARM_API_TOKEN`` or from
 ``--token-file PATH``, never from the command line (where ``ps`` and the shell history would show it). Any error
-(unknown session, refused change, unreachable manager) is printed on stderr and exits with status 1.
+is printed on stderr; the exit status says which kind (:mod:`labswarm.cli.exits`): 2 for an unknown session or a
+refused change, 3 when the manager cannot be reached.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _client(manager: str, token_file: Path | None) -> ManagerClient:
 
 
 def _call(manager: str, token_file: Path | None, call: Callable[[ManagerClient], Any]) -> Any:
-    """``call(client)``; a labswarm error is printed and exits with status 1."""
+    """``call(client)``; a labswarm error is printed and exits with its status (:mod:`labswarm.cli.exits`)."""
     try:
         with _client(manager, token_file) as client:
             return call(client)

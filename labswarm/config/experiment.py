@@ -34,7 +34,7 @@ from labswarm.audio.features.base import EXTRACTORS, FeatureConfig
 from labswarm.audio.transforms.base import TRANSFORMATIONS, TransformationConfig
 from labswarm.config.training import TrainingConfig
 from labswarm.errors import ConfigError, format_loc
-from labswarm.plugin import PluginConfig, configs_of, validate_plugin_spec, validate_plugin_specs
+from labswarm.plugin import PluginConfig, configs_of, field_errors, validate_plugin_spec, validate_plugin_specs
 from labswarm.registry import BLOCKS, MODELS
 
 #: Experiment names become queue names (``labswarm.<name>``) and folder names: keep them to this pattern.
@@ -311,7 +311,9 @@ def parse_experiment(data: Mapping[str, Any] | str, *, base_dir: Path | None = N
     try:
         config = ExperimentConfig.model_validate(dict(data))
     except ValidationError as exc:
-        raise ConfigError([(format_loc(e["loc"]), e["msg"]) for e in exc.errors()], source=source) from None
+        # an unknown key: the closest known one suggested (issue 29)
+        raise ConfigError([(format_loc(loc), why) for loc, why in field_errors(exc, ExperimentConfig)],
+                          source=source) from None
     return config.resolve_paths(base_dir) if base_dir is not None else config
 
 

@@ -15,7 +15,7 @@ from celery import signals
 
 from labswarm.client import ManagerClient
 from labswarm.config.experiment import ExperimentConfig
-from labswarm.errors import ManagerError
+from labswarm.errors import ConfigError
 from labswarm.queue.app import app_queue, declare_queue, is_embedded, make_celery, message_bound, queue_name
 from labswarm.queue.task import WorkerState, set_worker_state, worker_state
 
@@ -41,8 +41,9 @@ def _broker_url(manager_settings: dict) -> str:
     url = load_settings().broker_url or manager_settings.get("broker_url")
     if not url:
         shown = manager_settings.get("broker") or "a broker with a password"
-        raise ManagerError(f"the manager uses {shown}; the manager does not hand out its password: set "
-                           "LABSWARM_BROKER_URL (or LABSWARM_BROKER_URL_FILE) in the worker's environment")
+        raise ConfigError([("LABSWARM_BROKER_URL", f"not set, and the manager uses {shown}: the manager does not "
+                                                   "hand out its password; set LABSWARM_BROKER_URL (or "
+                                                   "LABSWARM_BROKER_URL_FILE) in the worker's environment")])
     return url
 
 
@@ -68,8 +69,8 @@ def run_worker(
         loglevel: Celery log level.
 
     Raises:
-        ManagerError: the manager cannot be reached or does not know an experiment, or no broker URL is known
-            (the manager's needs a password: the message shows it masked).
+        ManagerError: the manager cannot be reached or does not know an experiment.
+        ConfigError: no broker URL is known (the manager's needs a password: the message shows it masked).
     """
     names = [experiments] if isinstance(experiments, str) else list(dict.fromkeys(experiments))
     client = ManagerClient(manager_url, token)

@@ -47,8 +47,8 @@ def test_submit_follow_show_list_logs_metrics_and_refusals(tmp_path: Path) -> No
         plotted = run("plot", job_id, "--output", str(tmp_path / "curves.png"))
         assert plotted.exit_code == 0 and (tmp_path / "curves.png").stat().st_size > 1000, plotted.output
         refused = run("halt", job_id)
-        assert refused.exit_code == 1 and "completed" in refused.output
+        assert refused.exit_code == 2 and "completed" in refused.output  # a refused change: usage
         invalid = run("validate", str(bad))
-        assert invalid.exit_code == 1 and "restart.backoff_s" in invalid.output
+        assert invalid.exit_code == 2 and "restart.backoff_s" in invalid.output
         assert run("delete", job_id).exit_code == 0
-        assert run("show", job_id).exit_code == 1
+        assert run("show", job_id).exit_code == 2  # no such job

@@ -44,7 +44,7 @@ def test_cli_prints_the_token_once_and_stores_its_hash_only(tmp_path: Path, suff
     listed = _cli("list", "--file", str(path))
     assert listed.returncode == 0 and "alice" in listed.stdout and token not in listed.stdout
     again = _cli("add", "alice", "--file", str(path))
-    assert again.returncode == 1 and "exists" in again.stderr and again.stdout == ""
+    assert again.returncode == 2 and "exists" in again.stderr and again.stdout == ""  # usage
 
     with EmbeddedServer(create_app(Settings(home=tmp_path / "home", tokens_file=path))) as server, \
             httpx.Client(base_url=server.url, timeout=10.0) as http:
