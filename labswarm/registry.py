@@ -93,6 +93,12 @@ class Registry(Generic[T]):
                 self._loading = False
             self._loaded = True
 
+    def refresh(self) -> None:
+        """Look at the entry points again on the next look-up (a package installed while this process runs);
+        the classes registered so far stay."""
+        with self._lock:
+            self._loaded = self.builtins is None and self.group is None
+
     def get(self, name: str, *, path: str = "name") -> T:
         """The class registered as ``name``.
 

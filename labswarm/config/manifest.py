@@ -243,9 +243,16 @@ class JobManifest(_Strict):
         if config.training is None:
             raise ConfigError([("experiment.training", f"experiment {config.name!r} has no training section")])
         try:
-            return TrainingConfig.model_validate({**config.training.model_dump(), **self.training})
+            training = TrainingConfig.model_validate({**config.training.model_dump(), **self.training})
         except ValidationError as exc:
             raise ConfigError([(format_loc(("training", *e["loc"])), e["msg"]) for e in exc.errors()]) from None
+        if self.learners > 1:  # only rank 0's records hold the validation figures these read
+            watched = [f"training.{f}" for f, on in (("early_stopping", training.early_stopping is not None),
+                       ("schedule", training.schedule.name == "reduce_on_plateau")) if on]
+            if watched:
+                raise ConfigError([(watched[0], f"not yet supported with {self.learners} learners (one learner: "
+                                                "a decision every learner would have to share)")])
+        return training
 
     def resolved(self, experiment: ExperimentConfig | None = None) -> dict[str, Any]:
         """The manifest as the job runs it, JSON-ready: every default filled in and, when the experiment is known

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from labswarm.config.optim import CosineSchedule, EarlyStopping, OptimizerConfig, Schedule, schedule_spec
 
 
 class TrainingConfig(BaseModel):
@@ -12,10 +14,16 @@ class TrainingConfig(BaseModel):
 
     Attributes:
         epochs: passes over the training split.
-        learning_rate: peak learning rate of AdamW (Loshchilov & Hutter 2019), decayed to 0 by a cosine
-            schedule over all epochs (``schedule: cosine``) or kept (``constant``).
-        weight_decay: AdamW's decoupled weight decay.
-        schedule: learning-rate schedule.
+        learning_rate: the optimizer's (peak) learning rate.
+        weight_decay: the optimizer's weight decay (AdamW's is decoupled: Loshchilov & Hutter 2019); ``0`` for an
+            optimizer without one (``rprop``).
+        optimizer: a ``torch.optim`` optimizer by name with its keyword arguments
+            (:class:`~labswarm.config.optim.OptimizerConfig`; default ``adamw``).
+        schedule: the learning rate per epoch: ``constant``, ``step``, ``cosine`` (default: down to 0 over all
+            epochs), ``one_cycle``, ``reduce_on_plateau``, by name or ``{name: ..., **its parameters}``
+            (:mod:`labswarm.config.optim`).
+        early_stopping: stop when a metric stops improving, keeping the best epoch's model
+            (:class:`~labswarm.config.optim.EarlyStopping`); ``None``: train every epoch.
         validation: share of each class's source recordings held out for validation, in [0, 1)
             (see :mod:`labswarm.pipeline.split`).
         device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
@@ -27,7 +35,33 @@ class TrainingConfig(BaseModel):
     epochs: int = Field(6, ge=1)
     learning_rate: float = Field(1e-3, gt=0)
     weight_decay: float = Field(1e-3, ge=0)
-    schedule: Literal["cosine", "constant"] = "cosine"
+    optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
+    schedule: Schedule = Field(default_factory=CosineSchedule)
+    early_stopping: EarlyStopping | None = None
     validation: float = Field(0.2, ge=0.0, lt=1.0)
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     threads: int | None = Field(None, ge=1)
+
+    @field_validator("schedule", mode="before")
+    @classmethod
+    def _schedule(cls, value: Any) -> Any:
+        return schedule_spec(value)
+
+    @model_validator(mode="after")
+    def _together(self) -> TrainingConfig:
+        if self.weight_decay and not self.optimizer.takes_weight_decay:
+            raise ValueError(f"weight_decay: optimizer {self.optimizer.name!r} has none: set training.weight_decay: 0")
+        for field, metric in (("schedule", getattr(self.schedule, "metric", None)),
+                              ("early_stopping", self.early_stopping and self.early_stopping.metric)):
+            if metric and metric.startswith("val_") and not self.validation:
+                raise ValueError(f"{field}.metric: {metric!r} needs a validation split (training.validation > 0)")
+        return self
+
+    @property
+    def watch(self) -> EarlyStopping:
+        """What the ``plateau`` events watch: :attr:`early_stopping`'s metric, else the validation loss (the
+        training loss without a validation split) with :class:`~labswarm.config.optim.EarlyStopping`'s
+        defaults."""
+        if self.early_stopping is not None:
+            return self.early_stopping
+        return EarlyStopping(metric="val_loss" if self.validation else "train_loss")

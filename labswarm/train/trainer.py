@@ -14,7 +14,6 @@ whole configuration, so a changed configuration never overwrites another's model
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +32,9 @@ from labswarm.train import checkpoint
 from labswarm.train.checkpoint import CheckpointError
 from labswarm.train.loop import LoopHooks
 from labswarm.train.metrics import accuracy, confusion, f1_per_class, macro_f1
-from labswarm.train.models.base import Model, ModelConfig, import_torch
+from labswarm.train.models.base import Model, ModelConfig, feature_bins, import_torch
+from labswarm.train.optim import EpochSchedule, build_optimizer
+from labswarm.train.watch import Watch
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,8 @@ class Trainer:
             raise ConfigError([("training", "the experiment has no `training` and `model` sections to train")])
         if not isinstance(experiment.model, ModelConfig):  # validated through the models' registry: always one
             raise ConfigError([("model", f"not a model's config: {type(experiment.model).__name__}")])
+        if distributed is not None and experiment.training.early_stopping is not None:  # rank 0 alone validates
+            raise ConfigError([("training.early_stopping", "not yet supported with several learners")])
         self.experiment = experiment
         self.training = experiment.training
         self.model_config: ModelConfig = experiment.model
@@ -161,7 +164,8 @@ class Trainer:
         Returns:
             The :class:`TrainResult`; the metrics records hold ``train_loss``, ``train_accuracy``, ``val_loss``,
             ``val_accuracy``, ``val_f1`` (per class), ``val_macro_f1``, ``samples_per_s`` (training samples per
-            second of wall time), ``data_wait_s`` (seconds the trainer waited for batches) and ``data_wait_share``.
+            second of wall time), ``data_wait_s`` (seconds the trainer waited for batches), ``data_wait_share``,
+            ``lr``, ``best_epoch``, and ``plateau`` and ``early_stop`` where they happen (:mod:`labswarm.train.watch`).
 
         Raises:
             CheckpointError: ``resume`` found a checkpoint of another configuration, or an unreadable one.
@@ -186,15 +190,13 @@ class Trainer:
         loop = self.loop
         train, validation = self._pipelines(loop.validation_shard)
         classes = train.classes
-        n_bins = _feature_bins(self.experiment, self.input)
+        n_bins = feature_bins(self.experiment, self.input)
         torch.manual_seed(train.context.seed("init"))  # the same initial weights for the same configuration
         model = self.spec.build(n_bins, len(classes)).to(device)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=self.training.learning_rate,
-                                      weight_decay=self.training.weight_decay)
+        optimizer = build_optimizer(torch, model.parameters(), self.training)
         epochs = self.training.epochs
-        cosine = self.training.schedule == "cosine"
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda e: 0.5 * (1 + math.cos(math.pi * e / epochs)) if cosine else 1.0)
+        schedule = EpochSchedule(torch, optimizer, self.training)
+        self.watch = Watch(self.training, self.run_dir)
         start, partial = self._restore(resume, model, optimizer, schedule, train)
         module = loop.attach(torch, model, optimizer, train, self.input, self.run_dir)
         if self._restored is not None and "distributed" in self._restored:
@@ -203,6 +205,8 @@ class Trainer:
         for hook in self.hooks:
             hook.before_fit(self, start)
         for epoch in range(start, epochs):
+            if self.watch.stopped:  # early stopping ended the training (a resumed run too)
+                break
             torch.manual_seed(train.context.with_(epoch=epoch).seed("torch"))
             if partial is not None:  # a mid-epoch checkpoint: the random state where the stop left it
                 torch.set_rng_state(partial.pop("rng"))
@@ -219,7 +223,8 @@ class Trainer:
                 if loop.rank == 0:
                     record.update(metrics)
             record["lr"] = optimizer.param_groups[0]["lr"]
-            schedule.step()
+            schedule.step(record)
+            self.watch.update(record, model)
             record["time"] = datetime.now(UTC).isoformat(timespec="seconds")
             checkpoint.append_metrics(self.metrics_path, record)  # the log first: a crash before the checkpoint
             self._save_checkpoint(model, optimizer, schedule, train, epoch + 1)  # replays this epoch, truncating
@@ -235,8 +240,8 @@ class Trainer:
             "format": MODEL_FORMAT, "experiment": self.experiment.name,
             "fingerprint": self.experiment.fingerprint(), "model": self.model_config.model_dump(mode="json"),
             "classes": list(classes), "input": self.input, "n_bins": n_bins,
-            "state_dict": {k: v.cpu() for k, v in model.state_dict().items()},
-            "metrics": records[-1] if records else None, "config": self.experiment.model_dump(mode="json"),
+            "state_dict": self.watch.best_weights(model), "metrics": self.watch.best_record(records),
+            "config": self.experiment.model_dump(mode="json"),
         }, self.model_path)
         return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started)
 
@@ -250,7 +255,7 @@ class Trainer:
         checkpoint.save({
             "epoch": epochs_done, "fingerprint": self.experiment.fingerprint(), "model": model.state_dict(),
             "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(), "pipeline": pipeline,
-            "partial": partial, **({} if mode is None else {"distributed": mode}),
+            "partial": partial, "watch": self.watch.state_dict(), **({} if mode is None else {"distributed": mode}),
         }, self.checkpoint_path)
         for hook in self.hooks:
             hook.after_checkpoint(self, self.checkpoint_path, epochs_done,
@@ -274,6 +279,7 @@ class Trainer:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])
+        self.watch.load_state_dict(state.get("watch"))
         train.load_state_dict(state["pipeline"])
         done = int(state["epoch"])
         checkpoint.truncate_metrics(self.metrics_path, done)
@@ -368,16 +374,6 @@ class Trainer:
         f1 = f1_per_class(matrix, validation.classes)
         return {"val_samples": n, "val_loss": loss_sum / n, "val_accuracy": accuracy(matrix), "val_f1": f1,
                 "val_macro_f1": macro_f1(f1), "val_confusion": matrix.tolist()}
-
-
-def _feature_bins(experiment: ExperimentConfig, output: str) -> int:
-    """Rows (bins or coefficients) of a feature's ``(n_bins, frames)`` array, from one second of noise."""
-    from labswarm.audio.features.base import FeatureExtractor
-
-    spec = next(f for f in experiment.features if f.output_name == output)
-    sr = experiment.dataset.sample_rate
-    y = (0.1 * np.random.default_rng(0).standard_normal(sr)).astype(np.float32)
-    return int(FeatureExtractor.from_spec(spec)(y, sr).shape[0])
 
 
 def load_model(path: Path, map_location: Any = "cpu") -> tuple[Any, dict[str, Any]]:

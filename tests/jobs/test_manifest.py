@@ -261,7 +261,7 @@ def test_resolved_inlines_everything_and_loads_back() -> None:
     resolved = manifest.resolved()
     assert resolved["experiment"]["name"] == "tones"
     assert resolved["training"]["epochs"] == 2 and resolved["training"]["learning_rate"] == 0.01
-    assert resolved["training"]["schedule"] == "cosine"  # the experiment's default, now explicit
+    assert resolved["training"]["schedule"] == {"name": "cosine", "eta_min": 0.0}  # the default, now explicit
     again = parse_manifest(json.loads(json.dumps(resolved)))
     assert again.resolved() == resolved
     assert again.training_config() == manifest.training_config()

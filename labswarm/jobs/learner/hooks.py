@@ -126,5 +126,7 @@ class JobHooks(TrainerHooks):
                 **({"comm": record["comm"]} if "comm" in record else {}))  # every rank's CommStats (compare)
         if self.learner.spec.rank == 0:  # a distributed job's epoch metrics are rank 0's (it validates)
             self.learner.reporter.metric(record, key=f"epoch:{record['epoch']}")
+            if "plateau" in record:  # the watched metric stopped improving (labswarm.train.watch)
+                self.learner.reporter.event("plateau", {**record["plateau"], "epoch": record["epoch"]})
 
 

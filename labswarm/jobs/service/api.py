@@ -74,7 +74,7 @@ class ReportEvent(BaseModel):
     """One event of a learner's report."""
 
     n: int = Field(ge=0)
-    kind: Literal["log", "metric", "phase", "checkpoint", "progress"]
+    kind: Literal["log", "metric", "phase", "checkpoint", "progress", "plateau"]  # plateau: issue 25
     key: str | None = Field(None, max_length=64)
     payload: dict[str, Any]
     time: float | None = None

@@ -90,7 +90,8 @@ class JobService(JobQueries):
         Raises:
             ConfigError: every problem with the path of its field: the manifest, an unregistered experiment (or
                 another user's), training settings, an unreadable dataset, an unreachable store.
-            AdminOnly: the ``command`` framework in the manifest of a user who is not an admin.
+            AdminOnly: the ``command`` framework, or a model from a Python file (``model: {code: ...}``), in the
+                manifest of a user who is not an admin.
         """
         manifest = parse_manifest(data, source="manifest")
         if isinstance(manifest.framework, CommandFramework) and not admin:
@@ -106,6 +107,10 @@ class JobService(JobQueries):
             except NotFound:
                 raise ConfigError([("experiment", f"no registered experiment {manifest.experiment!r}: register "
                                                   "it, or give it inline")]) from None
+        if getattr(experiment.model, "code", None) and not admin:  # {code: FILE.py:Class}: arbitrary code
+            raise AdminOnly(f"experiment.model.code: a model from a Python file runs arbitrary code on the manager's "
+                            f"machines: only an admin may submit it ({owner} is a user); install the model as a "
+                            "package with a 'labswarm.models' entry point instead")
         manifest.training_config(experiment)
         problems = []
         if not isinstance(manifest.framework, CommandFramework):  # our trainer reads the dataset

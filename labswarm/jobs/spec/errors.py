@@ -33,7 +33,8 @@ EXIT_PLATFORM = 70
 
 class AdminOnly(LabswarmError):
     """A manifest asks for what only an admin may submit: the ``command`` framework, which runs an arbitrary
-    program on the manager's machines (HTTP 403 at create and validate). The message names the field."""
+    program on the manager's machines, or a model from a Python file (``model: {code: FILE.py:Class}``), which
+    imports one (HTTP 403 at create and validate). The message names the field."""
 
 
 class Fault(enum.StrEnum):

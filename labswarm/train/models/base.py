@@ -7,8 +7,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from pydantic import Field
+import numpy as np
 
+from labswarm.audio.features.base import FeatureExtractor
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.plugin import PluginConfig, build_plugin
 from labswarm.registry import MODELS
 
@@ -20,15 +22,14 @@ TORCH_HINT = "training needs PyTorch: pip install 'labswarm[train]' (torch==2.13
 
 
 class ModelConfig(PluginConfig):
-    """Base config of a model.
+    """Base config of a model: a model's own parameters are the fields of its subclass (unknown keys are
+    rejected, each error naming its field).
 
     Attributes:
         input: the feature output name the model reads (``mel``, ``mfcc``, ...), one of the experiment's.
-        dropout: dropout probability before the classifier layer.
     """
 
     input: str
-    dropout: float = Field(0.3, ge=0.0, lt=1.0)
 
 
 C = TypeVar("C", bound=ModelConfig)
@@ -77,3 +78,11 @@ def import_torch() -> Any:
 
 
 register_model = MODELS.decorator()
+
+
+def feature_bins(experiment: ExperimentConfig, output: str) -> int:
+    """Rows (bins or coefficients) of a feature's ``(n_bins, frames)`` array, from one second of noise."""
+    spec = next(f for f in experiment.features if f.output_name == output)
+    sr = experiment.dataset.sample_rate
+    y = (0.1 * np.random.default_rng(0).standard_normal(sr)).astype(np.float32)
+    return int(FeatureExtractor.from_spec(spec)(y, sr).shape[0])

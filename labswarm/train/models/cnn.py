@@ -16,11 +16,13 @@ class CNNConfig(ModelConfig):
         input: the feature to read; a spectrogram-like ``(n_bins, frames)`` array (default ``mel``).
         channels: output channels of each convolution block (the first block has stride 2).
         bands: frequency bands the last feature maps are averaged into (time is averaged out).
+        dropout: dropout probability before the classifier layer.
     """
 
     input: str = "mel"
     channels: list[int] = Field(default_factory=lambda: [16, 32, 64, 64], min_length=1)
     bands: int = Field(4, ge=1)
+    dropout: float = Field(0.3, ge=0.0, lt=1.0)
 
 
 @register_model

@@ -16,10 +16,12 @@ class MLPConfig(ModelConfig):
         input: the feature to read, ``(n_bins, frames)`` (default ``mfcc``); the model takes its mean and
             standard deviation over frames.
         hidden: widths of the hidden layers.
+        dropout: dropout probability after each hidden layer.
     """
 
     input: str = "mfcc"
     hidden: list[int] = Field(default_factory=lambda: [128, 64], min_length=1)
+    dropout: float = Field(0.3, ge=0.0, lt=1.0)
 
 
 @register_model
