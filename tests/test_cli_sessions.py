@@ -147,3 +147,29 @@ def test_bad_values_are_refused_before_any_request(runner: CliRunner) -> None:
     assert result.exit_code == 2 and "RATE" in result.output
     result = runner.invoke(app, ["sessions", "list", "--manager", "http://127.0.0.1:9"])
     assert result.exit_code == 3 and "cannot reach the manager" in result.stderr  # infrastructure
+
+
+def test_a_unique_prefix_names_the_session_and_lists_keep_ids_whole(runner: CliRunner, manager, token_file: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    url, session_id = manager
+    common = ["--manager", url, "--token-file", str(token_file)]
+    shown = runner.invoke(app, ["sessions", "show", session_id[:4], *common, "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["id"] == session_id
+    paused = runner.invoke(app, ["sessions", "pause", session_id[:6], *common, "--json"])
+    assert paused.exit_code == 0 and json.loads(paused.stdout)["status"] == "paused"
+    other = next(c for c in "0123456789abcdef" if not session_id.startswith(c))
+    unknown = runner.invoke(app, ["sessions", "show", other, *common])
+    assert unknown.exit_code == 2 and f"no session whose id starts with '{other}'" in unknown.stderr
+    monkeypatch.setenv("COLUMNS", "80")  # a narrow terminal: the other columns give way, not the id
+    listed = runner.invoke(app, ["sessions", "list", *common])
+    assert listed.exit_code == 0 and session_id in listed.output, listed.output
+
+
+def test_an_ambiguous_prefix_is_answered_with_the_candidates(runner: CliRunner,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    ids = ["ab12cd34ef56", "ab99cd34ef56", "ff12cd34ef56"]
+    monkeypatch.setattr(ManagerClient, "sessions", lambda self, limit=None, offset=0: [{"id": i} for i in ids])
+    result = runner.invoke(app, ["sessions", "show", "ab", "--manager", "http://127.0.0.1:9"])
+    assert result.exit_code == 2
+    assert "'ab' is the start of 2 session ids: ab12cd34ef56, ab99cd34ef56" in result.stderr

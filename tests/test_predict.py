@@ -149,7 +149,7 @@ def test_a_job_id_downloads_the_jobs_model_from_the_manager(tmp_path: Path) -> N
         (tmp_path / "model.pt").write_bytes(m.http.get(f"/v1/jobs/{job['id']}/model").content)
         env = {"LABSWARM_MANAGER_URL": m.server.url}
         by_job = _cli(job["id"], *map(str, files), "--json", env={**env, "LABSWARM_API_TOKEN": token})
-        by_file = _cli(job["id"], *map(str, files), "--json", "--token-file", str(tmp_path / "token"), env=env)
+        by_file = _cli(job["id"][:6], *map(str, files), "--json", "--token-file", str(tmp_path / "token"), env=env)
         unknown = _cli("0123456789ab", str(files[0]), env={**env, "LABSWARM_API_TOKEN": token})
         no_token = _cli(job["id"], str(files[0]), env={**env, "LABSWARM_API_TOKEN": None,
                                                        "LABSWARM_API_TOKEN_FILE": None})

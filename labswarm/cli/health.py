@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from labswarm.cli.exits import USAGE
+from labswarm.cli.ids import resolve
 from labswarm.cli.output import console, err, fail
 from labswarm.errors import ConfigError, LabswarmError
 
@@ -76,7 +77,7 @@ def health(
 
 @health_app.command("plot")
 def health_plot(
-    session: Annotated[str, typer.Argument(help="Session id.")],
+    session: Annotated[str, typer.Argument(help="Session id, or any unique start of it.")],
     log_dir: Annotated[Path, typer.Option(help="Where the decisions were logged.")] = HEALTH_LOGS,
     out: Annotated[Path | None, typer.Option(help="PNG to write (default: LOG_DIR/health-SESSION.png).")] = None,
 ) -> None:
@@ -84,6 +85,8 @@ def health_plot(
     from labswarm.health.plot import plot_session
 
     try:
+        session = resolve(session, "session", lambda: [p.stem.removeprefix("health-")
+                                                       for p in sorted(log_dir.glob("health-*.jsonl"))])
         png = plot_session(log_dir / f"health-{session}.jsonl", out or log_dir / f"health-{session}.png",
                            title=f"session {session}")
     except LabswarmError as exc:

@@ -18,6 +18,7 @@ import typer
 from rich.table import Table
 
 from labswarm.cli.exits import FAILED, exit_code
+from labswarm.cli.ids import job_ids, resolve
 from labswarm.cli.output import LogConsole
 from labswarm.errors import LabswarmError
 from labswarm.jobs.client.client import JobsClient
@@ -35,7 +36,7 @@ Manager = Annotated[str, typer.Option(envvar="LABSWARM_MANAGER_URL", show_envvar
 TokenFile = Annotated[Path | None, typer.Option(
     exists=True, dir_okay=False, help="File holding the API token (default: LABSWARM_API_TOKEN).")]
 Json = Annotated[bool, typer.Option("--json", help="Print the manager's answer as JSON.")]
-JobId = Annotated[str, typer.Argument(help="Job id (see `labswarm jobs list`).")]
+JobId = Annotated[str, typer.Argument(help="Job id, or any unique start of it (see `labswarm jobs list`).")]
 ManifestFile = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Job manifest (YAML).")]
 
 
@@ -50,6 +51,11 @@ def _call(manager: str, token_file: Path | None, call: Callable[[JobsClient], An
     except LabswarmError as exc:
         err.print(f"error: {exc}", markup=False)
         raise typer.Exit(exit_code(exc)) from None
+
+
+def _id(client: JobsClient, job: str) -> str:
+    """The job id that ``job`` (a whole id or a unique prefix) names (:mod:`labswarm.cli.ids`)."""
+    return resolve(job, "job", lambda: job_ids(client))
 
 
 def _json(data: Any) -> None:
@@ -134,7 +140,7 @@ def list_jobs(status: Annotated[list[str] | None, typer.Option(help="Only jobs i
 @jobs_app.command()
 def show(job: JobId, manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None, as_json: Json = False) -> None:
     """A job: status, reason, error, timestamps per phase, attempts, and a failed job's log tail."""
-    answer = _call(manager, token_file, lambda c: c.show(job))
+    answer = _call(manager, token_file, lambda c: c.show(_id(c, job)))
     _json(answer) if as_json else _show(answer)
 
 
@@ -145,12 +151,12 @@ def logs(job: JobId, follow: Annotated[bool, typer.Option("--follow", "-f", help
     changes)."""
 
     def run(client: JobsClient) -> None:
-        pos = 0
-        for line in client.logs(job):
+        pos, job_id = 0, _id(client, job)
+        for line in client.logs(job_id):
             console.print(line["line"], markup=False)
             pos = line["seq"]
         if follow:
-            _follow(client, job, after=pos)
+            _follow(client, job_id, after=pos)
 
     _call(manager, token_file, run)
 
@@ -159,7 +165,7 @@ def logs(job: JobId, follow: Annotated[bool, typer.Option("--follow", "-f", help
 def metrics(job: JobId, manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None,
             as_json: Json = False) -> None:
     """The job's metrics records, each epoch once."""
-    records = _call(manager, token_file, lambda c: c.metrics(job))
+    records = _call(manager, token_file, lambda c: c.metrics(_id(c, job)))
     if as_json:
         _json(records)
         return
@@ -173,6 +179,7 @@ def plot(job: JobId, output: Annotated[Path | None, typer.Option(help="The PNG t
     """Draw the job's loss and accuracy (train and validation) against epoch and against wall time as a PNG."""
     from labswarm.jobs.client.plot import plot_metrics
 
+    job = _call(manager, token_file, lambda c: _id(c, job))
     records = _call(manager, token_file, lambda c: c.metrics(job))
     try:
         drawn = plot_metrics(records, output or Path(f"{job}.png"), title=f"job {job}")
@@ -185,18 +192,21 @@ def plot(job: JobId, output: Annotated[Path | None, typer.Option(help="The PNG t
 @jobs_app.command()
 def halt(job: JobId, manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None) -> None:
     """Halt a job: its learners checkpoint and exit (resume continues from there)."""
+    job = _call(manager, token_file, lambda c: _id(c, job))
     console.print(f"job {job}: {_call(manager, token_file, lambda c: c.halt(job))['status']}")
 
 
 @jobs_app.command()
 def resume(job: JobId, manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None) -> None:
     """Resume a halted job from its checkpoint."""
+    job = _call(manager, token_file, lambda c: _id(c, job))
     console.print(f"job {job}: {_call(manager, token_file, lambda c: c.resume(job))['status']}")
 
 
 @jobs_app.command()
 def delete(job: JobId, manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None) -> None:
     """Delete a job: its processes, working folders and results (never the data it read)."""
+    job = _call(manager, token_file, lambda c: _id(c, job))
     _call(manager, token_file, lambda c: c.delete(job))
     console.print(f"job {job} deleted")
 
@@ -207,6 +217,7 @@ def download(job: JobId, output: Annotated[Path | None, typer.Option(help="Where
                  "--bundle", help="The whole bundle (zip: model, logs, metrics, manifest, versions).")] = False,
              manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None) -> None:
     """Download the trained model (default ``<job>.pt`` here), or with --bundle the job's bundle (``<job>.zip``)."""
+    job = _call(manager, token_file, lambda c: _id(c, job))
     if bundle:
         path = _call(manager, token_file, lambda c: c.download_bundle(job, output or Path(f"{job}.zip")))
     else:

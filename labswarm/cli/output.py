@@ -8,7 +8,7 @@ width when given.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import typer
@@ -88,10 +88,11 @@ def session_table(progress: Mapping[str, Any], seconds: float | None = None, *, 
     return table
 
 
-def sessions_table(sessions: Iterable[Mapping[str, Any]]) -> Table:
+def sessions_table(sessions: Sequence[Mapping[str, Any]]) -> Table:
     """Sessions as rows: id, experiment, owner, status, the summary columns, and the publish rate."""
     table = Table(title="sessions")
-    for column in ("id", "experiment", "owner", "status"):
+    table.add_column("id", no_wrap=True, min_width=len(max((p["id"] for p in sessions), key=len, default="")))
+    for column in ("experiment", "owner", "status"):  # the id whole, whatever the width (a person types it)
         table.add_column(column)
     for label, _ in SUMMARY:
         table.add_column(label, justify="right")

@@ -1,8 +1,9 @@
 """``labswarm predict MODEL_OR_JOB AUDIO...``: classify audio files with a trained model (:mod:`labswarm.predict`).
 
-``MODEL_OR_JOB`` is a model file, or (when no such file exists) a training job's id whose model is downloaded
-from the manager (``--manager``, default ``LABSWARM_MANAGER_URL``; the token from ``LABSWARM_API_TOKEN`` or
-``--token-file``, never from the command line) into a temporary folder, removed afterwards.
+``MODEL_OR_JOB`` is a model file, or (when no such file exists) a training job's id, or a unique start of it, whose
+model is downloaded from the manager (``--manager``, default ``LABSWARM_MANAGER_URL``; the token from
+``LABSWARM_API_TOKEN`` or ``--token-file``, never from the command line) into a temporary folder, removed
+afterwards.
 
 Exit status: 0 when every file was classified; 1 when some file could not be (its row says why, the others are
 classified); 2 when there is no usable model (not a labswarm model file, corrupt, no job of that id or no model
@@ -22,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from labswarm.cli.exits import FAILED, INFRASTRUCTURE, USAGE, exit_code
+from labswarm.cli.ids import job_ids, resolve
 from labswarm.cli.jobs import DEFAULT_MANAGER, Manager, TokenFile
 from labswarm.cli.output import console, fail, print_json
 from labswarm.errors import LabswarmError, ManagerError
@@ -50,7 +52,8 @@ def model_file(model_or_job: str, manager: str, token_file: Path | None) -> Iter
     with tempfile.TemporaryDirectory(prefix="labswarm-predict-") as folder:
         try:
             with JobsClient(manager, token or None) as client:
-                downloaded = client.download_model(model_or_job, Path(folder) / f"{model_or_job}.pt")
+                job = resolve(model_or_job, "job", lambda: job_ids(client))  # a unique prefix will do
+                downloaded = client.download_model(job, Path(folder) / f"{job}.pt")
         except ManagerError as exc:
             raise ManagerError(f"{model_or_job}: no such model file here, and no model of a job of that id from "
                                f"{manager}: {exc}", status=exc.status, detail=exc.detail) from None

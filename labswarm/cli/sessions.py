@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from labswarm.cli.ids import resolve, session_ids
 from labswarm.cli.output import console, fail, print_json, print_session, sessions_table
 from labswarm.client import ManagerClient
 from labswarm.errors import LabswarmError
@@ -28,7 +29,8 @@ Manager = Annotated[str, typer.Option(envvar="LABSWARM_MANAGER_URL", show_envvar
 TokenFile = Annotated[Path | None, typer.Option(
     exists=True, dir_okay=False, help="File holding the API token (default: LABSWARM_API_TOKEN).")]
 Json = Annotated[bool, typer.Option("--json", help="Print the manager's answer as JSON.")]
-SessionId = Annotated[str, typer.Argument(help="Session id (see `labswarm sessions list`).")]
+SessionId = Annotated[str, typer.Argument(help="Session id, or any unique start of it (see `labswarm sessions "
+                                                "list`).")]
 
 
 def _client(manager: str, token_file: Path | None) -> ManagerClient:
@@ -46,6 +48,11 @@ def _call(manager: str, token_file: Path | None, call: Callable[[ManagerClient],
             return call(client)
     except LabswarmError as exc:
         raise fail(exc) from None
+
+
+def _id(client: ManagerClient, session: str) -> str:
+    """The session id that ``session`` (a whole id or a unique prefix) names (:mod:`labswarm.cli.ids`)."""
+    return resolve(session, "session", lambda: session_ids(client))
 
 
 def _show(progress: dict[str, Any], as_json: bool) -> None:
@@ -74,8 +81,8 @@ def show(session: SessionId, manager: Manager = DEFAULT_MANAGER, token_file: Tok
     """A session's progress, rate, weight and launcher, and its first failures with their reasons."""
 
     def get(client: ManagerClient) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        progress = client.session(session)
-        return progress, (client.failures(session) if progress["failed"] else [])
+        progress = client.session(_id(client, session))
+        return progress, (client.failures(progress["id"]) if progress["failed"] else [])
 
     progress, failures = _call(manager, token_file, get)
     if as_json:
@@ -88,21 +95,21 @@ def show(session: SessionId, manager: Manager = DEFAULT_MANAGER, token_file: Tok
 def pause(session: SessionId, manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None,
           as_json: Json = False) -> None:
     """Stop publishing (the workers finish what is queued)."""
-    _show(_call(manager, token_file, lambda c: c.pause(session)), as_json)
+    _show(_call(manager, token_file, lambda c: c.pause(_id(c, session))), as_json)
 
 
 @sessions_app.command()
 def resume(session: SessionId, manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None,
            as_json: Json = False) -> None:
     """Publish again."""
-    _show(_call(manager, token_file, lambda c: c.resume(session)), as_json)
+    _show(_call(manager, token_file, lambda c: c.resume(_id(c, session))), as_json)
 
 
 @sessions_app.command()
 def cancel(session: SessionId, manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None,
            as_json: Json = False) -> None:
     """Stop publishing, purge the queue and end the session (its workers stop if the manager runs them)."""
-    _show(_call(manager, token_file, lambda c: c.cancel(session)), as_json)
+    _show(_call(manager, token_file, lambda c: c.cancel(_id(c, session))), as_json)
 
 
 @sessions_app.command()
@@ -110,7 +117,7 @@ def rate(session: SessionId,
          tasks_per_s: Annotated[float, typer.Argument(min=0.001, metavar="RATE", help="Publish rate in tasks/s.")],
          manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None, as_json: Json = False) -> None:
     """Set the publish rate in tasks/s (a running health controller sets it again at its next decision)."""
-    _show(_call(manager, token_file, lambda c: c.set_rate(session, tasks_per_s)), as_json)
+    _show(_call(manager, token_file, lambda c: c.set_rate(_id(c, session), tasks_per_s)), as_json)
 
 
 @sessions_app.command()
@@ -119,7 +126,7 @@ def weight(session: SessionId,
                                                   help="Share of shared workers, relative to other sessions.")],
            manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None, as_json: Json = False) -> None:
     """Set the session's weight: its share of the workers it shares with other sessions."""
-    _show(_call(manager, token_file, lambda c: c.set_weight(session, share)), as_json)
+    _show(_call(manager, token_file, lambda c: c.set_weight(_id(c, session), share)), as_json)
 
 
 @sessions_app.command()
@@ -127,7 +134,7 @@ def workers(session: SessionId,
             count: Annotated[int, typer.Argument(min=0, metavar="N", help="Workers to run from now on.")],
             manager: Manager = DEFAULT_MANAGER, token_file: TokenFile = None, as_json: Json = False) -> None:
     """Scale the workers of a session whose launcher the manager runs (`local` or `swarm`)."""
-    progress = _call(manager, token_file, lambda c: c.set_workers(session, count))
+    progress = _call(manager, token_file, lambda c: c.set_workers(_id(c, session), count))
     if as_json:
         print_json(progress)
     else:

@@ -35,7 +35,8 @@ def test_submit_follow_show_list_logs_metrics_and_refusals(tmp_path: Path) -> No
         assert followed.exit_code == 0, followed.output
         assert "COMPLETED" in followed.output and "done" in followed.output and "metrics  epoch 1" in followed.output
         job_id = followed.output.split()[1]
-        shown = json.loads(run("show", job_id, "--json").output)
+        shown = json.loads(run("show", job_id[:5], "--json").output)  # a unique prefix will do
+        assert shown["id"] == job_id
         assert shown["status"] == "completed" and shown["attempts"][0]["exit_code"] == 0
         assert job_id in run("list").output
         assert json.loads(run("list", "--json", "--status", "failed").output)["total"] == 0
