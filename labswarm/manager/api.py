@@ -22,7 +22,9 @@ from labswarm.auth.limits import BodyLimit
 from labswarm.errors import BrokerError, ConfigError, DatasetError, DeployError, LabswarmError, NotFound
 from labswarm.jobs.service import api as jobs_api
 from labswarm.jobs.service.service import JobService
+from labswarm.manager.docs import offline_docs
 from labswarm.manager.metrics import metrics_registry
+from labswarm.manager.schema import contract_openapi, operation_id
 from labswarm.sessions.api import router as sessions_router
 from labswarm.sessions.service import SessionService
 from labswarm.sessions.stream import router as session_stream_router
@@ -59,7 +61,10 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
     # (BearerAuth lets /health through); /docs and /openapi.json are not API routes and stay open
     app = FastAPI(title="labswarm manager", version="0.1.0", lifespan=lifespan,
                   description="Experiments, sessions, publish rates and progress of labswarm.",
-                  dependencies=[Depends(auth)])
+                  dependencies=[Depends(auth)], generate_unique_id_function=operation_id,
+                  docs_url=None, redoc_url=None)  # issue 29: /docs with its own assets, offline
+    offline_docs(app)  # issue 29 (labswarm.manager.docs)
+    app.openapi = lambda: contract_openapi(app)  # type: ignore[method-assign]  # issue 28: the schema as contract
     app.state.sessions = sessions
     app.state.auth = authenticator
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # 413 past LABSWARM_MAX_BODY_BYTES
@@ -76,7 +81,7 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
     registry = metrics_registry(sessions, jobs)  # issue 28: sessions, jobs, process, build info
 
     @app.get("/metrics", response_class=PlainTextResponse)
-    def metrics() -> PlainTextResponse:
+    def prometheus_metrics() -> PlainTextResponse:
         """Prometheus metrics: the sessions' and the jobs' progress, the process, the build (see
         :mod:`labswarm.manager.metrics`)."""
         return PlainTextResponse(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
