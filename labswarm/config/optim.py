@@ -202,3 +202,16 @@ class EarlyStopping(BaseModel):
     mode: Literal["min", "max"] = "min"
     patience: int = Field(3, ge=1)
     min_delta: float = Field(0.0, ge=0.0)
+
+
+class InitFrom(BaseModel):
+    """``init_from: {model: PATH}``: start from a trained model file's weights (fine-tuning) instead of a random
+    initialization; the output layer starts afresh when the classes differ (``labswarm.train.finetune``).
+
+    Attributes:
+        model: a labswarm model file (``labswarm train``'s, or a job's downloaded ``model.pt``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str = Field(min_length=1)

@@ -6,7 +6,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from labswarm.config.optim import CosineSchedule, EarlyStopping, OptimizerConfig, Schedule, schedule_spec
+from labswarm.config.optim import (
+    CosineSchedule,
+    EarlyStopping,
+    InitFrom,
+    OptimizerConfig,
+    Schedule,
+    schedule_spec,
+)
 
 
 class TrainingConfig(BaseModel):
@@ -24,6 +31,9 @@ class TrainingConfig(BaseModel):
             (:mod:`labswarm.config.optim`).
         early_stopping: stop when a metric stops improving, keeping the best epoch's model
             (:class:`~labswarm.config.optim.EarlyStopping`); ``None``: train every epoch.
+        init_from: fine-tune: the weights to start from (:class:`~labswarm.config.optim.InitFrom`); ``None``: a
+            seeded random initialization.
+        freeze: parameter name prefixes (``features.``) not trained (each must match a parameter).
         validation: share of each class's source recordings held out for validation, in [0, 1)
             (see :mod:`labswarm.pipeline.split`).
         device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
@@ -38,6 +48,8 @@ class TrainingConfig(BaseModel):
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig)
     schedule: Schedule = Field(default_factory=CosineSchedule)
     early_stopping: EarlyStopping | None = None
+    init_from: InitFrom | None = None
+    freeze: list[str] = Field(default_factory=list)
     validation: float = Field(0.2, ge=0.0, lt=1.0)
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     threads: int | None = Field(None, ge=1)

@@ -30,6 +30,7 @@ from labswarm.pipeline.base import Block
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.train import checkpoint
 from labswarm.train.checkpoint import CheckpointError
+from labswarm.train.finetune import init_from
 from labswarm.train.loop import LoopHooks
 from labswarm.train.metrics import accuracy, confusion, f1_per_class, macro_f1
 from labswarm.train.models.base import Model, ModelConfig, feature_bins, import_torch
@@ -120,8 +121,8 @@ class Trainer:
             raise ConfigError([("training", "the experiment has no `training` and `model` sections to train")])
         if not isinstance(experiment.model, ModelConfig):  # validated through the models' registry: always one
             raise ConfigError([("model", f"not a model's config: {type(experiment.model).__name__}")])
-        if distributed is not None and experiment.training.early_stopping is not None:  # rank 0 alone validates
-            raise ConfigError([("training.early_stopping", "not yet supported with several learners")])
+        if distributed is not None and (experiment.training.early_stopping or experiment.training.freeze):
+            raise ConfigError([("training", "early_stopping and freeze: not yet supported with several learners")])
         self.experiment = experiment
         self.training = experiment.training
         self.model_config: ModelConfig = experiment.model
@@ -192,8 +193,10 @@ class Trainer:
         classes = train.classes
         n_bins = feature_bins(self.experiment, self.input)
         torch.manual_seed(train.context.seed("init"))  # the same initial weights for the same configuration
-        model = self.spec.build(n_bins, len(classes)).to(device)
-        optimizer = build_optimizer(torch, model.parameters(), self.training)
+        model = self.spec.build(n_bins, len(classes))
+        self.init = init_from(model, self.training, classes)  # fine-tuning (the checkpoint's weights win on resume)
+        model = model.to(device)
+        optimizer = build_optimizer(torch, [p for p in model.parameters() if p.requires_grad], self.training)
         epochs = self.training.epochs
         schedule = EpochSchedule(torch, optimizer, self.training)
         self.watch = Watch(self.training, self.run_dir)
@@ -241,7 +244,7 @@ class Trainer:
             "fingerprint": self.experiment.fingerprint(), "model": self.model_config.model_dump(mode="json"),
             "classes": list(classes), "input": self.input, "n_bins": n_bins,
             "state_dict": self.watch.best_weights(model), "metrics": self.watch.best_record(records),
-            "config": self.experiment.model_dump(mode="json"),
+            "config": self.experiment.model_dump(mode="json"), "init_from": self.init,
         }, self.model_path)
         return TrainResult(records, self.model_path, self.run_dir, start, time.perf_counter() - started)
 
