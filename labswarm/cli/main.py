@@ -13,6 +13,7 @@ from labswarm.cli.compare import compare_command
 from labswarm.cli.experiment import interrupted
 from labswarm.cli.health import health_app
 from labswarm.cli.jobs import jobs_app
+from labswarm.cli.models import models_app  # issue 25: model plugins
 from labswarm.cli.output import console, err, fail, warn_password
 from labswarm.cli.predict import predict_command
 from labswarm.cli.progress import Phase
@@ -27,6 +28,7 @@ app = typer.Typer(help="Distribute audio deep-learning experiments over a swarm 
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(models_app, name="models")  # issue 25: model plugins
 app.add_typer(health_app, name="health")
 app.command("features")(experiment.features)
 app.command("run")(experiment.run)

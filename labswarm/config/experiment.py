@@ -103,8 +103,9 @@ class ExperimentConfig(_Strict):
         store: see :class:`StoreConfig`.
         pipeline: the training data pipeline, a list of blocks (:mod:`labswarm.pipeline.blocks`): a ``source``
             first, a ``features`` and a ``batch`` block, and a ``prefetch`` block last if any.
-        model: the model trained on the features (:mod:`labswarm.train.models`); its ``input`` is one of the
-            features' output names.
+        model: the model trained on the features (:mod:`labswarm.train.models`; installed packages add theirs),
+            ``{name: ..., **its parameters}`` or ``{code: FILE.py:Class, ...}`` (a network from a file); its
+            ``input`` is one of the features' output names.
         training: how to train (:class:`~labswarm.config.training.TrainingConfig`); ``None``: features only.
     """
 
@@ -171,6 +172,8 @@ class ExperimentConfig(_Strict):
     def _model(cls, value: Any, info: ValidationInfo) -> Any:
         if value is None:
             return None
+        if isinstance(value, Mapping) and "code" in value and "name" not in value:  # {code: my_net.py:Net}
+            value = {"name": "code", **value}
         spec = value if isinstance(value, PluginConfig) else validate_plugin_spec(value, MODELS, "model")
         outputs = [f.output_name for f in info.data.get("features") or []]
         read = [o for b in info.data.get("pipeline") or [] if b.name == "features" and (o := _block_outputs(b))]
@@ -204,7 +207,12 @@ class ExperimentConfig(_Strict):
             t.model_copy(update={"file": str(_absolute(Path(file), base))}) if (file := getattr(t, "file", None)) else t
             for t in self.transformations
         ]
-        return self.model_copy(update={"dataset": dataset, "store": store, "transformations": transformations})
+        model = self.model
+        if model is not None and isinstance(code := getattr(model, "code", None), str):  # FILE.py:Class
+            file, _, attr = code.rpartition(":")
+            model = model.model_copy(update={"code": f"{_absolute(Path(file), base)}:{attr}"})
+        return self.model_copy(update={"dataset": dataset, "store": store, "transformations": transformations,
+                                       "model": model})
 
 
 @runtime_checkable
