@@ -23,6 +23,10 @@ from labswarm.settings import Settings
     (["labswarm", "health", "plot", "abc"], None),
     (["labswarm", "run", "exp.yml"], None),
     (["python", "-m", "labswarm.deploy.healthcheck"], None),
+    (["/opt/labswarm/bin/python", "-m", "labswarm.jobs.learner.entry", "/w/spec.json"], ("learner", ["/w/spec.json"])),
+    (["python", "-m", "labswarm.train.distributed.ps", "--shard", "0"], ("shard", ["--shard", "0"])),
+    (["python", "-m", "labswarm.train.distributed.ps"], ("shard", [])),
+    (["python", "labswarm.train.distributed.ps"], None),
     ([], None),
 ])
 def test_role_of(cmdline: list[str], expected: tuple | None) -> None:
@@ -34,6 +38,31 @@ def test_find_prefers_the_wanted_role_and_the_lowest_pid() -> None:
     assert healthcheck.find(processes, None) == (9, "worker", [])
     assert healthcheck.find(processes, "manager") == (12, "manager", [])
     assert healthcheck.find(processes, "health") is None
+
+
+def test_find_skips_the_init_process_for_the_role_it_starts() -> None:
+    """Behind ``docker-init`` (compose's ``init: true``, swarm's services) PID 1's command line holds the role's:
+    the role's process is its child, which holds the broker connection."""
+    processes = [(1, ["/sbin/docker-init", "--", "labswarm", "worker", "--experiment", "x"]),
+                 (7, ["/opt/labswarm/bin/python", "/opt/labswarm/bin/labswarm", "worker", "--experiment", "x"])]
+    assert healthcheck.find(processes, None) == (7, "worker", ["--experiment", "x"])
+    assert healthcheck.find(processes[:1], "worker") is None
+
+
+def test_a_shard_is_healthy_once_it_listens() -> None:
+    import socket
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert healthcheck.check("shard", process.pid, []) == "the shard listens on no port yet"
+    finally:
+        process.kill()
+        process.wait()
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        assert healthcheck.check("shard", os.getpid(), []) is None
+    assert healthcheck.check("learner", os.getpid(), []) is None
 
 
 def test_option() -> None:

@@ -55,14 +55,7 @@ def test_manager_and_health_roles_pass_their_healthchecks(containers: Containers
     assert done.stdout.strip() == "health: healthy"
 
 
-@pytest.mark.parametrize("init", [
-    False,
-    pytest.param(True, marks=pytest.mark.xfail(reason=(
-        "behind docker-init (compose's init: true, the swarm launcher's services) the check takes PID 1, "
-        "`/sbin/docker-init -- labswarm worker ...`, for the worker: it has a child but no broker connection, so "
-        "the worker is reported unhealthy forever ('no established connection to the broker') and swarm replaces "
-        "it; labswarm/deploy/healthcheck.py's find() must skip the init process"))),
-], ids=["pid1", "docker-init"])
+@pytest.mark.parametrize("init", [False, True], ids=["pid1", "docker-init"])
 def test_worker_role_passes_its_healthcheck_with_the_hosts_rabbitmq(containers: Containers, shared: Path,
                                                                     init: bool) -> None:
     url = manager(containers, shared)
@@ -105,15 +98,12 @@ def test_parameter_server_shard_listens_on_the_loopback(containers: Containers) 
     assert state["ExitCode"] == 128 + 15, state  # SIGTERM: it checkpoints and exits with 128 + 15
 
 
-@pytest.mark.xfail(reason="the image's HEALTHCHECK knows the manager, worker and health roles only: in a learner's "
-                   "or a shard's container it finds no role and reports unhealthy, and swarm replaces an unhealthy "
-                   "task (labswarm/deploy/healthcheck.py needs the two roles, or their services HEALTHCHECK NONE)")
 @pytest.mark.parametrize("role", ["shard", "learner"])
 def test_learner_and_shard_containers_are_not_unhealthy(containers: Containers, role: str) -> None:
     if role == "shard":
         args = ("-m", "labswarm.train.distributed.ps", "--shard", "0", "--learners", "1", "--checkpoint-dir", "/tmp/ps")
-    else:  # a learner waiting for its spec stands for one that trains: the same process, a long-running one
-        args = ("-c", "import runpy, sys, time; sys.argv = ['labswarm.jobs.learner.entry']; time.sleep(600)")
+    else:  # a long-running process with a learner's command line (-m labswarm.jobs.learner.entry) stands for one
+        args = ("-c", "import time; time.sleep(600)", "-m", "labswarm.jobs.learner.entry")
     name = containers.run(*args, entrypoint="python")
     wait_for("a health status", lambda: containers.health(name)[0] != "starting", 30)
     status, output = containers.health(name)
