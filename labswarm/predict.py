@@ -23,18 +23,18 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, ClassVar
 
 import numpy as np
 from pydantic import ValidationError
 
 from labswarm.audio.io import END_TOLERANCE_S, audio_info
 from labswarm.config.experiment import ExperimentConfig
-from labswarm.errors import LabswarmError, StoreError
+from labswarm.errors import LabswarmError
 from labswarm.pipeline.base import Block, Context
 from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import Sample
-from labswarm.store.backend import StoreBackend
+from labswarm.storage.base import Storage, StorageConfig
 from labswarm.store.store import FeatureStore
 from labswarm.train.checkpoint import CheckpointError
 
@@ -74,23 +74,40 @@ class Prediction:
                 "windows": self.windows, "error": self.error}
 
 
-class _NoStore(StoreBackend):
-    """A store backend that keeps nothing: prediction computes features without touching any store."""
+class _NoStorage(Storage):
+    """A storage that keeps nothing: prediction computes features without touching any feature store."""
 
-    def exists(self, rel: str) -> bool:
+    name: ClassVar[str] = "none"
+
+    def _describe(self, full: str) -> str:
+        return f"prediction's features ({full})"
+
+    def _put_bytes(self, full: str, data: bytes) -> None:
+        return None
+
+    def _get_bytes(self, full: str) -> bytes:
+        raise self._missing(full)
+
+    def _put_file(self, full: str, path: Path) -> None:
+        return None
+
+    def _read_into(self, full: str, handle: IO[bytes]) -> None:
+        raise self._missing(full)
+
+    def _exists(self, full: str) -> bool:
         return False
 
-    def read(self, rel: str) -> bytes:
-        raise StoreError(f"{rel}: prediction keeps no features")
-
-    def write_atomic(self, rel: str, data: bytes) -> None:
-        return None
-
-    def delete(self, rel: str) -> None:
-        return None
-
-    def walk(self) -> Iterator[tuple[str, int]]:
+    def _list(self, folder: str) -> Iterator[str]:
         return iter(())
+
+    def _sizes(self, folder: str) -> Iterator[tuple[str, int]]:
+        return iter(())
+
+    def _delete_many(self, fulls: list[str]) -> None:
+        return None
+
+    def _reachable(self) -> None:
+        return None
 
 
 @dataclass
@@ -147,7 +164,8 @@ class Predictor:
                 LabswarmError) as exc:  # a dict of another shape, weights of another model, a foreign config
             raise CheckpointError(f"{path} is not a usable labswarm model file: {type(exc).__name__}: "
                                   f"{str(exc)[:300]}") from None
-        self._features = FeaturesBlock(self.experiment, store=FeatureStore(backend=_NoStore()))
+        nothing = FeatureStore(storage=_NoStorage(StorageConfig(name="none")))
+        self._features = FeaturesBlock(self.experiment, store=nothing)
         if self.input not in {ex.output_name for ex in self._features.extractors}:
             raise CheckpointError(f"{path}: the model reads feature {self.input!r}, which its experiment lacks")
         spec = next(s for s in self.experiment.pipeline if s.name == "batch")  # the config requires one

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import uuid
@@ -33,11 +34,14 @@ class LocalStorageConfig(StorageConfig):
 class LocalStorage(Storage):
     """A directory: a key is a file path below ``path/prefix``.
 
-    Writes go to a uniquely named temporary file in the destination folder (``.<name>.<uuid>.tmp``), are
-    flushed (and fsynced), then ``os.replace``-d into place, as in
-    :class:`~labswarm.store.backend.LocalBackend`: rename within one folder is atomic on POSIX filesystems and on
-    NFS, so a reader sees the old file or the new one, never a part. Keys never start a segment with ``.``, so the
-    temporary files are never listed. Deleting removes the folders it empties, up to the storage's root.
+    Writes go to a uniquely named temporary file in the destination folder (``.<name>.<host>-<pid>-<uuid>.tmp``),
+    are flushed (and fsynced), then ``os.replace``-d into place: rename within one folder is atomic on POSIX
+    filesystems and on NFS, so a reader sees the old file or the new one, never a part, and many writers on many
+    hosts are safe (the last rename wins; in the feature store a key fixes the content, so every winner holds the
+    same values). A writer killed mid-write leaves its temporary file; the next write of that object removes it.
+    Keys never start a segment with ``.``, so the temporary files are never listed. Deleting removes the folders it
+    empties, up to the storage's root. The feature store (:class:`labswarm.store.store.FeatureStore`) and the jobs'
+    data and results stores share this class.
     """
 
     name: ClassVar[str] = "local"
@@ -55,7 +59,8 @@ class LocalStorage(Storage):
         final.parent.mkdir(parents=True, exist_ok=True)
         if final.is_dir():
             raise StorageError(f"cannot write {final}: a folder of that name holds other objects")
-        tmp = final.parent / f".{final.name}.{uuid.uuid4().hex[:12]}.tmp"
+        prefix = f".{final.name}."
+        tmp = final.parent / f"{prefix}{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
         try:
             with open(tmp, "wb") as handle:
                 fill(handle)
@@ -63,9 +68,14 @@ class LocalStorage(Storage):
                 if self.config.fsync:
                     os.fsync(handle.fileno())
             os.replace(tmp, final)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ESTALE) and final.is_file():
+                return  # a concurrent writer of this key removed our temporary file (below): its object won
+            raise
         finally:
             with contextlib.suppress(OSError):
                 tmp.unlink()
+        _remove_leftovers(final.parent, prefix)
 
     def _put_bytes(self, full: str, data: bytes) -> None:
         self._write(full, lambda handle: handle.write(data))
@@ -97,6 +107,15 @@ class LocalStorage(Storage):
     def _exists(self, full: str) -> bool:
         return self._path(full).is_file()
 
+    def _local_path(self, full: str) -> Path:
+        return self._path(full)
+
+    def _sizes(self, folder: str) -> Iterator[tuple[str, int]]:
+        base = self.config.path
+        for key in self._list(folder):
+            with contextlib.suppress(FileNotFoundError):  # deleted since it was listed
+                yield key, (base / key).stat().st_size
+
     def _list(self, folder: str) -> Iterator[str]:
         top = self._path(folder)
         if not top.is_dir():
@@ -126,3 +145,17 @@ class LocalStorage(Storage):
         if not os.access(existing, os.W_OK | os.X_OK):
             what = "folder" if existing == path else f"nearest existing parent {existing}"
             raise StorageError(f"{path}: the {what} is not writable")
+
+
+def _remove_leftovers(folder: Path, prefix: str) -> None:
+    """Remove the temporary files of earlier writes of an object that now exists: a writer killed mid-write
+    (kill -9, out of memory) leaves its temporary file, and a feature-store entry is written again when its sample
+    is redelivered. A live concurrent writer that loses its file finds the object in place (see ``_write``)."""
+    try:
+        with os.scandir(folder) as entries:
+            stale = [e.path for e in entries if e.name.startswith(prefix) and e.name.endswith(".tmp")]
+    except OSError:
+        return
+    for path in stale:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

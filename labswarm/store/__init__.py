@@ -1,6 +1,5 @@
 """The content-addressed feature store: keys, layout, atomic writes, reads."""
 
-from labswarm.store.backend import LocalBackend, StoreBackend
 from labswarm.store.keys import AudioIdentity, IdentityCache, audio_identity, feature_key
 from labswarm.store.store import LAYOUT_VERSION, FeatureStore, StoreStats
 
@@ -9,8 +8,6 @@ __all__ = [
     "AudioIdentity",
     "FeatureStore",
     "IdentityCache",
-    "LocalBackend",
-    "StoreBackend",
     "StoreStats",
     "audio_identity",
     "feature_key",

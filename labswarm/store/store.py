@@ -7,8 +7,9 @@ Layout under the store root (``LAYOUT_VERSION`` 1)::
 
 where ``key`` is the 40-hex-digit key of :func:`labswarm.store.keys.feature_key` and ``<k0k1>/<k2k3>`` its first
 four hex digits: 65,536 shard directories keep each directory small at millions of entries. Entries are
-written atomically (temporary file + rename, see :class:`~labswarm.store.backend.LocalBackend`), so computing a
-sample twice, on two hosts at once, is harmless: the store holds it once.
+written atomically through the byte storage underneath (:mod:`labswarm.storage`, the one the jobs' results use
+too: ``local`` by default, a temporary file + rename), so computing a sample twice, on two hosts at once, is
+harmless: the store holds it once. The store owns keys, layout and format; the storage only moves bytes.
 """
 
 from __future__ import annotations
@@ -16,13 +17,18 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
-from labswarm.errors import StoreError
-from labswarm.store.backend import LocalBackend, StoreBackend
+from labswarm.errors import StorageError, StoreError
+from labswarm.storage.base import Storage
+from labswarm.storage.local import LocalStorage, LocalStorageConfig
+
+T = TypeVar("T")
 
 #: Version of the on-disk layout described in the module docstring.
 LAYOUT_VERSION = 1
@@ -43,26 +49,34 @@ class FeatureStore:
     """Content-addressed storage of feature arrays.
 
     Args:
-        root: the store's directory (local or shared), used when ``backend`` is not given.
-        backend: where the bytes go; default :class:`LocalBackend` at ``root``.
+        root: the store's directory (local or shared), used when ``storage`` is not given.
+        storage: where the bytes go (any :class:`~labswarm.storage.base.Storage`); default a ``local`` storage at
+            ``root``, each file fsynced before its rename.
 
     Raises:
         StoreError: the root holds a store of another layout version, or cannot be created.
     """
 
-    def __init__(self, root: str | Path | None = None, *, backend: StoreBackend | None = None) -> None:
-        if backend is None:
+    def __init__(self, root: str | Path | None = None, *, storage: Storage | None = None) -> None:
+        if storage is None:
             if root is None:
-                raise StoreError("a feature store needs a root directory or a backend")
-            backend = LocalBackend(root)
-        self.backend = backend
+                raise StoreError("a feature store needs a root directory or a storage")
+            storage = LocalStorage(LocalStorageConfig(path=Path(root)))
+        self.storage = storage
         self.root = Path(root) if root is not None else None
         self._check_layout()
 
+    def _call(self, call: Callable[[], T]) -> T:
+        """``call()``, its storage errors as the feature store's."""
+        try:
+            return call()
+        except StorageError as exc:
+            raise StoreError(str(exc)) from exc
+
     def _check_layout(self) -> None:
-        if self.backend.exists(MARKER):
+        if self._call(lambda: self.storage.exists(MARKER)):
             try:
-                layout = json.loads(self.backend.read(MARKER)).get("layout")
+                layout = json.loads(self._call(lambda: self.storage.get_bytes(MARKER))).get("layout")
             except (ValueError, AttributeError) as exc:
                 raise StoreError(f"corrupt {MARKER} in feature store {self.root}") from exc
             if layout != LAYOUT_VERSION:
@@ -70,7 +84,8 @@ class FeatureStore:
                     f"feature store {self.root} has layout {layout}; this labswarm reads layout {LAYOUT_VERSION}"
                 )
         else:
-            self.backend.write_atomic(MARKER, json.dumps({"layout": LAYOUT_VERSION}).encode())
+            marker = json.dumps({"layout": LAYOUT_VERSION}).encode()
+            self._call(lambda: self.storage.put_bytes(MARKER, marker))
 
     @staticmethod
     def relpath(key: str) -> str:
@@ -85,7 +100,8 @@ class FeatureStore:
 
     def contains(self, key: str) -> bool:
         """Whether ``key`` is stored."""
-        return self.backend.exists(self.relpath(key))
+        rel = self.relpath(key)
+        return self._call(lambda: self.storage.exists(rel))
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.contains(key)
@@ -95,7 +111,7 @@ class FeatureStore:
 
         Args:
             key: a feature key.
-            mmap: memory-map the file read-only instead of reading it (local backends only).
+            mmap: memory-map the file read-only instead of reading it (storages of files only).
 
         Returns:
             The array as written by :meth:`put` (float32 ``(n_bins, n_frames)`` for features).
@@ -104,13 +120,15 @@ class FeatureStore:
             StoreError: no such entry, or it cannot be read or parsed.
         """
         rel = self.relpath(key)
-        path = self.backend.local_path(rel)
+        path = self._call(lambda: self.storage.local_path(rel))
         try:
             if path is not None:
                 return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-            return np.load(io.BytesIO(self.backend.read(rel)), allow_pickle=False)
+            return np.load(io.BytesIO(self.storage.get_bytes(rel)), allow_pickle=False)
         except FileNotFoundError:
             raise StoreError(f"no entry {key} in feature store {self.root}") from None
+        except StorageError as exc:
+            raise StoreError(f"no entry {key} in feature store {self.root}: {exc}") from exc
         except (OSError, ValueError, EOFError) as exc:
             raise StoreError(f"corrupt entry {key} in feature store {self.root}: {exc}") from exc
 
@@ -125,17 +143,15 @@ class FeatureStore:
             raise StoreError(f"cannot store an object array under {key}")
         buffer = io.BytesIO()
         np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
-        self.backend.write_atomic(self.relpath(key), buffer.getvalue())
+        rel = self.relpath(key)
+        self._call(lambda: self.storage.put_bytes(rel, buffer.getvalue()))
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if stored."""
-        self.backend.delete(self.relpath(key))
+        rel = self.relpath(key)
+        self._call(lambda: self.storage.delete(rel))
 
     def stats(self) -> StoreStats:
-        """Number of entries and their total size in bytes (walks the store)."""
-        entries = total = 0
-        for rel, size in self.backend.walk():
-            if rel.endswith(".npy"):
-                entries += 1
-                total += size
-        return StoreStats(entries, total)
+        """Number of entries and their total size in bytes (lists the store)."""
+        sizes = [size for rel, size in self._call(self.storage.sizes).items() if rel.endswith(".npy")]
+        return StoreStats(len(sizes), sum(sizes))
