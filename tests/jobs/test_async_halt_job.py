@@ -33,9 +33,11 @@ def _finals(stream: list[dict]) -> dict[int, dict[int, dict]]:
 
 @pytest.mark.slow
 def test_downpour_halted_mid_pass_resumes_each_rank_from_its_own_checkpoint(tmp_path: Path) -> None:
-    # 32 clips a class (144 training samples) in chunks of 1: a pass of ~70 steps per learner, so the halt, sent
-    # after rank 1's first step, lands inside one (with the tiny set's 36 samples in chunks of 4 it often came after)
-    write_three_classes(tmp_path / "data", per_class=32)
+    # 64 clips a class (288 training samples) in chunks of 1: a pass of ~140 steps per learner, so the halt, sent
+    # after rank 1's first step, lands inside one (with the tiny set's 36 samples in chunks of 4 it often came after;
+    # with 32 clips a class a loaded CI machine let rank 1 finish its ~70 steps of the pass in the ~1 s the halt
+    # takes to reach it, and it stopped at the next pass's step 0)
+    write_three_classes(tmp_path / "data", per_class=64)
     manifest = tiny_manifest(tmp_path, epochs=2, learners=2, framework={"name": "downpour"}, ps_shards=1)
     manifest["training"]["threads"] = 1  # 2 learners on 2 shared cores
     manifest["experiment"]["pipeline"][3]["size"] = 1
@@ -66,7 +68,7 @@ def test_downpour_halted_mid_pass_resumes_each_rank_from_its_own_checkpoint(tmp_
 
     with Pipeline(parse_experiment(manifest["experiment"]), split="train", train=False).epoch(0) as batches:
         train_ids = Counter(i for b in batches for i in b.ids)
-    assert len(train_ids) == 144 and set(train_ids.values()) == {1}  # 96 sources × 2 transformations × 3/4
+    assert len(train_ids) == 288 and set(train_ids.values()) == {1}  # 192 sources × 2 transformations × 3/4
     logs = tmp_path / "results" / "jobs" / job["id"] / "logs"
     chunks = [{**json.loads(line), "rank": int(path.stem.removeprefix("chunks-"))}
               for path in logs.glob("attempt-*/chunks-*.jsonl") for line in path.read_text().splitlines()]
@@ -85,4 +87,4 @@ def test_downpour_halted_mid_pass_resumes_each_rank_from_its_own_checkpoint(tmp_
     assert sorted(rank0) == [1, 2]
     for epoch, data in _finals(halted + stream).items():  # rank 1's end-of-epoch reports (epochs it stepped in)
         if 1 in data:
-            assert rank0[epoch] + data[1]["samples"] == 144, (epoch, rank0[epoch], data[1]["samples"])
+            assert rank0[epoch] + data[1]["samples"] == len(train_ids), (epoch, rank0[epoch], data[1]["samples"])
