@@ -129,6 +129,19 @@ class GlobalCursor:
         now = self._call("compare_set", key, expected, desired).decode()
         return now == desired, now
 
+    def _claim_next(self, pass_: int) -> Chunk | None:
+        """Claim the next chunk of ``pass_`` that the counter hands out, or ``None`` once the counter is past the
+        last chunk: fetch-and-add gives each index to one learner; an index taken already (restored as done or
+        leased from a checkpoint, or reclaimed by a scan) is skipped."""
+        self._note_pass(pass_)
+        while True:
+            index = self._add(self._key(pass_, "next")) - 1
+            if index >= self.n_chunks:
+                return None
+            lease = self._new_lease()
+            if self._swap(self._key(pass_, index), "", lease)[0]:
+                return self._chunk(pass_, index, lease)
+
     def claim(self, pass_: int, timeout_s: float = 300.0) -> Chunk | None:
         """Claim a chunk of ``pass_``: a fresh one while any is left, else one whose lease expired; wait while
         every remaining chunk is held by a live lease.
@@ -139,15 +152,8 @@ class GlobalCursor:
         Raises:
             CursorError: no chunk came free within ``timeout_s`` seconds, or the store failed.
         """
-        self._note_pass(pass_)
-        while True:  # fresh chunks: fetch-and-add hands each index to one learner
-            index = self._add(self._key(pass_, "next")) - 1
-            if index >= self.n_chunks:
-                break
-            lease = self._new_lease()
-            if self._swap(self._key(pass_, index), "", lease)[0]:
-                return self._chunk(pass_, index, lease)
-            # taken already: restored as done or leased from a checkpoint, or reclaimed by a scan
+        if (chunk := self._claim_next(pass_)) is not None:
+            return chunk
         deadline, wait = time.monotonic() + timeout_s, 0.01
         while True:
             held = False
@@ -181,14 +187,8 @@ class GlobalCursor:
         Raises:
             CursorError: the store failed.
         """
-        self._note_pass(pass_)
-        while True:
-            index = self._add(self._key(pass_, "next")) - 1
-            if index >= self.n_chunks:
-                break
-            lease = self._new_lease()
-            if self._swap(self._key(pass_, index), "", lease)[0]:
-                return self._chunk(pass_, index, lease)
+        if (chunk := self._claim_next(pass_)) is not None:
+            return chunk
         if not self._call("check", [self._key(pass_, "released")]):
             return None
         for index in range(self.n_chunks):  # chunks given back (a halt): free again, past the counter
