@@ -30,8 +30,9 @@ pytestmark = pytest.mark.slow
 MGMT_API = "http://guest:guest@127.0.0.1:15672"
 #: Budget of messages waiting in both queues together (3 s of each session's consume rate would be more).
 BUDGET = 40
-#: Seconds given to converge at most (it took ~4-8 s in a run), and seconds each share is measured over.
-CONVERGE, MEASURE = 20.0, 12.0
+#: Seconds given to converge at most (0-8 s in most runs; more than 20 s once in a fresh-clone CI, its 1:1 shares
+#: still moving toward 0.5 at the deadline), and seconds each share is measured over.
+CONVERGE, MEASURE = 45.0, 12.0
 #: Seconds of decisions in a row the logged shares must stay within 20 % before the measure starts.
 HOLD = 5.0
 
