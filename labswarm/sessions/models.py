@@ -103,6 +103,29 @@ class SampleRow(Base):
     __table_args__ = (Index("ix_samples_session_status", "session_id", "status"),)
 
 
+class SeriesPointRow(Base):
+    """One point of a session's history (revision 0008; :mod:`labswarm.sessions.history` writes and thins them).
+
+    ``time``: Unix time in s of the reading; ``depth``: samples published without an outcome yet; ``published``
+    and ``finished`` (done + cached + failed): the session's counters then, whose slopes are the rates;
+    ``publish_rate`` and ``consume_rate``: samples/s over the window the point stands for (``None`` when no
+    earlier reading is known); ``asked_rate``: the publish rate in force (tasks/s), 0 while paused.
+    """
+
+    __tablename__ = "session_series"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id"))
+    time: Mapped[float] = mapped_column(Float)
+    depth: Mapped[int] = mapped_column(Integer)
+    published: Mapped[int] = mapped_column(Integer)
+    finished: Mapped[int] = mapped_column(Integer)
+    publish_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    consume_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+    asked_rate: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    __table_args__ = (Index("ix_session_series_session_time", "session_id", "time"),)
+
+
 def known_session(db: Session, session_id: str) -> SessionRow:
     """The row of a session the caller knows exists: one it runs, launches or has just found (sessions are never
     deleted). Not for an id a user gave: that is a :class:`~labswarm.errors.NotFound` where it is looked up."""
