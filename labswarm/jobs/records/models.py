@@ -34,6 +34,8 @@ class JobRow(Base):
     ``checkpoint`` is the last committed checkpoint pointer the manager knows of. ``not_before``: a restart
     waits for its backoff until then. ``halt_at``: when a halt (or a delete) was asked. ``owner``: the user who
     submitted it (revision 0006; older rows: :data:`~labswarm.sessions.models.DEFAULT_OWNER`, the admin's).
+    ``fingerprint``: its configuration, data and code as one hash (:mod:`labswarm.train.provenance`; revision
+    0009), by which a completed job is found and reused; ``None``: never reused.
     """
 
     __tablename__ = "jobs"
@@ -57,6 +59,7 @@ class JobRow(Base):
     submitted_at: Mapped[datetime] = mapped_column(default=naive_utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=naive_utcnow)
     owner: Mapped[str] = mapped_column(String(64), index=True, default=DEFAULT_OWNER, server_default=DEFAULT_OWNER)
+    fingerprint: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)
 
     __table_args__ = (Index("ix_jobs_queue", "status", "priority", "submitted_at"),)
 
