@@ -14,6 +14,8 @@ listener's task, cut the stream with an "Exception in ASGI application".
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -28,10 +30,10 @@ MAX_OFFSET = 2**63 - 1
 NO_BODY_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-def too_large(limit: int) -> str:
-    """The reason a body over ``limit`` bytes is refused with."""
-    return (f"request body too large: over the limit of {limit} bytes (the manager's setting max_body_bytes, "
-            f"LABSWARM_MAX_BODY_BYTES)")
+def too_large(limit: int, setting: str = "max_body_bytes") -> str:
+    """The reason a body over ``limit`` bytes (the value of ``setting``) is refused with."""
+    return (f"request body too large: over the limit of {limit} bytes (the manager's setting {setting}, "
+            f"LABSWARM_{setting.upper()})")
 
 
 class BodyLimit:
@@ -41,19 +43,31 @@ class BodyLimit:
         app: the ASGI app it wraps.
         max_bytes: the largest body accepted, in bytes (:data:`MAX_BODY_BYTES` by default; the manager passes its
             ``max_body_bytes`` setting).
+        routes: other limits for some paths: a regular expression that the whole path matches -> (the largest
+            body, the setting it comes from), e.g. the prediction endpoint's audio uploads (:mod:`labswarm.serve`).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int = MAX_BODY_BYTES,
+                 routes: Mapping[str, tuple[int, str]] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.routes = [(re.compile(pattern), limit) for pattern, limit in (routes or {}).items()]
+
+    def _limit(self, path: str) -> tuple[int, str]:
+        """The largest body of a request to ``path``, and the setting that says so."""
+        for pattern, limit in self.routes:
+            if pattern.fullmatch(path):
+                return limit
+        return self.max_bytes, "max_body_bytes"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        max_bytes, setting = self._limit(scope.get("path", ""))
         declared = _content_length(scope)
-        if declared is not None and declared > self.max_bytes:
-            await _refuse(send, too_large(self.max_bytes))
+        if declared is not None and declared > max_bytes:
+            await _refuse(send, too_large(max_bytes, setting))
             return
         received, started, refused = 0, False, False
         reads_body = scope.get("method") not in NO_BODY_METHODS
@@ -65,13 +79,13 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > max_bytes:
                     if reads_body:  # raised where the route reads its body: the app's handlers answer 413
-                        raise HTTPException(413, too_large(self.max_bytes))
+                        raise HTTPException(413, too_large(max_bytes, setting))
                     if started:  # the route answers without it: the rest is dropped as it arrives
                         return {**message, "body": b""}
                     refused = True  # a stream's listener reads it: the 413 is sent here, the app sees the end
-                    await _refuse(send, too_large(self.max_bytes))
+                    await _refuse(send, too_large(max_bytes, setting))
                     return {"type": "http.disconnect"}
             return message
 
