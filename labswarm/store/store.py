@@ -10,6 +10,10 @@ four hex digits: 65,536 shard directories keep each directory small at millions 
 written atomically through the byte storage underneath (:mod:`labswarm.storage`, the one the jobs' results use
 too: ``local`` by default, a temporary file + rename), so computing a sample twice, on two hosts at once, is
 harmless: the store holds it once. The store owns keys, layout and format; the storage only moves bytes.
+
+The same layout lives in an object store (an ``s3`` storage: the layout's paths are object keys, and S3 makes an
+object appear whole): workers write there and learners read through a bounded local cache
+(:class:`~labswarm.storage.cache.CachedStorage`); see :meth:`FeatureStore.open`.
 """
 
 from __future__ import annotations
@@ -17,15 +21,16 @@ from __future__ import annotations
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
 from labswarm.errors import StorageError, StoreError
-from labswarm.storage.base import Storage
+from labswarm.storage.base import MissingObject, Storage, StorageConfig
+from labswarm.storage.cache import DEFAULT_CACHE_BYTES, CachedStorage
 from labswarm.storage.local import LocalStorage, LocalStorageConfig
 
 T = TypeVar("T")
@@ -35,6 +40,7 @@ LAYOUT_VERSION = 1
 #: Marker file at the store root.
 MARKER = "labswarm-store.json"
 _KEY = re.compile(r"^[0-9a-f]{40}$")
+_ENTRY = re.compile(rf"^v{LAYOUT_VERSION}/[0-9a-f]{{2}}/[0-9a-f]{{2}}/([0-9a-f]{{40}})\.npy$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +70,28 @@ class FeatureStore:
             storage = LocalStorage(LocalStorageConfig(path=Path(root)))
         self.storage = storage
         self.root = Path(root) if root is not None else None
+        #: where the store is, for messages (a folder, ``s3://bucket/prefix at URL (cached in FOLDER)``)
+        self.where = str(root) if root is not None else storage.describe()
         self._check_layout()
+
+    @classmethod
+    def open(cls, root: str | Path, *, remote: Mapping[str, Any] | StorageConfig | Storage | None = None,
+             cache_bytes: int | None = DEFAULT_CACHE_BYTES) -> FeatureStore:
+        """The experiment's store: the folder ``root``, or with ``remote`` the store in that storage (e.g.
+        ``{name: s3, endpoint: ..., bucket: ..., prefix: ...}``; credentials from the environment or a file, see
+        :mod:`labswarm.storage.s3`) read through a cache of at most ``cache_bytes`` bytes in ``root``
+        (``None`` or 0: no cache, every read a request).
+
+        Raises:
+            ConfigError: ``remote`` names an unknown storage or has invalid parameters.
+            StoreError: the store cannot be opened (another layout, unreachable).
+        """
+        if remote is None:
+            return cls(root)
+        storage = remote if isinstance(remote, Storage) else Storage.from_spec(remote)
+        if cache_bytes:
+            storage = CachedStorage(storage, Path(root), cache_bytes)
+        return cls(storage=storage)
 
     def _call(self, call: Callable[[], T]) -> T:
         """``call()``, its storage errors as the feature store's."""
@@ -78,10 +105,10 @@ class FeatureStore:
             try:
                 layout = json.loads(self._call(lambda: self.storage.get_bytes(MARKER))).get("layout")
             except (ValueError, AttributeError) as exc:
-                raise StoreError(f"corrupt {MARKER} in feature store {self.root}") from exc
+                raise StoreError(f"corrupt {MARKER} in feature store {self.where}") from exc
             if layout != LAYOUT_VERSION:
                 raise StoreError(
-                    f"feature store {self.root} has layout {layout}; this labswarm reads layout {LAYOUT_VERSION}"
+                    f"feature store {self.where} has layout {layout}; this labswarm reads layout {LAYOUT_VERSION}"
                 )
         else:
             marker = json.dumps({"layout": LAYOUT_VERSION}).encode()
@@ -123,14 +150,17 @@ class FeatureStore:
         path = self._call(lambda: self.storage.local_path(rel))
         try:
             if path is not None:
-                return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+                try:
+                    return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+                except FileNotFoundError:
+                    pass  # missing, or evicted from a cache since: asked of the storage below
             return np.load(io.BytesIO(self.storage.get_bytes(rel)), allow_pickle=False)
-        except FileNotFoundError:
-            raise StoreError(f"no entry {key} in feature store {self.root}") from None
+        except MissingObject:
+            raise StoreError(f"no entry {key} in feature store {self.where}") from None
         except StorageError as exc:
-            raise StoreError(f"no entry {key} in feature store {self.root}: {exc}") from exc
+            raise StoreError(f"cannot read entry {key} of feature store {self.where}: {exc}") from exc
         except (OSError, ValueError, EOFError) as exc:
-            raise StoreError(f"corrupt entry {key} in feature store {self.root}: {exc}") from exc
+            raise StoreError(f"corrupt entry {key} in feature store {self.where}: {exc}") from exc
 
     def put(self, key: str, array: np.ndarray) -> None:
         """Store ``array`` under ``key`` atomically (an existing entry is replaced by equal values).
@@ -153,5 +183,18 @@ class FeatureStore:
 
     def stats(self) -> StoreStats:
         """Number of entries and their total size in bytes (lists the store)."""
-        sizes = [size for rel, size in self._call(self.storage.sizes).items() if rel.endswith(".npy")]
-        return StoreStats(len(sizes), sum(sizes))
+        sizes = self.sizes()
+        return StoreStats(len(sizes), sum(sizes.values()))
+
+    def sizes(self) -> dict[str, int]:
+        """Size in bytes of every entry, by key (lists the store: one listing request per 1,000 entries on s3).
+
+        Raises:
+            StoreError: the storage cannot be listed.
+        """
+        return {m.group(1): size for rel, size in self._call(lambda: self.storage.sizes(f"v{LAYOUT_VERSION}")).items()
+                if (m := _ENTRY.match(rel))}
+
+    def keys(self) -> Iterator[str]:
+        """Every stored key (lists the store)."""
+        return iter(self.sizes())

@@ -1,0 +1,259 @@
+"""A local cache in front of a remote storage: bounded in bytes, least recently used out, shared by the processes
+of one machine.
+
+The learners of a machine read the same feature arrays every epoch; from an object store each read is a request
+(~ms). :class:`CachedStorage` keeps a copy of what was read in a local folder, so the next read is a local file
+(memory-mappable, :meth:`~labswarm.storage.base.Storage.local_path`). Writes go to the remote only (a worker that
+computes features does not fill its own disk).
+
+Layout of the cache folder::
+
+    .lock                   taken (``flock``, exclusive) by whoever adds or evicts
+    .usage.json             {"bytes": N}: the bytes of the cached objects, changed under the lock
+    objects/<full key>      one file per cached object (the remote's full key)
+
+The bound holds at every moment: an object is added under the lock, after evicting least recently used files
+until the cache's bytes plus the new object's fit (down to :data:`LOW_WATER` of the bound, so that eviction, which
+lists the folder, runs once per many additions). Recency is the file's modification time, set on every hit
+(``os.utime``: one system call, no lock). Readers take no lock: a file appears whole (written beside it, then
+renamed) and an evicted file that is already open or memory-mapped stays readable (POSIX unlink semantics). A
+reader that loses a file to eviction between finding and opening it fetches it again. Eviction recounts the folder
+and so repairs the usage after a process was killed mid-way or a file was removed by hand.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import fcntl
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, ClassVar
+
+from labswarm.errors import StorageError
+from labswarm.storage.base import MissingObject, Storage, StorageConfig
+
+#: After an eviction the cache holds at most this share of its bound (plus the object being added).
+LOW_WATER = 0.9
+#: Default bound of a cache, in bytes (10 GiB).
+DEFAULT_CACHE_BYTES = 10 * 2**30
+
+
+class CachedStorage(Storage):
+    """``remote`` behind a bounded local cache in ``folder`` (see the module docstring).
+
+    Args:
+        remote: the storage that holds the objects (e.g. ``s3``).
+        folder: the cache's local folder (created), for every process of this machine that uses ``remote``.
+        max_bytes: the most bytes of objects the cache holds (>= 0; 0 caches nothing). An object larger than the
+            bound is read without being cached.
+        scope: see :meth:`Storage.at`.
+
+    Raises:
+        StorageError: ``max_bytes`` is negative.
+    """
+
+    name: ClassVar[str] = "cached"
+
+    def __init__(self, remote: Storage, folder: str | Path, max_bytes: int = DEFAULT_CACHE_BYTES, *,
+                 scope: str = "") -> None:
+        super().__init__(StorageConfig(name="cached"), scope=scope)
+        if max_bytes < 0:
+            raise StorageError(f"a cache bound must be >= 0 bytes, got {max_bytes}")
+        self.remote, self.folder, self.max_bytes = remote, Path(folder), int(max_bytes)
+        self._objects = self.folder / "objects"
+
+    # the cache itself
+    def usage(self) -> int:
+        """Bytes of the cached objects, as last counted (under the lock)."""
+        with self._locked() as state:
+            return int(state["bytes"])
+
+    def cached_path(self, key: str) -> Path:
+        """Where the cached copy of ``key`` lives (it may not exist)."""
+        return self._objects / self._full(key)
+
+    def warm(self, key: str) -> bool:
+        """Fetch ``key`` into the cache unless it is there.
+
+        Returns:
+            whether the object is cached now (``False``: larger than the bound).
+
+        Raises:
+            MissingObject: the remote holds no such object.
+            StorageError: the remote or the cache folder failed.
+        """
+        full = self._full(key)
+        return self._guard("cache", full, lambda: self._fetch(full, keep_bytes=False)[0] is not None)
+
+    def _locked(self) -> contextlib.AbstractContextManager[dict[str, int]]:
+        return _Ledger(self.folder)
+
+    def _touch(self, path: Path) -> bool:
+        """Mark a cached file as just used; ``False`` when it is not (or no longer) there."""
+        try:
+            os.utime(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _fetch(self, full: str, *, keep_bytes: bool) -> tuple[Path | None, bytes | None]:
+        """The cached file of ``full``, fetched from the remote if needed (``None`` when it cannot be cached), and,
+        when ``keep_bytes``, the bytes if they were fetched."""
+        path = self._objects / full
+        if self._touch(path):
+            return path, None
+        data = self.remote.get_bytes(full)
+        size = len(data)
+        if size > self.max_bytes:
+            return None, data
+        with self._locked() as state:
+            if path.is_file():  # another process fetched it meanwhile
+                return path, data if keep_bytes else None
+            if state["bytes"] + size > self.max_bytes:
+                state["bytes"] = self._evict(max(0, int(self.max_bytes * LOW_WATER) - size))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            state["bytes"] += size
+        return path, data if keep_bytes else None
+
+    def _evict(self, target: int) -> int:
+        """Remove least recently used files until at most ``target`` bytes remain (and every temporary file: the
+        lock is held, so none is being written). Called under the lock. Returns the bytes that remain."""
+        files: list[tuple[int, int, str]] = []
+        for dirpath, _dirs, names in os.walk(self._objects):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    continue
+                if name.startswith("."):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
+                    continue
+                files.append((st.st_mtime_ns, st.st_size, path))
+        files.sort()
+        total = sum(size for _, size, _ in files)
+        for _, size, path in files:
+            if total <= target:
+                break
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            total -= size
+        return total
+
+    # primitives
+    def at(self, prefix: str) -> CachedStorage:
+        """See :meth:`Storage.at`; the view shares the remote and the cache folder."""
+        view = super().at(prefix)
+        assert isinstance(view, CachedStorage)
+        return view
+
+    def _describe(self, full: str) -> str:
+        return f"{self.remote.describe(full)} (cached in {self.folder})"
+
+    def _put_bytes(self, full: str, data: bytes) -> None:
+        self.remote.put_bytes(full, data)
+
+    def _put_file(self, full: str, path: Path) -> None:
+        self.remote.put_file(full, path)
+
+    def _get_bytes(self, full: str) -> bytes:
+        for _ in range(3):  # a file evicted between finding and reading it is fetched again
+            path, data = self._fetch(full, keep_bytes=True)
+            if data is not None:
+                return data
+            assert path is not None
+            with contextlib.suppress(FileNotFoundError):
+                return path.read_bytes()
+        return self.remote.get_bytes(full)
+
+    def _read_into(self, full: str, handle: IO[bytes]) -> None:
+        handle.write(self._get_bytes(full))
+
+    def _exists(self, full: str) -> bool:
+        return (self._objects / full).is_file() or self.remote.exists(full)
+
+    def _local_path(self, full: str) -> Path | None:
+        """The cached file, fetched on a miss; ``None`` when it cannot be cached; a path that does not exist when
+        the remote has no such object."""
+        def fetch() -> Path | None:
+            try:
+                return self._fetch(full, keep_bytes=False)[0]
+            except MissingObject:
+                return self._objects / full
+
+        return self._guard("cache", full, fetch)
+
+    def _list(self, folder: str) -> Iterator[str]:
+        return iter(self.remote.list(folder))
+
+    def _sizes(self, folder: str) -> Iterator[tuple[str, int]]:
+        return iter(self.remote.sizes(folder).items())
+
+    def _delete_many(self, fulls: builtins.list[str]) -> None:
+        self.remote._delete_many([self.remote._full(full) for full in fulls])
+        with self._locked() as state:
+            for full in fulls:
+                path = self._objects / full
+                with contextlib.suppress(FileNotFoundError):
+                    size = path.stat().st_size
+                    path.unlink()
+                    state["bytes"] = max(0, state["bytes"] - size)
+
+    def _reachable(self) -> None:
+        self.remote.reachable()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(self.folder, os.W_OK | os.X_OK):
+            raise StorageError(f"the cache folder {self.folder} is not writable")
+
+
+class _Ledger(contextlib.AbstractContextManager):
+    """The cache's exclusive lock (``flock`` on ``.lock``) with its usage record, read on entry and written back
+    on a clean exit."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __enter__(self) -> dict[str, int]:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            self.state = {"bytes": int(json.loads((self.folder / ".usage.json").read_text())["bytes"])}
+        except (OSError, ValueError, KeyError, TypeError):
+            self.state = {"bytes": -1}  # unknown: recounted below
+        if self.state["bytes"] < 0:
+            self.state["bytes"] = _count(self.folder / "objects")
+        self._before = dict(self.state)
+        return self.state
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        try:
+            if self.state != self._before:
+                tmp = self.folder / f".usage.{os.getpid()}.tmp"
+                tmp.write_text(json.dumps(self.state))
+                os.replace(tmp, self.folder / ".usage.json")
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+
+
+def _count(folder: Path) -> int:
+    """Bytes of the files below ``folder`` (temporary files included: they will be removed or renamed)."""
+    total = 0
+    for dirpath, _dirs, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.stat(os.path.join(dirpath, name)).st_size
+    return total

@@ -1,0 +1,154 @@
+"""Operations on a whole feature store: what it holds per experiment and feature (``du``), whether every entry is
+sound (``verify``), and removing what no registered experiment references (``gc``).
+
+The store knows keys, not experiments: a key is a hash of a sample's inputs (:mod:`labswarm.store.keys`). Which
+keys an experiment references is derived from its configuration by the caller (``labswarm store``, which asks
+the manager for the registered experiments) and passed here as sets of keys, by experiment and feature output.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from labswarm.errors import StorageError, StoreError
+from labswarm.store.store import FeatureStore
+
+#: Experiment name → feature output name → the keys of that feature for every sample of the experiment.
+References = Mapping[str, Mapping[str, Iterable[str]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """One row of ``du``: of ``referenced`` keys, ``arrays`` are stored, taking ``bytes`` bytes."""
+
+    experiment: str
+    feature: str
+    referenced: int
+    arrays: int
+    bytes: int
+
+
+def disk_usage(sizes: Mapping[str, int], references: References) -> list[Usage]:
+    """Per experiment and feature, the arrays of the store it references; then one row ``("(none)", "-")`` for the
+    arrays that no experiment references. An array shared by two experiments counts in both rows.
+
+    Args:
+        sizes: the store's entries, key → bytes (:meth:`FeatureStore.sizes`).
+        references: see :data:`References`.
+    """
+    rows, seen = [], set()
+    for experiment, features in sorted(references.items()):
+        for feature, keys in sorted(features.items()):
+            wanted = set(keys)
+            held = wanted & sizes.keys()
+            seen |= held
+            rows.append(Usage(experiment, feature, len(wanted), len(held), sum(sizes[k] for k in held)))
+    orphans = sizes.keys() - seen
+    rows.append(Usage("(none)", "-", 0, len(orphans), sum(sizes[k] for k in orphans)))
+    return rows
+
+
+def check_entry(data: bytes) -> str | None:
+    """What is wrong with one stored entry's bytes, ``None`` when it is sound: it decodes as an ``.npy`` array
+    (no pickled objects), its size is exactly its header's record (shape × item size after the header: nothing
+    cut off, nothing appended), and it holds no NaN."""
+    handle = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(handle)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+            np.lib.format.read_array_header_2_0
+        shape, _fortran, dtype = read_header(handle)
+        if dtype.hasobject:
+            return "holds Python objects"
+        expected = handle.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if len(data) != expected:
+            return f"{len(data)} bytes where its header {shape} {dtype} records {expected}"
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, EOFError, OSError) as exc:
+        return f"does not decode: {exc}"
+    if np.issubdtype(array.dtype, np.floating) and np.isnan(array).any():
+        return "holds NaN"
+    return None
+
+
+@dataclass(slots=True)
+class Verified:
+    """What ``verify`` found: ``checked`` entries, ``problems`` key → reason."""
+
+    checked: int = 0
+    problems: dict[str, str] = field(default_factory=dict)
+
+
+def verify(store: FeatureStore, keys: Iterable[str] | None = None, *, threads: int = 8) -> Verified:
+    """Read every entry (or those of ``keys`` that are stored) and check it (:func:`check_entry`).
+
+    Args:
+        store: the store.
+        keys: the entries to check; ``None``: all.
+        threads: parallel reads (an object store answers each in ~ms).
+
+    Raises:
+        StoreError: the store cannot be listed.
+    """
+    stored = store.sizes()
+    todo = sorted(stored if keys is None else set(keys) & stored.keys())
+    result = Verified(checked=len(todo))
+
+    def one(key: str) -> tuple[str, str | None]:
+        try:
+            data = store.storage.get_bytes(store.relpath(key))
+        except StorageError as exc:  # a reason per entry, not a failed run
+            return key, f"cannot be read: {exc}"
+        return key, check_entry(data)
+
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        for key, problem in pool.map(one, todo):
+            if problem is not None:
+                result.problems[key] = problem
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Collected:
+    """What ``gc`` removed (or would remove with ``dry_run``): ``arrays`` entries of ``bytes`` bytes; ``kept``
+    entries that an experiment references."""
+
+    arrays: int
+    bytes: int
+    kept: int
+    dry_run: bool
+
+
+def collect_garbage(store: FeatureStore, references: References, *, dry_run: bool = False) -> Collected:
+    """Remove every entry no experiment of ``references`` references.
+
+    The caller must pass every registered experiment: an entry of one left out is removed. An entry written
+    while this runs (its key listed after the listing here) is never removed.
+
+    Raises:
+        StoreError: the store cannot be listed, or an entry cannot be removed.
+    """
+    keep = {key for features in references.values() for keys in features.values() for key in keys}
+    sizes = store.sizes()
+    doomed = sorted(sizes.keys() - keep)
+    if not dry_run:
+        for key in doomed:
+            store.delete(key)
+    return Collected(len(doomed), sum(sizes[k] for k in doomed), len(sizes) - len(doomed), dry_run)
+
+
+def require_references(references: References) -> None:
+    """Refuse to collect garbage with no experiment to keep (e.g. the manager answered an empty list by
+    mistake): everything would go.
+
+    Raises:
+        StoreError: ``references`` is empty or references no key at all.
+    """
+    if not any(any(True for _ in keys) for features in references.values() for keys in features.values()):
+        raise StoreError("no registered experiment references any array: refusing to remove the whole store "
+                         "(delete the folder or bucket prefix by hand if that is what you want)")

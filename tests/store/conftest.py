@@ -1,0 +1,23 @@
+"""Fixtures of the feature-store tests: a store on each backend (``local`` folder, ``s3`` on the test S3 server of
+``tests/jobs/conftest.py``, moto's server on :9000, a fresh bucket per test)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from jobs.conftest import S3Endpoint, s3_endpoint, s3_url  # noqa: F401 - fixtures used by the tests here
+
+from labswarm.store import FeatureStore
+
+
+@pytest.fixture(params=["local", "s3"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], FeatureStore]:
+    """A factory of the test's store on the ``local`` backend and, as a second run, on ``s3`` (uncached: every
+    read a request)."""
+    if request.param == "local":
+        return lambda: FeatureStore(tmp_path / "store")
+    endpoint: S3Endpoint = request.getfixturevalue("s3_endpoint")
+    spec = endpoint.spec(prefix="features")
+    return lambda: FeatureStore.open(tmp_path / "cache", remote=spec, cache_bytes=0)
