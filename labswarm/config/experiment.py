@@ -28,14 +28,26 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+)
 
 from labswarm.audio.features.base import EXTRACTORS, FeatureConfig
 from labswarm.audio.transforms.base import TRANSFORMATIONS, TransformationConfig
 from labswarm.config.training import TrainingConfig
 from labswarm.errors import ConfigError, format_loc
 from labswarm.plugin import PluginConfig, configs_of, field_errors, validate_plugin_spec, validate_plugin_specs
-from labswarm.registry import BLOCKS, MODELS
+from labswarm.registry import BLOCKS, MODELS, STORAGES
+from labswarm.storage.base import StorageConfig
+from labswarm.storage.cache import DEFAULT_CACHE_BYTES
 
 #: Experiment names become queue names (``labswarm.<name>``) and folder names: keep them to this pattern.
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
@@ -84,10 +96,34 @@ class StoreConfig(_Strict):
     """The feature store.
 
     Attributes:
-        root: a local or shared (NFS) directory, the same path on every worker.
+        root: a local or shared (NFS) directory, the same path on every worker; with ``remote``, the folder of
+            each machine's local cache of the store.
+        remote: the store in a storage (``{name: s3, endpoint: URL, bucket: ..., prefix: ...}``; credentials come
+            from the environment or a file, never from here, see :mod:`labswarm.storage.s3`): the workers write
+            there and the trainers read it through the cache in ``root``. ``None``: the store is ``root``.
+        cache_bytes: the bound of the cache in ``root`` in bytes, least recently used out (0: no cache, every
+            read a request); default 10 GiB. Only with ``remote``.
     """
 
     root: Path
+    remote: SerializeAsAny[StorageConfig] | None = None  # issue 24: the feature store on object storage
+    cache_bytes: int = Field(DEFAULT_CACHE_BYTES, ge=0)
+
+    @field_validator("remote", mode="before")
+    @classmethod
+    def _remote(cls, value: Any) -> Any:
+        return value if value is None or isinstance(value, StorageConfig) else \
+            validate_plugin_spec(value, STORAGES, "remote")
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without ``remote`` and ``cache_bytes`` while they are unset, so that the fingerprints of experiments
+        written before they existed do not change."""
+        data = handler(self)
+        if self.remote is None and self.cache_bytes == DEFAULT_CACHE_BYTES:
+            data.pop("remote", None)
+            data.pop("cache_bytes", None)
+        return data
 
 
 class ExperimentConfig(_Strict):

@@ -65,7 +65,8 @@ class FeaturesBlock:
 
     def __init__(self, config: ExperimentConfig, store: FeatureStore | None = None) -> None:
         self.config = config
-        self.store = store if store is not None else FeatureStore(config.store.root)
+        self.store = store if store is not None else FeatureStore.open(
+            config.store.root, remote=config.store.remote, cache_bytes=config.store.cache_bytes)
         self.extractors: list[FeatureExtractor] = [FeatureExtractor.from_spec(f) for f in config.features]
         self._transformations: dict[str, Transformation] = {}
         self._identity = IdentityCache()
