@@ -190,6 +190,46 @@ class Predictor:
                        start=segment.start + i * (segment.duration or 0.0), duration=segment.duration,
                        transformation=IDENTITY, seed=0) for i in range(count)]
 
+    def inputs(self, path: str | Path) -> list[np.ndarray]:
+        """The model's inputs for the windows of one file, as :meth:`probabilities` feeds them to the model: the
+        windows collated by the experiment's ``batch`` block in evaluation mode, at most its ``size`` at a time.
+
+        Returns:
+            float32 arrays ``(n, *input_shape)``, one per batch of windows (``n`` at most the batch size); their
+            rows add up to the file's window count. Rows are independent: each may go through the model in any
+            batch of rows of the same shape (:meth:`forward`), as the serving endpoint batches several requests.
+
+        Raises:
+            AudioError, TransformError, FeatureError: the file cannot be loaded or its features computed.
+        """
+        samples = self.windows(path)
+        size = self._batcher.config.size
+        out = []
+        for first in range(0, len(samples), size):  # at most a batch of windows in memory at once
+            items = [_Window(s, self._features.compute(s, only={self.input})) for s in samples[first:first + size]]
+            out.append(self._batcher.collate(items, self._context, 0).features[self.input])  # no randomness
+        return out
+
+    def forward(self, inputs: np.ndarray) -> np.ndarray:
+        """The model's softmax over a batch of inputs (rows of :meth:`inputs`), with :attr:`threads` torch threads.
+
+        Args:
+            inputs: float32 ``(n, *input_shape)``.
+
+        Returns:
+            float64 ``(n, n_classes)``, each row summing to 1.
+        """
+        import torch
+
+        threads = torch.get_num_threads()
+        try:
+            torch.set_num_threads(self.threads)
+            with torch.no_grad():
+                logits = self.model(torch.from_numpy(inputs))
+            return torch.softmax(logits.double(), dim=1).numpy()
+        finally:
+            torch.set_num_threads(threads)
+
     def probabilities(self, path: str | Path) -> tuple[np.ndarray, int]:
         """Class probabilities of one file and its number of windows.
 
@@ -199,24 +239,16 @@ class Predictor:
         Raises:
             AudioError, TransformError, FeatureError: the file cannot be loaded or its features computed.
         """
-        import torch
+        total, windows = np.zeros(len(self.classes)), 0
+        for batch in self.inputs(path):
+            total += self.forward(batch).sum(0)
+            windows += len(batch)
+        return total / windows, windows
 
-        samples = self.windows(path)
-        size = self._batcher.config.size
-        total = np.zeros(len(self.classes))
-        threads = torch.get_num_threads()
-        try:
-            torch.set_num_threads(self.threads)
-            for first in range(0, len(samples), size):  # at most a batch of windows in memory at once
-                items = [_Window(s, self._features.compute(s, only={self.input}))
-                         for s in samples[first:first + size]]
-                batch = self._batcher.collate(items, self._context, 0)  # evaluation mode: no randomness
-                with torch.no_grad():
-                    logits = self.model(torch.from_numpy(batch.features[self.input]))
-                total += torch.softmax(logits.double(), dim=1).sum(0).numpy()
-        finally:
-            torch.set_num_threads(threads)
-        return total / len(samples), len(samples)
+    def prediction(self, path: str | Path, probabilities: np.ndarray, windows: int) -> Prediction:
+        """The :class:`Prediction` of ``path`` from its mean probabilities ``(n_classes,)`` and window count."""
+        return Prediction(str(path), self.classes[int(np.argmax(probabilities))],
+                          {c: float(v) for c, v in zip(self.classes, probabilities, strict=True)}, windows)
 
     def predict_file(self, path: str | Path) -> Prediction:
         """Classify one file; never raises for a problem of the file (the reason is in :attr:`Prediction.error`)."""
@@ -224,8 +256,7 @@ class Predictor:
             p, windows = self.probabilities(path)
         except Exception as exc:  # a library failure on one file fails that file, not the others
             return Prediction(str(path), None, error=f"{type(exc).__name__}: {exc}")
-        return Prediction(str(path), self.classes[int(np.argmax(p))],
-                          {c: float(v) for c, v in zip(self.classes, p, strict=True)}, windows)
+        return self.prediction(path, p, windows)
 
     def predict(self, paths: Sequence[str | Path]) -> list[Prediction]:
         """:meth:`predict_file` for each path, in order."""

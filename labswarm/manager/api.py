@@ -25,6 +25,10 @@ from labswarm.jobs.service.service import JobService
 from labswarm.manager.docs import offline_docs
 from labswarm.manager.metrics import metrics_registry
 from labswarm.manager.schema import contract_openapi, operation_id
+from labswarm.serve import routes as models_api
+from labswarm.serve.server import ModelServer
+from labswarm.serve.settings import ServeSettings
+from labswarm.serve.sources import JobModels
 from labswarm.sessions.api import router as sessions_router
 from labswarm.sessions.service import SessionService
 from labswarm.sessions.stream import router as session_stream_router
@@ -67,7 +71,9 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
     app.openapi = lambda: contract_openapi(app)  # type: ignore[method-assign]  # issue 28: the schema as contract
     app.state.sessions = sessions
     app.state.auth = authenticator
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # 413 past LABSWARM_MAX_BODY_BYTES
+    serving = ServeSettings()  # issue 25: the prediction endpoint's limits (LABSWARM_PREDICT_*)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes,  # 413 past LABSWARM_MAX_BODY_BYTES,
+                       routes=models_api.body_limits(serving))  # and past ..._PREDICT_MAX_REQUEST_BYTES on /predict
 
     _error_handlers(app)
 
@@ -89,6 +95,7 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
     authenticator.add_scoped(jobs.attempt_user)  # each attempt's own token: its learners' report route only
     app.state.jobs = jobs  # the jobs routes' service (labswarm.jobs.service.api.job_service); started by its lifespan
     app.include_router(jobs_api.router)  # authenticated by the app's dependency
+    models_api.mount(app, ModelServer(JobModels(jobs), serving))  # issue 25: /v1/models/{job}/predict
     app.include_router(session_stream_router)  # GET /sessions/{id}/events (labswarm.sessions.stream)
     app.mount("/ui", ui_app(app))  # the dashboard (labswarm.ui), authenticated on the same tokens
     return app

@@ -1,0 +1,119 @@
+"""Forward passes shared by concurrent requests: one thread runs the model on the rows every caller queued.
+
+Callers queue arrays of model inputs (a file's windows, :meth:`labswarm.predict.Predictor.inputs`); the thread
+takes what is queued, concatenates the arrays of the same shape (at most ``max_batch`` rows, at least one array)
+into one forward pass and gives each caller its rows back. A lone caller waits for no one: its array goes through
+at once; under load the requests that arrive during a pass go through together in the next (dynamic batching
+without a timer, as in NVIDIA Triton's dynamic batcher with no queue delay). Rows are independent (the model in
+evaluation mode), so a row's probabilities do not depend on its batch, up to float rounding (~1e-7).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+
+import numpy as np
+
+#: What the thread runs: float32 ``(n, *input_shape)`` -> float64 ``(n, n_classes)``.
+Forward = Callable[[np.ndarray], np.ndarray]
+
+
+class BatchedModel:
+    """A model's forward pass behind a queue, run by one thread of its own.
+
+    Args:
+        forward: the model's softmax over a batch (:meth:`labswarm.predict.Predictor.forward`).
+        max_batch: the most rows in one pass (an array larger than that still goes through alone).
+        name: the thread's name.
+
+    Attributes:
+        passes: forward passes run; ``rows``: rows they held (``rows / passes`` is the mean batch).
+    """
+
+    def __init__(self, forward: Forward, max_batch: int = 64, name: str = "model") -> None:
+        self.forward = forward
+        self.max_batch = max_batch
+        self.passes = 0
+        self.rows = 0
+        self._queue: queue.SimpleQueue[tuple[np.ndarray, Future[np.ndarray]] | None] = queue.SimpleQueue()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name=f"labswarm-serve-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, inputs: np.ndarray) -> Future[np.ndarray]:
+        """Queue ``inputs`` (float32 ``(n, *input_shape)``); the future gives their softmax, float64
+        ``(n, n_classes)``, or the model's exception. Once the model is closed (evicted from the cache while a
+        request still held it), the pass runs at once in the caller's thread, alone."""
+        done: Future[np.ndarray] = Future()
+        if self._closed:
+            done.set_running_or_notify_cancel()
+            try:
+                done.set_result(self.forward(inputs))
+            except Exception as exc:
+                done.set_exception(exc)
+            return done
+        self._queue.put((inputs, done))
+        return done
+
+    def close(self) -> None:
+        """Stop the thread once what is queued has gone through; later :meth:`submit` calls run unbatched."""
+        self._closed = True
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        held: list[tuple[np.ndarray, Future[np.ndarray]]] = []  # queued arrays of another shape than the last pass
+        stopping = False
+        while True:
+            if not held:
+                if stopping:
+                    return
+                first = self._queue.get()
+                if first is None:
+                    return
+                held.append(first)
+            while True:  # everything queued now joins this round (no waiting)
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                else:
+                    held.append(item)
+            batch, held = self._take(held)
+            self._pass(batch)
+
+    def _take(self, held: list[tuple[np.ndarray, Future[np.ndarray]]]
+              ) -> tuple[list[tuple[np.ndarray, Future[np.ndarray]]], list[tuple[np.ndarray, Future[np.ndarray]]]]:
+        """The first array, with the arrays of its shape that follow it while they fit in ``max_batch`` rows;
+        and the rest, in order."""
+        shape = held[0][0].shape[1:]
+        batch, rest, rows = [held[0]], [], len(held[0][0])
+        for item in held[1:]:
+            if item[0].shape[1:] == shape and rows + len(item[0]) <= self.max_batch:
+                batch.append(item)
+                rows += len(item[0])
+            else:
+                rest.append(item)
+        return batch, rest
+
+    def _pass(self, batch: list[tuple[np.ndarray, Future[np.ndarray]]]) -> None:
+        live = [(x, done) for x, done in batch if done.set_running_or_notify_cancel()]
+        if not live:
+            return
+        try:
+            inputs = live[0][0] if len(live) == 1 else np.concatenate([x for x, _ in live])
+            out = self.forward(inputs)
+        except Exception as exc:  # the model failed on this batch: every caller in it gets the error
+            for _, done in live:
+                done.set_exception(exc)
+            return
+        self.passes += 1
+        self.rows += len(inputs)
+        first = 0
+        for x, done in live:
+            done.set_result(out[first:first + len(x)])
+            first += len(x)

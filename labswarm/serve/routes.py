@@ -1,0 +1,114 @@
+"""The prediction endpoint's HTTP routes, ``/v1/models``: :data:`router`, on the manager (the models of its jobs)
+and alone (``labswarm serve``). The app sets ``app.state.models``, a :class:`~labswarm.serve.server.ModelServer`
+(:func:`mount` does both), and authenticates the routes (the manager's app-wide dependency).
+
+=================================== ==================================================================
+``GET /v1/models/{job}``            the model's classes, input feature, experiment, segment and limits
+``POST /v1/models/{job}/predict``   audio files (multipart ``files``, repeated) -> one result per file
+=================================== ==================================================================
+
+A result is the file's ``labswarm predict --json`` row (``path``: the name it was sent with; ``label``,
+``probabilities``, ``windows``, ``error``) with its own ``status``: 200, 413 (over ``predict_max_file_bytes``
+or ``predict_max_duration_s``) or 422 (cannot be decoded or classified). The answer is 200 when every file was
+classified, 207 (Multi-Status) when some were, and otherwise the files' common status (413 or 422; 422 when
+they differ), always with the list: ``{"model": job, "results": [...]}``. A request body over
+``predict_max_request_bytes`` is refused whole with 413 before it is read; more than ``predict_max_files`` files
+is a 422 naming ``files``. Another user's job is a 404, as on every jobs route; a job not completed yet, 409.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import APIRouter, FastAPI, File, HTTPException, Query, Request, UploadFile
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from labswarm.errors import Conflict, NotFound
+from labswarm.serve.server import ModelServer, Upload
+from labswarm.serve.settings import ServeSettings
+from labswarm.train.checkpoint import CheckpointError
+
+#: The prediction route's path, as :class:`~labswarm.auth.limits.BodyLimit` matches it.
+PREDICT_PATH = r"/v1/models/[^/]+/predict"
+
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Close ``app.state.models`` (its cached models' threads, its feature threads) when the app stops."""
+    try:
+        yield
+    finally:
+        app.state.models.close()
+
+
+router = APIRouter(prefix="/v1/models", tags=["models"], lifespan=lifespan)
+
+
+def mount(app: FastAPI, server: ModelServer) -> None:
+    """Serve :data:`router` on ``app`` with ``server`` (``app.state.models``), closed when the app stops."""
+    app.state.models = server
+    app.include_router(router)
+
+
+def body_limits(settings: ServeSettings) -> dict[str, tuple[int, str]]:
+    """The request body limit of the prediction route, for :class:`~labswarm.auth.limits.BodyLimit`."""
+    return {PREDICT_PATH: (settings.max_request_bytes, "predict_max_request_bytes")}
+
+
+def _server(request: Request) -> ModelServer:
+    return request.app.state.models
+
+
+async def _served(request: Request, job: str):
+    """The model of ``job`` for the caller, as HTTP errors: 404 (none, or not theirs), 409 (not completed), 422
+    (its model file is not usable)."""
+    try:
+        return await run_in_threadpool(_server(request).model, job, getattr(request.state, "user", None))
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    except Conflict as exc:
+        raise HTTPException(409, str(exc)) from None
+    except CheckpointError as exc:
+        raise HTTPException(422, str(exc)) from None
+
+
+@router.get("/{job}")
+async def describe_model(job: str, request: Request) -> dict[str, Any]:
+    """The model of a completed job: its classes (the order of ``probabilities``), input feature, experiment,
+    segment, and the endpoint's limits."""
+    await _served(request, job)
+    return await run_in_threadpool(_server(request).describe, job, getattr(request.state, "user", None))
+
+
+@router.post("/{job}/predict", responses={207: {"description": "some files classified, others refused"},
+                                          413: {"description": "every file refused for its size or length, "
+                                                "or the request body over its limit"}})
+async def predict(job: str, request: Request, files: Annotated[list[UploadFile], File(
+                      description="Audio files to classify (any format libsndfile decodes, any rate and channels)")],
+                  top: Annotated[int | None, Query(ge=1, description="Keep the K most probable classes")] = None
+                  ) -> JSONResponse:
+    """Classify audio files with the model of a completed training job, as ``labswarm predict`` does: one result
+    per file, in order, each with its HTTP status (see the module's table)."""
+    server = _server(request)
+    if len(files) > server.settings.max_files:
+        raise HTTPException(422, [{"path": "files", "reason": f"{len(files)} files: over the limit of "
+                                   f"{server.settings.max_files} a request (setting predict_max_files)"}])
+    served = await _served(request, job)
+    uploads = [Upload(f.filename or f"file-{i}", f.file, f.size if f.size is not None else _size(f))
+               for i, f in enumerate(files)]
+    results = await server.predict(served, uploads, top)
+    statuses = {r["status"] for r in results}
+    status = 200 if statuses == {200} else 207 if 200 in statuses else statuses.pop() if len(statuses) == 1 else 422
+    return JSONResponse({"model": job, "results": results}, status_code=status)
+
+
+def _size(upload: UploadFile) -> int:
+    handle = upload.file
+    here = handle.tell()
+    size = handle.seek(0, 2)
+    handle.seek(here)
+    return size

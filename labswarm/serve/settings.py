@@ -1,0 +1,45 @@
+"""The prediction endpoint's settings (``LABSWARM_PREDICT_*``), read by the manager and by ``labswarm serve``."""
+
+from __future__ import annotations
+
+import os
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class ServeSettings(BaseSettings):
+    """Limits and sizes of ``POST /v1/models/{job}/predict``; each from ``LABSWARM_PREDICT_<NAME>``.
+
+    Attributes:
+        max_file_bytes: the largest audio file answered, in bytes (64 MiB: ~6 min of 16-bit 44.1-kHz stereo
+            WAV); a larger one is refused in its row with 413.
+        max_duration_s: the longest audio file answered, in seconds (600); a longer one is refused in its row
+            with 413, before it is decoded.
+        max_files: files in one request (64); more is a 422 of the request.
+        max_request_bytes: the largest request body, in bytes (256 MiB); a larger one is refused whole with 413
+            before it is read (the manager's other routes keep ``max_body_bytes``).
+        cache_models: trained models kept loaded at once (4), least recently used dropped first.
+        max_batch: rows (windows) of one forward pass when requests are batched (64).
+        workers: threads computing features of uploaded files at once (default: this process's CPU cores).
+        threads: torch's intra-op threads in a forward pass (1, as ``labswarm predict``: see
+            :class:`labswarm.predict.Predictor`).
+    """
+
+    model_config = SettingsConfigDict(env_prefix="LABSWARM_PREDICT_", extra="ignore")
+
+    max_file_bytes: int = Field(64 * 1024 * 1024, ge=1024)
+    max_duration_s: float = Field(600.0, gt=0)
+    max_files: int = Field(64, ge=1)
+    max_request_bytes: int = Field(256 * 1024 * 1024, ge=1024)
+    cache_models: int = Field(4, ge=1)
+    max_batch: int = Field(64, ge=1)
+    workers: int = Field(default_factory=_cores, ge=1)
+    threads: int = Field(1, ge=1)
