@@ -17,6 +17,7 @@ from labswarm.cli.models import models_app  # issue 25: model plugins
 from labswarm.cli.output import console, err, fail, warn_password
 from labswarm.cli.predict import predict_command
 from labswarm.cli.progress import Phase
+from labswarm.cli.serve import serve_command  # issue 25: the prediction endpoint alone
 from labswarm.cli.sessions import sessions_app
 from labswarm.cli.tokens import tokens_app
 from labswarm.errors import LabswarmError
@@ -34,6 +35,7 @@ app.command("features")(experiment.features)
 app.command("run")(experiment.run)
 app.command("train")(experiment.train)
 app.command("predict")(predict_command)
+app.command("serve")(serve_command)
 app.command("compare")(compare_command)
 
 
