@@ -85,7 +85,8 @@ class Verified:
 
 
 def verify(store: FeatureStore, keys: Iterable[str] | None = None, *, threads: int = 8) -> Verified:
-    """Read every entry (or those of ``keys`` that are stored) and check it (:func:`check_entry`).
+    """Read every entry (or those of ``keys`` that are stored) from where the store keeps it (behind any cache:
+:attr:`FeatureStore.origin`) and check it (:func:`check_entry`).
 
     Args:
         store: the store.
@@ -98,10 +99,11 @@ def verify(store: FeatureStore, keys: Iterable[str] | None = None, *, threads: i
     stored = store.sizes()
     todo = sorted(stored if keys is None else set(keys) & stored.keys())
     result = Verified(checked=len(todo))
+    origin = store.origin
 
     def one(key: str) -> tuple[str, str | None]:
         try:
-            data = store.storage.get_bytes(store.relpath(key))
+            data = origin.get_bytes(store.relpath(key))
         except StorageError as exc:  # a reason per entry, not a failed run
             return key, f"cannot be read: {exc}"
         return key, check_entry(data)

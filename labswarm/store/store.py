@@ -114,6 +114,14 @@ class FeatureStore:
             marker = json.dumps({"layout": LAYOUT_VERSION}).encode()
             self._call(lambda: self.storage.put_bytes(MARKER, marker))
 
+    @property
+    def origin(self) -> Storage:
+        """The storage that holds the entries: :attr:`storage` itself, or the remote behind its cache."""
+        storage = self.storage
+        if isinstance(storage, CachedStorage):
+            return storage.remote.at(storage.root) if storage.root else storage.remote
+        return storage
+
     @staticmethod
     def relpath(key: str) -> str:
         """The entry's path relative to the root: ``v1/<k0k1>/<k2k3>/<key>.npy``.

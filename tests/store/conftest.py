@@ -12,12 +12,13 @@ from jobs.conftest import S3Endpoint, s3_endpoint, s3_url  # noqa: F401 - fixtur
 from labswarm.store import FeatureStore
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "s3-cached"])
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], FeatureStore]:
-    """A factory of the test's store on the ``local`` backend and, as a second run, on ``s3`` (uncached: every
-    read a request)."""
+    """A factory of the test's store on the ``local`` backend, then on ``s3`` uncached (every read a request),
+    then on ``s3`` behind a local cache (reads memory-map the cached file)."""
     if request.param == "local":
         return lambda: FeatureStore(tmp_path / "store")
     endpoint: S3Endpoint = request.getfixturevalue("s3_endpoint")
     spec = endpoint.spec(prefix="features")
-    return lambda: FeatureStore.open(tmp_path / "cache", remote=spec, cache_bytes=0)
+    cache_bytes = 0 if request.param == "s3" else 1 << 30
+    return lambda: FeatureStore.open(tmp_path / "cache", remote=spec, cache_bytes=cache_bytes)

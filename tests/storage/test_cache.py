@@ -1,0 +1,112 @@
+"""The local cache in front of a remote storage (labswarm/storage/cache.py): reads served locally after the first,
+least recently used out, never above its bound, two processes filling it at once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from labswarm.errors import StorageError
+from labswarm.storage import LocalStorage, LocalStorageConfig, MissingObject
+from labswarm.storage.cache import CachedStorage, _Ledger
+
+SIZE = 1000  # bytes of each test object
+
+
+def remote_with(tmp_path: Path, n: int) -> LocalStorage:
+    """A remote of ``n`` objects ``o/<i>`` of :data:`SIZE` bytes, object ``i`` filled with byte ``i % 256``."""
+    remote = LocalStorage(LocalStorageConfig(path=tmp_path / "remote", fsync=False))
+    for i in range(n):
+        remote.put_bytes(f"o/{i}", bytes([i % 256]) * SIZE)
+    return remote
+
+
+def cached_bytes(folder: Path) -> int:
+    """The bytes of the files in the cache, counted under its lock (no addition half done)."""
+    with _Ledger(folder):
+        return sum(p.stat().st_size for p in (folder / "objects").rglob("*") if p.is_file())
+
+
+def test_a_read_is_served_locally_after_the_first(tmp_path: Path) -> None:
+    remote = remote_with(tmp_path, 3)
+    cache = CachedStorage(remote, tmp_path / "cache", 10 * SIZE)
+    assert cache.get_bytes("o/1") == bytes([1]) * SIZE
+    path = cache.local_path("o/2")
+    assert path is not None and path.read_bytes() == bytes([2]) * SIZE and path.is_relative_to(tmp_path / "cache")
+    remote.delete("o")  # the remote loses them: the cached copies still answer
+    assert cache.get_bytes("o/1") == bytes([1]) * SIZE and cache.exists("o/2")
+    with pytest.raises(MissingObject):
+        cache.get_bytes("o/0")
+    assert cache.usage() == 2 * SIZE == cached_bytes(tmp_path / "cache")
+
+
+def test_least_recently_used_out_and_never_above_the_bound(tmp_path: Path) -> None:
+    remote = remote_with(tmp_path, 60)
+    bound = 10 * SIZE + SIZE // 2
+    cache = CachedStorage(remote, tmp_path / "cache", bound)
+    order = list(range(1, 60))
+    random.Random(0).shuffle(order)
+    cache.warm("o/0")
+    remote.delete("o/0")  # from now on only the cache has it: evicting it would lose it
+    for n, i in enumerate(order):
+        assert cache.get_bytes(f"o/{i}") == bytes([i % 256]) * SIZE
+        if n % 3 == 0:
+            assert cache.get_bytes("o/0") == bytes(SIZE)  # used often: never the least recent
+        assert cached_bytes(tmp_path / "cache") <= bound
+        assert cache.usage() == cached_bytes(tmp_path / "cache")
+    assert cache.cached_path("o/0").is_file() and cache.cached_path(f"o/{order[-1]}").is_file()
+    assert not cache.cached_path(f"o/{order[0]}").is_file()
+
+
+def test_an_object_larger_than_the_bound_is_read_uncached(tmp_path: Path) -> None:
+    cache = CachedStorage(remote_with(tmp_path, 1), tmp_path / "cache", SIZE - 1)
+    assert cache.get_bytes("o/0") == bytes(SIZE)
+    assert cache.local_path("o/0") is None and cache.usage() == 0
+    with pytest.raises(StorageError, match=">= 0"):
+        CachedStorage(remote_with(tmp_path, 0), tmp_path / "c2", -1)
+
+
+def test_the_usage_record_is_recounted_when_lost(tmp_path: Path) -> None:
+    cache = CachedStorage(remote_with(tmp_path, 4), tmp_path / "cache", 100 * SIZE)
+    for i in range(4):
+        cache.warm(f"o/{i}")
+    (tmp_path / "cache" / ".usage.json").unlink()  # as if a process was killed before writing it
+    assert cache.usage() == 4 * SIZE
+
+
+def _fill(remote_path: str, folder: str, bound: int, seed: int, n: int) -> None:
+    remote = LocalStorage(LocalStorageConfig(path=Path(remote_path), fsync=False))
+    cache = CachedStorage(remote, folder, bound)
+    rng = random.Random(seed)
+    for _ in range(400):
+        i = rng.randrange(n)
+        data = cache.get_bytes(f"o/{i}") if rng.random() < 0.5 else (cache.local_path(f"o/{i}") or Path()).read_bytes()
+        if data != bytes([i % 256]) * SIZE:
+            raise RuntimeError(f"o/{i} read back wrong ({len(data)} bytes)")
+
+
+def test_two_processes_filling_it_at_once(tmp_path: Path) -> None:
+    n, bound = 120, 25 * SIZE
+    remote_with(tmp_path, n)
+    folder = tmp_path / "cache"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_fill, args=(str(tmp_path / "remote"), str(folder), bound, seed, n))
+             for seed in (1, 2)]
+    for p in procs:
+        p.start()
+    samples = []
+    while any(p.is_alive() for p in procs):  # the bound holds at every moment, not only at the end
+        if folder.is_dir():
+            samples.append(cached_bytes(folder))
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert samples and max(samples) <= bound
+    final = cached_bytes(folder)
+    assert final <= bound and CachedStorage(remote_with(tmp_path, 0), folder, bound).usage() == final
+    assert not [p for p in folder.rglob(".*.tmp")]
+    assert os.path.isfile(folder / ".lock")
