@@ -84,6 +84,10 @@ class ManagerClient(HTTPClient):
             return self._call("POST", "/experiments", content=config, headers={"Content-Type": "application/yaml"})
         return self._call("POST", "/experiments", json=dict(config))
 
+    def experiments(self) -> list[dict]:
+        """The registered experiments the token may see (name, owner, fingerprint, ``valid``, ``problem``, ...)."""
+        return self._call("GET", "/experiments")
+
     def experiment_config(self, name: str) -> dict:
         """The validated configuration of an experiment (what a worker fetches once)."""
         return self._call("GET", f"/experiments/{name}/config")
