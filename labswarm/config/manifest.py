@@ -190,7 +190,7 @@ class JobManifest(_Strict):
             if self.learners < 2:
                 errors.append((("learners",), f"framework {self.framework.name!r} trains 2 or more learners; "
                                               "for 1, use framework {name: labswarm}"))
-            elif (problem := self.framework.learners_problem(self.learners)) is not None:
+            elif (problem := self.framework.learners_problem(self.learners, self.ps_shards)) is not None:
                 errors.append((("framework", problem[0]), problem[1]))
             if self.ps_shards is not None and not self.framework.needs_parameter_server:
                 errors.append((("ps_shards",), f"framework {self.framework.name!r} has no parameter server; "
@@ -205,6 +205,8 @@ class JobManifest(_Strict):
                                                "takes ps_shards"))
         if errors:
             raise _validation_error("manifest", errors)
+        if isinstance(self.framework, DistributedFramework):  # its SINGA topology, shown in the resolved manifest
+            object.__setattr__(self, "framework", self.framework.resolve(self.learners, self.ps_shards))
         return self
 
     @property
@@ -213,7 +215,7 @@ class JobManifest(_Strict):
         else 0."""
         framework = self.framework
         if isinstance(framework, DistributedFramework) and framework.needs_parameter_server:
-            return self.ps_shards or 1
+            return self.ps_shards or framework.ps_shards or 1
         return 0
 
     @field_validator("data_store", "results_store", mode="before")

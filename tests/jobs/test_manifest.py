@@ -185,7 +185,9 @@ def test_distributed_manifest_errors_name_the_field(change: dict[str, Any], path
 def test_a_distributed_framework_keeps_its_parameters_and_shards() -> None:
     manifest = parse_manifest({**base(), "learners": 2, "framework": {"name": "easgd", "tau": 8}, "ps_shards": 2})
     resolved = manifest.resolved()
-    assert resolved["framework"] == {"name": "easgd", "alpha": 0.1, "tau": 8, "timeout_s": 30.0}
+    assert resolved["framework"] == {"name": "easgd", "alpha": 0.1, "tau": 8, "timeout_s": 30.0, "topology": {
+        "worker_groups": 2, "workers_per_group": 1, "server_groups": 1, "shards_per_group": 2, "colocated": False,
+        "serves": [[0, 1]], "sync_period": None}}
     assert manifest.shards == 2
     assert parse_manifest(resolved).framework == manifest.framework
     assert parse_manifest({**base(), "learners": 2, "framework": {"name": "downpour"}}).shards == 1

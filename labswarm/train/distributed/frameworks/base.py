@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
+from labswarm.config.topology import Topology
 from labswarm.plugin import PluginConfig, build_plugin
 from labswarm.registry import FRAMEWORKS
 from labswarm.train.distributed.context import DEFAULT_TIMEOUT_S, LearnerContext
@@ -41,9 +42,12 @@ class FrameworkConfig(PluginConfig):
             (``default_pg_timeout``) waits 30 minutes. It also bounds the rendezvous (every learner of an attempt
             must join within it) and any wait for a peer (rank 0's validation alone, its checkpoint). It reaches
             the learners as ``LABSWARM_COLLECTIVE_TIMEOUT_S`` and the shards as ``--round-timeout``.
+        topology: the SINGA cluster topology the framework runs (:mod:`labswarm.config.topology`; a job fills it
+            in, :meth:`labswarm.config.frameworks.DistributedFramework.resolve`); carried, not read, here.
     """
 
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, le=3600)
+    topology: Topology | None = None
 
 
 @dataclass
