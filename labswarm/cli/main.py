@@ -19,6 +19,7 @@ from labswarm.cli.predict import predict_command
 from labswarm.cli.progress import Phase
 from labswarm.cli.serve import serve_command  # issue 25: the prediction endpoint alone
 from labswarm.cli.sessions import sessions_app
+from labswarm.cli.store import store_app  # issue 24: store operations
 from labswarm.cli.tokens import tokens_app
 from labswarm.errors import LabswarmError
 
@@ -31,6 +32,7 @@ app.add_typer(jobs_app, name="jobs")
 app.add_typer(tokens_app, name="tokens")
 app.add_typer(models_app, name="models")  # issue 25: model plugins
 app.add_typer(health_app, name="health")
+app.add_typer(store_app, name="store")  # issue 24: store operations
 app.command("features")(experiment.features)
 app.command("run")(experiment.run)
 app.command("train")(experiment.train)
