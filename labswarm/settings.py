@@ -83,8 +83,26 @@ class Settings(BaseSettings):
         swarm_data_nfs_options: NFS mount options, ``addr=HOST`` is prepended.
         swarm_constraints: placement constraints of the worker services, e.g. ``["node.labels.labswarm==worker"]``.
         swarm_stop_grace: seconds a worker container gets to finish its running tasks when scaled down or removed.
-        job_slots: learner slots of the training-jobs queue: jobs start, by priority then submission, while their
-            learners fit (``LABSWARM_JOB_SLOTS``).
+        job_slots: learner slots of the training-jobs queue: jobs start, in fair-share order between users
+            (:mod:`labswarm.jobs.lifecycle.fairshare`), while their learners fit (``LABSWARM_JOB_SLOTS``).
+            ``None`` (the default): one slot per CPU core this manager may run on (``os.sched_getaffinity``);
+            GPUs are counted apart, a job's ``resources.gpus`` waiting for free ones (``job_gpus``). Set it on a
+            swarm, whose capacity is the cluster's, not the manager's machine.
+        fair_share_half_life: seconds after which a user's past slot-time counts half in the fair-share order
+            (exponential decay, as Slurm's ``PriorityDecayHalfLife``, whose default of 7 days this takes).
+        user_weights: fair-share weights by user name (``{"alice": 2}``; ``LABSWARM_USER_WEIGHTS``, JSON); a
+            ``weight`` in the tokens file wins; everyone else weighs 1.
+        quota_running_learners: default per-user quota of learners holding slots at once (``None``: no quota); a
+            job that would pass it waits in the queue, with the reason in its ``reason``. Per-user overrides:
+            ``quotas`` in the tokens file (:mod:`labswarm.auth.quotas`).
+        quota_gpus: default per-user quota of GPUs held by running learners at once (``None``: no quota).
+        quota_queued_jobs: default per-user quota of jobs waiting in the queue; a submission over it is a 429 that
+            names the quota (``None``: no quota).
+        quota_active_sessions: default per-user quota of sessions running or paused at once; a start over it is a
+            429 that names the quota (``None``: no quota).
+        auth_failure_burst: wrong tokens one client address may present in a burst before its failures are
+            answered 429 (token bucket, :mod:`labswarm.auth.limits`); valid tokens are never refused by it.
+        auth_failure_rate: wrong tokens per second one client address regains (the bucket's refill).
         job_gpus: GPUs the lifecycle manager hands to learners, each learner its own ``CUDA_VISIBLE_DEVICES``;
             ``None``: those ``nvidia-smi -L`` lists (0 without it).
         job_heartbeat_timeout: seconds a running learner may go without reporting before the watchdog declares it
@@ -125,7 +143,15 @@ class Settings(BaseSettings):
     swarm_constraints: list[str] = Field(default_factory=list)
     swarm_stop_grace: float = Field(60.0, gt=0)
     max_total_waiting: int | None = Field(2_000, ge=0)
-    job_slots: int = Field(1, ge=1)
+    job_slots: int | None = Field(None, ge=1)
+    fair_share_half_life: float = Field(7 * 24 * 3600.0, gt=0)
+    user_weights: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
+    quota_running_learners: int | None = Field(None, ge=0)
+    quota_gpus: int | None = Field(None, ge=0)
+    quota_queued_jobs: int | None = Field(None, ge=0)
+    quota_active_sessions: int | None = Field(None, ge=0)
+    auth_failure_burst: int = Field(50, ge=1)
+    auth_failure_rate: float = Field(2.0, gt=0)
     job_gpus: int | None = Field(None, ge=0)
     job_heartbeat_timeout: float = Field(60.0, gt=0)
     job_start_timeout: float = Field(300.0, gt=0)

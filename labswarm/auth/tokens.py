@@ -7,6 +7,8 @@ The file is YAML (``.yaml``/``.yml``) or TOML (``.toml``)::
       - name: alice
         role: user               # admin | user
         token_sha256: 3f7a...    # hex SHA-256 of the token; the token itself is never stored
+        weight: 2                # optional: fair-share weight and quotas (labswarm.auth.quotas)
+        quotas: {queued_jobs: 20}
 
 A token is 32 random bytes, URL-safe base64 (43 characters): its SHA-256 cannot be inverted, so an unsalted
 hash is enough (unlike a password, there is no dictionary to try).
@@ -22,7 +24,7 @@ import secrets
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 
@@ -92,12 +94,7 @@ def load_tokens(path: Path) -> list[TokenEntry]:
         ConfigError: unreadable file, unknown suffix, or an invalid entry (the message names ``tokens[i].key``);
             two entries with one name.
     """
-    if not path.exists():
-        return []
-    data = _read(path)
-    raw = data.get("tokens", []) if isinstance(data, dict) else None
-    if not isinstance(raw, list):
-        raise ConfigError([("tokens", f"{path}: expected a list under 'tokens'")])
+    raw = raw_entries(path)
     entries: list[TokenEntry] = []
     for i, item in enumerate(raw):
         where = f"tokens[{i}]"
@@ -116,6 +113,22 @@ def load_tokens(path: Path) -> list[TokenEntry]:
     return entries
 
 
+def raw_entries(path: Path) -> list[Any]:
+    """The entries of the tokens file ``path`` as read (a missing file has none), unchecked: what
+    :func:`load_tokens` and the quotas (:mod:`labswarm.auth.quotas`: ``weight``, ``quotas``) validate.
+
+    Raises:
+        ConfigError: unreadable file, unknown suffix, no list under ``tokens``.
+    """
+    if not path.exists():
+        return []
+    data = _read(path)
+    raw = data.get("tokens", []) if isinstance(data, dict) else None
+    if not isinstance(raw, list):
+        raise ConfigError([("tokens", f"{path}: expected a list under 'tokens'")])
+    return raw
+
+
 def add_token(path: Path, name: str, role: str = "user") -> str:
     """Generate a token for a new user ``name``, store its hash in ``path`` (created, mode 0600) and return it:
     the only time the token exists outside the caller's hands.
@@ -131,7 +144,7 @@ def add_token(path: Path, name: str, role: str = "user") -> str:
     if name in RESERVED or any(e.user.name == name for e in entries):
         raise ConfigError([("name", f"{name!r} exists already (or is reserved: {', '.join(RESERVED)})")])
     token = new_token()
-    rows = [{"name": e.user.name, "role": e.user.role, "token_sha256": e.sha256.hex()} for e in entries]
+    rows: list[dict[str, Any]] = list(raw_entries(path))  # as they are: their weights and quotas kept
     rows.append({"name": name, "role": role, "token_sha256": hash_token(token).hex()})
     _write(path, rows)
     return token
@@ -150,11 +163,9 @@ def _read(path: Path) -> object:
     raise ConfigError([("tokens_file", f"{path}: use a .yaml, .yml or .toml file")])
 
 
-def _write(path: Path, rows: list[dict[str, str]]) -> None:
+def _write(path: Path, rows: list[dict[str, Any]]) -> None:
     if path.suffix == ".toml":
-        # names, roles and hex digests need no escaping beyond JSON's, which TOML's basic strings share
-        text = "".join(f"[[tokens]]\nname = {json.dumps(r['name'])}\nrole = {json.dumps(r['role'])}\n"
-                       f"token_sha256 = {json.dumps(r['token_sha256'])}\n\n" for r in rows)
+        text = "".join(_toml_entry(r) for r in rows)
     elif path.suffix in (".yaml", ".yml"):
         text = yaml.safe_dump({"tokens": rows}, sort_keys=False)
     else:
@@ -165,3 +176,16 @@ def _write(path: Path, rows: list[dict[str, str]]) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(text)
     os.replace(tmp, path)
+
+
+def _toml_entry(row: dict[str, Any]) -> str:
+    """One ``[[tokens]]`` table: strings and numbers as JSON writes them (TOML's basic strings share JSON's
+    escapes), a ``quotas`` mapping as an inline table (``null``: left out, TOML has none)."""
+    lines = ["[[tokens]]"]
+    for key, value in row.items():
+        if isinstance(value, dict):
+            inner = ", ".join(f"{k} = {json.dumps(v)}" for k, v in value.items() if v is not None)
+            lines.append(f"{key} = {{{inner}}}")
+        elif value is not None:
+            lines.append(f"{key} = {json.dumps(value)}")
+    return "\n".join(lines) + "\n\n"

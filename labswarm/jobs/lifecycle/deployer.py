@@ -1,5 +1,6 @@
-"""Deploying jobs' attempts: the queue's schedule (by priority then submission, while the learners fit in
-``job_slots`` and their GPUs in the free ones: QUEUED → PENDING) and the start of each attempt's learners from
+"""Deploying jobs' attempts: the queue's schedule (in weighted fair-share order between users,
+:mod:`labswarm.jobs.lifecycle.fairshare`, under their quotas, while the learners fit in ``job_slots`` and their GPUs
+in the free ones: QUEUED → PENDING) and the start of each attempt's learners from
 the last committed checkpoint (the third step of the lifecycle's pass, see :mod:`labswarm.jobs.lifecycle.lifecycle`).
 
 A distributed job (``learners: N`` with a distributed framework) first gets its coordinator and parameter-server
@@ -24,20 +25,25 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from labswarm.auth.quotas import Policies, QuotaExceeded
 from labswarm.config.manifest import parse_manifest
 from labswarm.deploy.learners import LearnerLaunch, LearnerLauncher
 from labswarm.errors import ConfigError, DeployError, StorageError
+from labswarm.jobs.lifecycle import fairshare
 from labswarm.jobs.lifecycle.cluster import JobCluster
+from labswarm.jobs.lifecycle.fairshare import FairQueue
 from labswarm.jobs.lifecycle.runtime import JobRuntime
 from labswarm.jobs.records import events
 from labswarm.jobs.records.credentials import new_attempt_token
 from labswarm.jobs.records.models import AttemptRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.spec import layout
-from labswarm.jobs.spec.states import HOLDS_SLOTS, JobState
+from labswarm.jobs.spec.states import JobState
 
 log = logging.getLogger(__name__)
 
 _S = JobState
+#: How the reason of a job held back by its owner's quota starts.
+WAITING_QUOTA = "waiting: "
 
 
 class Deployer:
@@ -59,22 +65,70 @@ class Deployer:
         self.tokens = tokens
         self.host = socket.gethostname()
         self._gpus: list[str] | None = None
+        self._machine_slots = fairshare.machine_slots()
+        #: the users' fair-share weights and quotas (labswarm.auth.quotas: settings and tokens file)
+        self.policies = Policies.from_settings(self.settings)
+
+    @property
+    def slots(self) -> int:
+        """The learner slots: ``job_slots``, or the machine's CPU cores (:func:`~.fairshare.machine_slots`)."""
+        return self.settings.job_slots or self._machine_slots
 
     def schedule(self, db: Session) -> None:
-        """Move queued jobs to PENDING and deploy them, by priority then submission, while their learners fit in
-        ``job_slots`` and their GPUs in the free ones (strict order: a job that does not fit holds the others)."""
+        """Move queued jobs to PENDING and deploy them in weighted fair-share order between users
+        (:mod:`labswarm.jobs.lifecycle.fairshare`), while their learners fit in :attr:`slots` and their GPUs in
+        the free ones (strict order: the job chosen holds the others when it does not fit). A user at their
+        ``running_learners`` or ``gpus`` quota (:mod:`labswarm.auth.quotas`) is passed over; the quota is written
+        as the ``reason`` of their queued jobs (cleared when it no longer holds them back)."""
         if self.runtime.manager_url() is None:
             return  # not served yet: learners would have no one to report to
-        used = sum(db.scalars(select(JobRow.learners).where(JobRow.status.in_([s.value for s in HOLDS_SLOTS]))))
-        queued = db.scalars(select(JobRow).where(JobRow.status == _S.QUEUED.value)
-                            .order_by(JobRow.priority.desc(), JobRow.submitted_at, JobRow.id))
-        for job in list(queued):
-            if used + job.learners > self.settings.job_slots or self._free_gpus(db, job) is None:
+        queued = list(db.scalars(select(JobRow).where(JobRow.status == _S.QUEUED.value)))
+        if not queued:
+            return
+        learners, gpus = fairshare.held(db)
+        used = sum(learners.values())
+        now = naive_utcnow()
+        owners = {job.owner for job in queued}
+        fair = FairQueue(queued, learners, fairshare.usage(db, owners, now, self.settings.fair_share_half_life),
+                         self.policies.weight)
+        blocked: dict[str, str] = {}
+        while (job := fair.peek()) is not None:
+            reason = self._over_quota(job, fair.held, gpus)
+            if reason is not None:
+                blocked[job.owner] = reason
+                fair.drop(job.owner)
+                continue
+            if used + job.learners > self.slots or self._free_gpus(db, job) is None:
                 break  # strict order: a job that does not fit holds the ones behind it
+            fair.take(job)
             events.transition(db, job, _S.PENDING, reason="deploying")
             job.not_before = None
             used += job.learners
+            gpus[job.owner] = gpus.get(job.owner, 0) + fairshare.job_gpus(job.learners, job.manifest)
             self.deploy(db, job)
+        for job in queued:
+            if job.status == _S.QUEUED.value:
+                self._waiting_reason(job, blocked.get(job.owner))
+
+    def _over_quota(self, job: JobRow, learners: dict[str, int], gpus: dict[str, int]) -> str | None:
+        """Why ``job`` may not start now under its owner's quotas (the :class:`QuotaExceeded` message), or
+        ``None``."""
+        policy = self.policies.of(job.owner)
+        try:
+            policy.check(job.owner, "running_learners", learners.get(job.owner, 0), job.learners)
+            policy.check(job.owner, "gpus", gpus.get(job.owner, 0), fairshare.job_gpus(job.learners, job.manifest))
+        except QuotaExceeded as exc:
+            return f"{WAITING_QUOTA}{exc}"
+        return None
+
+    @staticmethod
+    def _waiting_reason(job: JobRow, quota: str | None) -> None:
+        """Write ``quota`` (why the job's owner is held back) as the queued job's reason, or clear a quota reason
+        that no longer holds (the job waits for slots); the reason changes without a transition or an event."""
+        if quota is not None and job.reason != quota:
+            job.reason = quota
+        elif quota is None and (job.reason or "").startswith(WAITING_QUOTA):
+            job.reason = "waiting for learner slots"
 
     def _gpu_total(self) -> list[str]:
         if self._gpus is None:

@@ -13,15 +13,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from labswarm.errors import NotFound
 from labswarm.jobs.records import events
-from labswarm.jobs.records.models import AttemptRow, JobEventRow, JobRow, LearnerRow
+from labswarm.jobs.lifecycle.fairshare import queue_order
+from labswarm.jobs.lifecycle.lifecycle import JobLifecycle
+from labswarm.jobs.records.models import AttemptRow, JobEventRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.spec import layout
 from labswarm.jobs.spec.errors import ErrorCode
 from labswarm.jobs.spec.states import JobState
+from labswarm.settings import Settings
 from labswarm.storage.base import MissingObject, Storage
 
 
@@ -29,6 +32,8 @@ class JobQueries:
     """The job service's reads (a part of :class:`~labswarm.jobs.service.service.JobService`, which provides ``db``)."""
 
     db: Callable[[], AbstractContextManager[Session]]
+    settings: Settings
+    lifecycle: JobLifecycle
 
     def get(self, db: Session, job_id: str, owner: str | None = None) -> JobRow:
         """The job's row.
@@ -94,14 +99,16 @@ class JobQueries:
                 "queue_position": self._queue_position(db, job)}
 
     def _queue_position(self, db: Session, job: JobRow) -> int | None:
-        """1 for the next queued job to start; ``None`` when the job is not queued."""
+        """1 for the next queued job to start, in the scheduler's fair-share order between users as if each job
+        fit (:func:`~labswarm.jobs.lifecycle.fairshare.queue_order`, computed once per database session);
+        ``None`` when the job is not queued."""
         if job.status != JobState.QUEUED.value:
             return None
-        ahead = db.scalar(select(func.count()).select_from(JobRow).where(
-            JobRow.status == JobState.QUEUED.value,
-            or_(JobRow.priority > job.priority,
-                (JobRow.priority == job.priority) & (JobRow.submitted_at < job.submitted_at))))
-        return int(ahead or 0) + 1
+        if "queue_order" not in db.info:
+            order = queue_order(db, self.lifecycle.deployer.policies.weight, self.settings.fair_share_half_life,
+                                naive_utcnow())
+            db.info["queue_order"] = {queued.id: i for i, queued in enumerate(order, 1)}
+        return db.info["queue_order"].get(job.id)
 
     def attempts(self, job_id: str, db: Session | None = None, owner: str | None = None
                  ) -> builtins.list[dict[str, Any]]:  # builtins: `list` here is the method above
