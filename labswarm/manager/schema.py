@@ -9,17 +9,23 @@
   another user's object), 413 (a body over ``LABSWARM_MAX_BODY_BYTES``), and per operation 400, 403, 409;
 - the real media types of the downloads (``application/octet-stream``, ``application/zip``) and of the event
   streams (``text/event-stream``, and their 204);
+- typed success answers: the JSON of each operation's 200/201 is the model :data:`labswarm.manager.responses.RESPONSES`
+  names (the routes build their JSON themselves; the models describe it and change nothing it sends);
 - a tag on every operation; operation ids are the handlers' names (stable; FastAPI's default appends the path
   and the method); ``/health`` is marked open (``security: []``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from functools import cache
+from typing import Any, get_args, get_origin
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
+from pydantic.json_schema import models_json_schema
+
+from labswarm.manager.responses import RESPONSES
 
 FIELD_ERROR = {"type": "object", "title": "FieldError", "required": ["path", "reason"],
                "properties": {"path": {"type": "string", "description": "dotted path of the field, '' for the "
@@ -50,7 +56,7 @@ EXTRA = {
     "cancel": {409: "the session has ended"},
     "create": {403: "framework: command is for admins"}, "validate": {403: "framework: command is for admins"},
     "change": {409: "refused in the job's state"},
-    "model": {409: "the job has no model (yet)"}, "bundle": {409: "the job has no model (yet)"},
+    "model": {404: "no such job, another user's, or it has no trained model (yet)"},
     "stream": {400: "Last-Event-ID is not an event number"},
     "session_events": {400: "Last-Event-ID is not an event number"},
     "report": {403: "not this attempt's token", 409: "the attempt is over: the learner must stop"},
@@ -86,11 +92,33 @@ def contract_openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
+@cache
+def response_schemas() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The JSON schemas of :data:`~labswarm.manager.responses.RESPONSES`: ``(components, by operation id)``; the
+    components are the models (referenced as ``#/components/schemas/<Model>``), an operation's schema a reference
+    to one, or an array of them."""
+    def model(kind: Any) -> Any:
+        return get_args(kind)[0] if get_origin(kind) is list else kind
+
+    unique = list(dict.fromkeys(model(kind) for kind in RESPONSES.values()))
+    refs, top = models_json_schema([(m, "serialization") for m in unique],
+                                   ref_template="#/components/schemas/{model}")
+    by_operation = {}
+    for op, kind in RESPONSES.items():
+        ref = refs[(model(kind), "serialization")]
+        by_operation[op] = {"type": "array", "items": ref} if get_origin(kind) is list else ref
+    return top.get("$defs", {}), by_operation
+
+
 def complete(schema: dict[str, Any]) -> None:
     """Complete a schema FastAPI generated for the manager (see the module), in place."""
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
+    models, _ = response_schemas()
+    if clash := sorted(set(models) & set(components)):
+        raise ValueError(f"response models named like request models: {clash}")
+    components.update(models)
     components.update(FieldError=FIELD_ERROR, Error=ERROR, ValidationError=VALIDATION_ERROR)
     for path, item in schema.get("paths", {}).items():
         for method, operation in item.items():
@@ -110,6 +138,10 @@ def _operation(path: str, method: str, operation: dict[str, Any]) -> None:
         operation["requestBody"] = {"required": True, "description": BODIES[op], "content": {
             "application/json": {"schema": _DOCUMENT}, "application/yaml": {"schema": {"type": "string"}}}}
     responses = operation.setdefault("responses", {})
+    typed = response_schemas()[1]
+    if op in typed:
+        status = next(code for code in ("200", "201") if code in responses)
+        responses[status]["content"] = {"application/json": {"schema": typed[op]}}
     if op in MEDIA:
         media, body, empty = MEDIA[op]
         ok = responses.setdefault("200", {"description": "Successful Response"})
@@ -127,4 +159,4 @@ def _operation(path: str, method: str, operation: dict[str, Any]) -> None:
     if "requestBody" in operation or operation.get("parameters"):
         responses["422"] = _error("invalid fields, each with its path and the reason", "ValidationError")
     for status, description in EXTRA.get(op, {}).items():
-        responses.setdefault(str(status), _error(description))
+        responses[str(status)] = _error(description)
