@@ -39,15 +39,16 @@ class JobsClient(HTTPClient):
                  transport: httpx.BaseTransport | None = None) -> None:
         super().__init__(url, token, timeout, transport)
 
-    def submit(self, manifest: Mapping[str, Any] | str | Path) -> dict[str, Any]:
+    def submit(self, manifest: Mapping[str, Any] | str | Path, *, reuse: bool = False) -> dict[str, Any]:
         """Submit a job (a mapping, YAML text, or a manifest file: its relative paths are relative to it);
-        returns the job as the manager shows it.
+        returns the job as the manager shows it. With ``reuse``, a completed job of the same configuration, data
+        and code is returned instead when there is one (``"reused": true``; nothing is queued).
 
         Raises:
             ConfigError: the manifest file is invalid.
             ManagerError: the manager refused it (422: ``detail`` names each field) or cannot be reached.
         """
-        return self._call("POST", "/v1/jobs", **_body(manifest))
+        return self._call("POST", "/v1/jobs", params={"reuse": "true"} if reuse else None, **_body(manifest))
 
     def validate(self, manifest: Mapping[str, Any] | str | Path) -> dict[str, Any]:
         """Check a manifest without creating a job: ``{"valid": true, "manifest": resolved}``."""

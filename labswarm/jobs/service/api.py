@@ -3,7 +3,8 @@ routes. The handlers reach the :class:`~labswarm.jobs.service.service.JobService
 (:func:`job_service`: ``app.state.jobs``); the router's lifespan starts and stops its lifecycle thread.
 
 ============================================ ===========================================================
-``POST /v1/jobs``                            submit a manifest (YAML or JSON body): 201, ``Location``
+``POST /v1/jobs``                            submit a manifest (YAML or JSON body): 201, ``Location``;
+                                             ``?reuse=true``: a completed identical job, 200
 ``POST /v1/jobs/validate``                   check a manifest, its experiment and stores; create nothing
 ``GET /v1/jobs``                             list (``status`` repeated, ``name``, ``offset``, ``limit``)
 ``GET /v1/jobs/{id}``                        status, reason, error, timestamps, attempts, queue position
@@ -126,15 +127,22 @@ async def _manifest_text(request: Request) -> str:
 
 
 @router.post("", status_code=201)
-async def create(request: Request, response: Response, user: Caller, service: Service) -> dict[str, Any]:
+async def create(request: Request, response: Response, user: Caller, service: Service,
+                 reuse: bool = False) -> dict[str, Any]:
     """Submit a job, owned by the caller: the body is its manifest, YAML or JSON. 201 with the job and its
-    ``Location``; 403 for a user's ``framework: command`` (admins only)."""
+    ``Location``; 403 for a user's ``framework: command`` (admins only). With ``reuse=true``, a completed job of
+    the caller with the same configuration, data and code (its fingerprint) is answered instead, 200 and
+    ``"reused": true``, and nothing is queued."""
     try:
-        job = await run_in_threadpool(service.create, await _manifest_text(request), user.name, admin=user.is_admin)
+        job = await run_in_threadpool(service.create, await _manifest_text(request), user.name, admin=user.is_admin,
+                                      reuse=reuse)
     except AdminOnly as exc:
         raise HTTPException(403, str(exc)) from None
+    reused = reuse and job.status == "completed"  # a new job is queued
     response.headers["Location"] = f"/v1/jobs/{job.id}"
-    return await run_in_threadpool(service.describe, job.id)
+    if reused:
+        response.status_code = 200
+    return {**await run_in_threadpool(service.describe, job.id), "reused": reused}
 
 
 @router.post("/validate")

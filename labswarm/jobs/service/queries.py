@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from labswarm.errors import NotFound
+from labswarm.errors import DatasetError, NotFound, StorageError
 from labswarm.jobs.records import events
 from labswarm.jobs.lifecycle.fairshare import queue_order
 from labswarm.jobs.lifecycle.lifecycle import JobLifecycle
@@ -26,6 +26,16 @@ from labswarm.jobs.spec.errors import ErrorCode
 from labswarm.jobs.spec.states import JobState
 from labswarm.settings import Settings
 from labswarm.storage.base import MissingObject, Storage
+from labswarm.train.provenance import of_job
+
+
+def job_fingerprint(manifest: dict[str, Any], experiment: Any) -> str | None:
+    """The fingerprint of a job (:attr:`labswarm.train.provenance.Provenance.key`) of resolved ``manifest`` and
+    ``experiment``; ``None`` when its data cannot be fingerprinted (such a job is never reused)."""
+    try:
+        return of_job(manifest, experiment).key
+    except (DatasetError, OSError):
+        return None
 
 
 class JobQueries:
@@ -86,6 +96,21 @@ class JobQueries:
             rows = db.scalars(query.order_by(JobRow.submitted_at.desc(), JobRow.id).offset(offset).limit(limit))
             return {"jobs": [self._summary(db, job) for job in rows], "total": total, "offset": offset,
                     "limit": limit}
+
+    def reusable(self, fingerprint: str, owner: str) -> JobRow | None:
+        """The newest completed job of ``owner`` whose fingerprint is ``fingerprint`` and whose model is still in
+        its results store (:meth:`JobService.create` with ``reuse``); ``None``: none."""
+        with self.db() as db:
+            rows = db.scalars(select(JobRow).where(JobRow.fingerprint == fingerprint, JobRow.owner == owner,
+                                                   JobRow.status == JobState.COMPLETED.value)
+                              .order_by(JobRow.submitted_at.desc()).limit(5))
+            for job in rows:
+                try:
+                    if self.storage(job).exists(layout.MODEL_KEY):
+                        return job
+                except StorageError:  # its store is gone: not reusable
+                    continue
+        return None
 
     def _summary(self, db: Session, job: JobRow) -> dict[str, Any]:
         code = ErrorCode(job.error_code) if job.error_code else None

@@ -28,7 +28,7 @@ from labswarm.jobs.lifecycle.runtime import JobRuntime
 from labswarm.jobs.records import events
 from labswarm.jobs.records.credentials import attempt_user
 from labswarm.jobs.records.models import AttemptRow, JobEventRow, JobRow, LearnerRow, naive_utcnow
-from labswarm.jobs.service.queries import JobQueries
+from labswarm.jobs.service.queries import JobQueries, job_fingerprint
 from labswarm.jobs.spec.errors import AdminOnly
 from labswarm.jobs.spec.states import HOLDS_SLOTS, JobState
 from labswarm.sessions.models import DEFAULT_OWNER
@@ -129,7 +129,8 @@ class JobService(JobQueries):
             raise ConfigError(problems)
         return manifest, experiment
 
-    def create(self, data: Mapping[str, Any] | str, owner: str = DEFAULT_OWNER, *, admin: bool = True) -> JobRow:
+    def create(self, data: Mapping[str, Any] | str, owner: str = DEFAULT_OWNER, *, admin: bool = True,
+               reuse: bool = False) -> JobRow:
         """Validate and queue a job of ``owner`` (an inline experiment is registered first, as theirs).
 
         Args:
@@ -137,6 +138,9 @@ class JobService(JobQueries):
             owner: the user submitting it, recorded as the job's owner; default
                 :data:`~labswarm.sessions.models.DEFAULT_OWNER` (the admin's).
             admin: whether that user is an admin.
+            reuse: when a completed job of ``owner`` has the same fingerprint (configuration, data and code,
+                :mod:`labswarm.train.provenance`) and its model is still in its results store, return that job
+                (status ``completed``) instead of queuing a new one.
 
         Raises:
             ConfigError: see :meth:`validate`.
@@ -144,13 +148,18 @@ class JobService(JobQueries):
             Conflict: an inline experiment's name is another user's.
         """
         manifest, experiment = self.validate(data, owner, admin=admin)
+        resolved = manifest.resolved(experiment)
+        fingerprint = job_fingerprint(resolved, experiment)
+        if reuse and fingerprint is not None and (done := self.reusable(fingerprint, owner)) is not None:
+            return done
         if isinstance(manifest.experiment, ExperimentConfig):
             self.sessions.registry.register(experiment.model_dump(mode="json"), owner, admin=admin)
         now = naive_utcnow()
         job = JobRow(id=uuid.uuid4().hex[:12], name=manifest.name, status=JobState.QUEUED.value,
-                     priority=manifest.priority, experiment=experiment.name, manifest=manifest.resolved(experiment),
+                     priority=manifest.priority, experiment=experiment.name, manifest=resolved,
                      learners=manifest.learners, timestamps={"queued": events.iso(now)}, submitted_at=now,
-                     updated_at=now, next_seq=1, attempt=0, restarts_user=0, restarts_platform=0, owner=owner)
+                     updated_at=now, next_seq=1, attempt=0, restarts_user=0, restarts_platform=0, owner=owner,
+                     fingerprint=fingerprint)
         with self.lock, self.db() as db:
             db.add(job)
             db.flush()  # the job's row before its first event (no relationship tells the order)
