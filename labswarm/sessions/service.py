@@ -34,6 +34,7 @@ from labswarm.sessions import ledger, lifecycle, queries
 from labswarm.sessions import outcomes as outcomes_of
 from labswarm.sessions.broker import BrokerClient
 from labswarm.sessions.context import SessionContext
+from labswarm.sessions.history import HistoryRecorder
 from labswarm.sessions.launchers import SessionLaunchers
 from labswarm.sessions.models import (
     ACTIVE,
@@ -75,6 +76,8 @@ class SessionService:
         self.launchers = SessionLaunchers(self.context, self.fail_session)
         self._runners: dict[str, SessionRunner] = {}
         self._lock = threading.Lock()
+        #: Keeps every session's history (depth and rates over time) once :meth:`start` runs it.
+        self.history = HistoryRecorder(self.db, self.progress_of)
 
     @property
     def broker(self) -> BrokerClient:
@@ -87,7 +90,8 @@ class SessionService:
 
     # lifecycle
     def start(self) -> None:
-        """Resume every session left active by a previous manager process.
+        """Resume every session left active by a previous manager process, and start keeping every session's
+        history (:mod:`labswarm.sessions.history`).
 
         Every stored experiment is checked again (configuration and data roots): an invalid one is logged and
         stays listed as invalid (no session starts on it). A session whose experiment is invalid, or whose
@@ -112,6 +116,8 @@ class SessionService:
             log.error("session %s (experiment %s) failed: %s", session_id, experiment, problem)
             self.fail_session(session_id, problem)
             self.launchers.stop(session_id)
+        if self.history.ident is None:
+            self.history.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every publisher thread; their sessions stay active in the database, to be resumed."""
@@ -122,6 +128,7 @@ class SessionService:
             runner.stop()
         for runner in runners:
             runner.join(timeout)
+        self.history.stop()
 
     def _spawn(self, session_id: str) -> SessionRunner:
         """Start the publisher thread of an active session.

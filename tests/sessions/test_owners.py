@@ -81,7 +81,7 @@ def _endpoints(m: Manager) -> list[tuple[str, str, dict | None]]:
             ("GET", f"/sessions/{s}", None), ("PUT", f"/sessions/{s}/rate", {"rate": 0.02}),
             ("PUT", f"/sessions/{s}/weight", {"weight": 2.0}), ("PUT", f"/sessions/{s}/workers", {"workers": 1}),
             ("POST", f"/sessions/{s}/pause", None), ("POST", f"/sessions/{s}/resume", None),
-            ("GET", f"/sessions/{s}/failures", None),
+            ("GET", f"/sessions/{s}/failures", None), ("GET", f"/sessions/{s}/series", None),
             ("POST", f"/sessions/{s}/outcomes", {"outcomes": []}),
             ("POST", f"/sessions/{s}/redeliveries", {"sample_id": "x"})]
 

@@ -37,8 +37,11 @@ def test_the_stream_numbers_snapshots_measures_rates_and_ends_with_the_session(t
             data = write_dataset(tmp_path / "data", n_per_label=5)  # 10 clips x 2 transformations
             assert http.post("/experiments", json=experiment_dict(data, tmp_path / "store", name="stream")).is_success
             sid = http.post("/experiments/stream/sessions", json={"rate": 50}).json()["id"]
-            seen = list(events(http, f"/sessions/{sid}/events?interval=0.2", 3))
-            assert [e["id"] for e in seen] == [1, 2, 3] and {e["event"] for e in seen} == {"progress"}
+            seen = list(events(http, f"/sessions/{sid}/events?interval=0.2", 4))
+            assert [e["id"] for e in seen] == [1, 2, 3, 4]  # first the session's history, then snapshots
+            assert [e["event"] for e in seen] == ["series", "progress", "progress", "progress"]
+            assert seen[0]["data"]["session"] == sid and seen[0]["data"]["points"][0]["published"] == 0
+            seen = seen[1:]
             first = seen[0]["data"]
             assert first["publish_rate"] is None and first["consume_rate"] is None  # one snapshot: no slope yet
             assert first["id"] == sid and first["total"] == 20 and first["depth"] == first["pending"]
@@ -64,10 +67,12 @@ def test_the_stream_numbers_snapshots_measures_rates_and_ends_with_the_session(t
             assert last["status"] == "completed" and last["done"] == 20 and last["depth"] == 0
             assert max(e["data"].get("consume_rate") or 0 for e in seen) > 0
             assert seen[-1]["data"] == {"status": "completed"}
-            ended = list(events(http, f"/sessions/{sid}/events", 10))  # an ended session: one snapshot, the end
-            assert [e["event"] for e in ended] == ["progress", "end"]
+            # an ended session: its history, one snapshot dated at its end (not now), the end
+            ended = list(events(http, f"/sessions/{sid}/events", 10))
+            assert [e["event"] for e in ended] == ["series", "progress", "end"]
+            assert ended[1]["data"]["time"] == ended[0]["data"]["end"]
             ended = list(events(http, f"/sessions/{sid}/events", 10, {"Last-Event-ID": ""}))  # empty: no header
-            assert [e["event"] for e in ended] == ["progress", "end"]
+            assert [e["event"] for e in ended] == ["series", "progress", "end"]
             # a browser's EventSource reconnects after the end with the last id: 204 is what stops it
             again = http.get(f"/sessions/{sid}/events", headers={"Last-Event-ID": str(seen[-1]["id"])})
             assert again.status_code == 204 and again.content == b""
