@@ -1,0 +1,149 @@
+"""``labswarm store du/ls/verify/gc/pull`` against a real manager (embedded, over HTTP) whose registered
+experiments share a local store, and a remote store on the test S3 server for ``pull``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from helpers import experiment_dict, write_dataset
+from jobs.conftest import S3Endpoint
+from typer.testing import CliRunner
+
+from labswarm.cli.main import app
+from labswarm.client import ManagerClient
+from labswarm.config.experiment import ExperimentConfig
+from labswarm.manager.api import create_app
+from labswarm.manager.server import EmbeddedServer
+from labswarm.pipeline.features import FeaturesBlock
+from labswarm.sample import iter_samples
+from labswarm.settings import Settings
+from labswarm.store import FeatureStore
+
+TOKEN = "store-cli-token"
+ORPHANS = ["0" * 39 + str(i) for i in range(3)]
+
+
+def compute(config: ExperimentConfig) -> set[str]:
+    """Compute every feature of ``config`` into its store; the keys."""
+    block, keys = FeaturesBlock(config), set()
+    for sample in iter_samples(config):
+        assert block.process(sample).status in ("computed", "cached")
+        keys |= set(block.keys(sample).values())
+    return keys
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("LABSWARM_API_TOKEN", TOKEN)
+    monkeypatch.delenv("LABSWARM_MANAGER_URL", raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+    return CliRunner()
+
+
+@pytest.fixture
+def shared(tmp_path: Path) -> Iterator[tuple[str, Path, dict[str, set[str]]]]:
+    """A manager with two experiments registered on one store (``tones`` and ``coarse``, which shares its
+    un-augmented clips' mel arrays... of another size, so none) and a third on another store, all computed,
+    plus :data:`ORPHANS` in the shared store; ``(url, store folder, keys by experiment)``."""
+    dataset = write_dataset(tmp_path / "data", n_per_label=2)
+    store = tmp_path / "store"
+    specs = {"tones": experiment_dict(dataset, store),
+             "coarse": experiment_dict(dataset, store, name="coarse", features=[{"name": "mel", "n_mels": 16}]),
+             "elsewhere": experiment_dict(dataset, tmp_path / "other", name="elsewhere")}
+    keys = {name: compute(ExperimentConfig.model_validate(spec)) for name, spec in specs.items()}
+    for key in ORPHANS:
+        FeatureStore(store).put(key, np.ones((4, 4), np.float32))
+    with EmbeddedServer(create_app(Settings(home=tmp_path / "home", api_token=TOKEN))) as server, \
+            ManagerClient(server.url, TOKEN) as client:
+        for spec in specs.values():
+            client.post_experiment(spec)
+        yield server.url, store, keys
+
+
+def test_du_counts_per_experiment_and_feature(runner: CliRunner, shared) -> None:
+    url, store, keys = shared
+    result = runner.invoke(app, ["store", "du", "--store", str(store), "--manager", url, "--json"])
+    assert result.exit_code == 0, result.output
+    usage = {(r["experiment"], r["feature"]): r for r in json.loads(result.output)["usage"]}
+    assert set(usage) == {("tones", "mel"), ("tones", "mfcc"), ("coarse", "mel"), ("(none)", "-")}
+    assert usage[("tones", "mel")]["arrays"] == usage[("tones", "mel")]["referenced"] == 8
+    assert usage[("coarse", "mel")]["arrays"] == 8 and usage[("(none)", "-")]["arrays"] == len(ORPHANS)
+    sizes = FeatureStore(store).sizes()
+    assert usage[("tones", "mfcc")]["bytes"] == sum(sizes[k] for k in keys["tones"] if k not in keys["coarse"]) \
+        - usage[("tones", "mel")]["bytes"]
+    table = runner.invoke(app, ["store", "du", "--store", str(store), "--manager", url])
+    assert table.exit_code == 0 and "coarse" in table.output and "(none)" in table.output
+
+
+def test_gc_never_removes_an_array_of_a_registered_experiment(runner: CliRunner, shared) -> None:
+    url, store, keys = shared
+    before = set(FeatureStore(store).sizes())
+    dry = runner.invoke(app, ["store", "gc", "--store", str(store), "--manager", url, "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.output)["arrays"] == len(ORPHANS) and set(FeatureStore(store).sizes()) == before
+    done = runner.invoke(app, ["store", "gc", "--store", str(store), "--manager", url])
+    assert done.exit_code == 0, done.output
+    assert "removed 3 arrays" in done.output
+    assert set(FeatureStore(store).sizes()) == keys["tones"] | keys["coarse"] == before - set(ORPHANS)
+    other = FeatureStore(store.parent / "other").sizes()
+    assert set(other) == keys["elsewhere"]  # another store: untouched
+
+
+def test_gc_refuses_when_an_experiments_keys_cannot_be_derived(runner: CliRunner, shared) -> None:
+    url, store, _keys = shared
+    next((store.parent / "data").rglob("*.wav")).unlink()  # a clip unreadable: its arrays are unknown
+    before = set(FeatureStore(store).sizes())
+    result = runner.invoke(app, ["store", "gc", "--store", str(store), "--manager", url])
+    assert result.exit_code == 2, result.output
+    assert "cannot tell which arrays it references" in result.output
+    assert set(FeatureStore(store).sizes()) == before
+
+
+def test_gc_refuses_without_a_manager(runner: CliRunner, shared) -> None:
+    _url, store, _keys = shared
+    result = runner.invoke(app, ["store", "gc", "--store", str(store), "--manager", "http://127.0.0.1:9"])
+    assert result.exit_code == 3, result.output
+    assert len(FeatureStore(store).sizes()) == 16 + 8 + len(ORPHANS)
+
+
+def test_ls_and_verify(runner: CliRunner, shared) -> None:
+    url, store, keys = shared
+    listed = runner.invoke(app, ["store", "ls", "--store", str(store), "--json"])
+    assert listed.exit_code == 0 and len(json.loads(listed.output)) == 16 + 8 + len(ORPHANS)
+    one = runner.invoke(app, ["store", "ls", "-e", "tones", "--manager", url, "--json", "--limit", "4"])
+    assert one.exit_code == 0, one.output
+    rows = json.loads(one.output)
+    assert len(rows) == 4 and {r["feature"] for r in rows} == {"mel", "mfcc"} and all(r["bytes"] for r in rows)
+    assert runner.invoke(app, ["store", "verify", "--store", str(store)]).exit_code == 0
+    bad = sorted(keys["coarse"])[0]
+    path = store / FeatureStore.relpath(bad)
+    path.write_bytes(path.read_bytes()[:-4])
+    result = runner.invoke(app, ["store", "verify", "--store", str(store), "--json"])
+    assert result.exit_code == 1 and list(json.loads(result.output)["problems"]) == [bad]
+    assert runner.invoke(app, ["store", "du", "--manager", url]).exit_code == 2  # no store named
+
+
+def test_pull_warms_the_cache_of_a_remote_store(runner: CliRunner, tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    dataset = write_dataset(tmp_path / "data", n_per_label=2)
+    spec = experiment_dict(dataset, tmp_path / "cache")
+    spec["store"]["remote"] = s3_endpoint.spec(prefix="features")
+    keys = compute(ExperimentConfig.model_validate(spec))  # the workers' writes go to the bucket only
+    assert not (tmp_path / "cache" / "objects").exists()
+    assert len([k for k in s3_endpoint.objects() if k.endswith(".npy")]) == len(keys) == 16
+    path = tmp_path / "tones.yml"
+    path.write_text(yaml.safe_dump(spec))
+    result = runner.invoke(app, ["store", "pull", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "pulled 16 arrays" in result.output
+    cached = {p.stem for p in (tmp_path / "cache" / "objects").rglob("*.npy")}
+    assert cached == keys
+    again = runner.invoke(app, ["store", "pull", str(path)])
+    assert again.exit_code == 0 and "pulled 0 arrays, 16 were cached" in again.output
+    path.with_name("local.yml").write_text(yaml.safe_dump(experiment_dict(dataset, tmp_path / "store")))
+    local = runner.invoke(app, ["store", "pull", str(path.with_name("local.yml"))])
+    assert local.exit_code == 2 and "nothing to pull" in local.output
