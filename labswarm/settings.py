@@ -62,6 +62,14 @@ class Settings(BaseSettings):
             (:mod:`labswarm.queue.app`). The health controller must run with the same value.
         max_queue_length: hard bound on the messages waiting in each experiment queue (RabbitMQ ``x-max-length``
             with reject-publish; the publisher backs off when it is reached). ``None`` or 0: unbounded.
+        celery_events: Celery's task events and worker heartbeats from workers (Flower's tasks and "online",
+            ``celery events``); ``None`` (unset): on with RabbitMQ, off with the embedded broker
+            (:mod:`labswarm.queue.tooling`, which gives the measured cost).
+        celery_remote_control: workers answer ``celery inspect``/``control`` and Flower; ``None``: as
+            ``celery_events``; RabbitMQ only (the embedded broker has no broadcast).
+        queue_delete_after: seconds after the last session of an experiment ended before the manager deletes the
+            experiment's queue, when it is empty and no worker consumes it (:mod:`labswarm.queue.cleanup`; a new
+            session declares it again); ``None`` or 0: queues are kept.
         max_total_waiting: budget of messages waiting in all the running sessions' queues together: the health
             controller scales the sessions' target depths down so they sum to at most this. ``None`` or 0: no
             budget (each session's own target, a few seconds of its consume rate).
@@ -143,6 +151,9 @@ class Settings(BaseSettings):
     swarm_constraints: list[str] = Field(default_factory=list)
     swarm_stop_grace: float = Field(60.0, gt=0)
     max_total_waiting: int | None = Field(2_000, ge=0)
+    celery_events: bool | None = None
+    celery_remote_control: bool | None = None
+    queue_delete_after: float | None = Field(3600.0, ge=0)
     job_slots: int | None = Field(None, ge=1)
     fair_share_half_life: float = Field(7 * 24 * 3600.0, gt=0)
     user_weights: dict[str, Annotated[float, Field(gt=0)]] = Field(default_factory=dict)
