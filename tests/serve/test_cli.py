@@ -1,0 +1,82 @@
+"""``labswarm serve MODEL`` as its own process over real HTTP (uvicorn, no manager, no database): the model file's
+predictions, a file over the size limit refused in its row, the token required, a bad model file exit 2."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from jobs.manager import wait_until
+from train.three_classes import training_experiment, write_three_classes
+
+from labswarm.config.experiment import parse_experiment
+from labswarm.manager.server import free_port
+from labswarm.predict import predict
+from labswarm.train.trainer import Trainer
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The three-class model (2 epochs, in this process: a few seconds)."""
+    tmp = tmp_path_factory.mktemp("serve")
+    root = write_three_classes(tmp / "data")
+    config = parse_experiment(training_experiment(root, tmp / "store", pipeline=[
+        {"name": "source"}, {"name": "shuffle"}, {"name": "features"}, {"name": "batch", "size": 8}],
+        training={"epochs": 2, "learning_rate": 0.01, "validation": 0.25, "threads": 1}))
+    return Trainer(config, tmp / "home").fit().model_path
+
+
+def test_labswarm_serve_answers_over_http_as_labswarm_predict(model: Path, tmp_path: Path) -> None:
+    port, token = free_port(), "serve-test-token"
+    env = {**os.environ, "LABSWARM_API_TOKEN": token, "LABSWARM_PREDICT_MAX_FILE_BYTES": "50000"}
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "labswarm.cli", "serve", str(model), "--port", str(port),
+                                    "--name", "three"], env=env, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    data = model.parents[2] / "data"
+    good = [data / "low" / "low_2.wav", data / "high" / "high_3.wav"]  # 1 s, 16-bit: ~44 kB each
+    big = tmp_path / "big.wav"
+    big.write_bytes(good[0].read_bytes() * 2)  # 88 kB: over the 50,000-byte limit (refused before decoding)
+    files = [("files", (p.name, p.read_bytes(), "audio/wav")) for p in (good[0], big, good[1])]
+
+    def healthy() -> bool:
+        if process.poll() is not None:
+            raise RuntimeError(f"labswarm serve exited with {process.returncode}: {log.read_text()[-3000:]}")
+        try:
+            return httpx.get(f"{url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(healthy, 120, "labswarm serve answering /health")
+        auth = {"Authorization": f"Bearer {token}"}
+        answer = httpx.post(f"{url}/v1/models/three/predict", files=files, headers=auth, timeout=60)
+        unknown = httpx.post(f"{url}/v1/models/other/predict", files=files[:1], headers=auth, timeout=60)
+        no_token = httpx.post(f"{url}/v1/models/three/predict", files=files[:1], timeout=60)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(60)
+    assert answer.status_code == 207, answer.text
+    rows = answer.json()["results"]
+    assert [r["status"] for r in rows] == [200, 413, 200]
+    assert "over the limit of 50000" in rows[1]["error"] and rows[1]["path"] == "big.wav"
+    for row, p in zip((rows[0], rows[2]), predict(model, good), strict=True):
+        assert row["path"] == Path(p.path).name and row["label"] == p.label
+        assert row["probabilities"] == pytest.approx(p.to_dict()["probabilities"], rel=0, abs=1e-6)
+    assert unknown.status_code == 404 and "three" in unknown.json()["detail"]
+    assert no_token.status_code == 401
+    assert process.returncode == 0, log.read_text()[-3000:]
+
+
+def test_labswarm_serve_refuses_a_file_that_is_not_a_model(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.pt"
+    notes.write_text("not a model\n")
+    done = subprocess.run([sys.executable, "-m", "labswarm.cli", "serve", str(notes), "--port", str(free_port())],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "not a labswarm model file" in done.stderr.replace("\n", " "), done.stderr
