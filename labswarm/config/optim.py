@@ -205,13 +205,27 @@ class EarlyStopping(BaseModel):
 
 
 class InitFrom(BaseModel):
-    """``init_from: {model: PATH}``: start from a trained model file's weights (fine-tuning) instead of a random
-    initialization; the output layer starts afresh when the classes differ (``labswarm.train.finetune``).
+    """``init_from: {model: PATH}`` or ``{job: ID}``: start from a trained model's weights (fine-tuning) instead of
+    a random initialization; the output layer starts afresh when the classes differ (``labswarm.train.finetune``).
 
     Attributes:
         model: a labswarm model file (``labswarm train``'s, or a job's downloaded ``model.pt``).
+        job: a completed training job whose model the submitter may read (their own; an admin: any), on the
+            manager the job is submitted to (``labswarm.jobs.service.parent``); the learner downloads it.
+        store: set by the manager for ``job``, never by the user: the parent job's results store.
+        sha256: set by the manager for ``job``: the SHA-256 of the parent's model file (hex), checked by the
+            learner after its download and recorded in the job's bundle (``versions.json``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model: str = Field(min_length=1)
+    model: str | None = Field(None, min_length=1)
+    job: str | None = Field(None, min_length=1, max_length=64)
+    store: dict[str, Any] | None = None
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+
+    @model_validator(mode="after")
+    def _one(self) -> InitFrom:
+        if self.model is None and self.job is None:
+            raise ValueError("give model: PATH (a model file) or job: ID (a completed training job)")
+        return self

@@ -33,8 +33,15 @@ def init_from(model: Any, training: TrainingConfig, classes: Sequence[str]) -> d
     if training.init_from is None and not training.freeze:
         return None
     done: dict[str, Any] = {}
-    if training.init_from is not None:
-        done = _load(model, Path(training.init_from.model), list(classes))
+    source = training.init_from
+    if source is not None:
+        if source.model is None:  # {job: ID} the manager resolved and no learner downloaded: not in a job
+            raise ConfigError([("training.init_from.job", f"job {source.job}: a job's model is fetched by the "
+                                "learners of a job submitted to its manager; here, download it (labswarm jobs "
+                                "download) and give init_from: {model: PATH}")])
+        done = _load(model, Path(source.model), list(classes))
+        if source.job is not None:
+            done.update(job=source.job, sha256=source.sha256)
     frozen = [name for name, p in model.named_parameters() if any(name.startswith(f) for f in training.freeze)]
     for prefix in training.freeze:
         if not any(name.startswith(prefix) for name in frozen):
