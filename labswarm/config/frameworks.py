@@ -29,6 +29,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from labswarm.config.topology import Topology, implementing, preset
 from labswarm.errors import ConfigError
+from labswarm.plugin import field_errors
 from labswarm.registry import FRAMEWORKS
 
 
@@ -167,7 +168,7 @@ class DistributedFramework(BaseModel):
         try:
             return model.model_validate(data).model_dump(mode="json")
         except ValidationError as exc:
-            raise _validation_error("framework", [(tuple(e["loc"]), e["msg"]) for e in exc.errors()]) from None
+            raise _validation_error("framework", field_errors(exc, model)) from None
 
     def learners_problem(self, learners: int, ps_shards: int | None = None) -> tuple[str, str] | None:
         """``(parameter, reason)`` when the parameters do not fit a job of ``learners`` learners and ``ps_shards``
@@ -224,7 +225,8 @@ def _with_topology(data: dict[str, Any]) -> dict[str, Any]:
     try:
         topology = Topology.model_validate(data["topology"])
     except ValidationError as exc:
-        raise _validation_error("framework", [(("topology", *e["loc"]), e["msg"]) for e in exc.errors()]) from None
+        raise _validation_error("framework", [(("topology", *loc), why) for loc, why in field_errors(exc, Topology)]
+                                ) from None
     try:
         runs, implied = implementing(topology)
     except ConfigError as exc:

@@ -51,7 +51,7 @@ from labswarm.config.frameworks import (
 )
 from labswarm.config.training import TrainingConfig
 from labswarm.errors import ConfigError, format_loc
-from labswarm.plugin import validate_plugin_spec
+from labswarm.plugin import field_errors, validate_plugin_spec
 from labswarm.storage.base import STORAGES, StorageConfig
 
 __all__ = ["DEFAULT_USER_EXIT_CODES", "DISTRIBUTED_FRAMEWORKS", "CommandFramework", "DistributedFramework",
@@ -180,7 +180,10 @@ class JobManifest(_Strict):
             return {}
         if not isinstance(value, Mapping):
             raise ValueError("must be a mapping of training settings to override")
-        checked = TrainingConfig.model_validate(dict(value))
+        try:
+            checked = TrainingConfig.model_validate(dict(value))
+        except ValidationError as exc:  # a misspelled key answered with the known one
+            raise _validation_error("training", field_errors(exc, TrainingConfig)) from None
         return {key: getattr(checked, key) for key in value}
 
     @model_validator(mode="after")
@@ -247,7 +250,8 @@ class JobManifest(_Strict):
         try:
             training = TrainingConfig.model_validate({**config.training.model_dump(), **self.training})
         except ValidationError as exc:
-            raise ConfigError([(format_loc(("training", *e["loc"])), e["msg"]) for e in exc.errors()]) from None
+            raise ConfigError([(format_loc(("training", *loc)), why) for loc, why in field_errors(exc, TrainingConfig)]
+                              ) from None
         if self.learners > 1:  # only rank 0's records hold the validation figures these read
             watched = [f"training.{f}" for f, on in (("early_stopping", training.early_stopping is not None),
                        ("schedule", training.schedule.name == "reduce_on_plateau")) if on]
@@ -320,7 +324,9 @@ def parse_manifest(data: Mapping[str, Any] | str, *, base_dir: Path | None = Non
     try:
         manifest = JobManifest.model_validate(dict(data))
     except ValidationError as exc:
-        raise ConfigError([(_yaml_path(e), e["msg"]) for e in exc.errors()], source=source) from None
+        kinds = {tuple(e["loc"]): e["type"] for e in exc.errors()}
+        raise ConfigError([(_yaml_path(loc, kinds.get(loc, "")), why) for loc, why in field_errors(exc, JobManifest)],
+                          source=source) from None
     return manifest.resolve_paths(base_dir) if base_dir is not None else manifest
 
 
@@ -345,13 +351,14 @@ def load_manifest(path_or_text: str | Path) -> JobManifest:
     return parse_manifest(text, source="manifest")
 
 
-def _yaml_path(error: Any) -> str:
-    """The dotted YAML path of a pydantic error: the framework's discriminator (a tag pydantic inserts in the
-    location, not a key of the YAML) is dropped; an unknown framework points at its ``name``."""
-    loc = list(error["loc"])
+def _yaml_path(location: tuple[int | str, ...], kind: str) -> str:
+    """The dotted YAML path of a pydantic error at ``location`` of type ``kind``: the framework's discriminator
+    (a tag pydantic inserts in the location, not a key of the YAML) is dropped; an unknown framework points at
+    its ``name``."""
+    loc = list(location)
     if loc[:1] == ["framework"]:
         if len(loc) > 1 and loc[1] in _FRAMEWORK_TAGS:
             del loc[1]
-        elif error["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        elif kind in ("union_tag_invalid", "union_tag_not_found"):
             loc.append("name")
     return format_loc(loc)
