@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from labswarm.auth.authenticator import Authenticator, BearerAuth
 from labswarm.auth.limits import BodyLimit
+from labswarm.auth.quotas import QuotaExceeded
 from labswarm.errors import BrokerError, ConfigError, DatasetError, DeployError, LabswarmError, NotFound
 from labswarm.jobs.service import api as jobs_api
 from labswarm.jobs.service.service import JobService
@@ -123,6 +124,7 @@ def _error_handlers(app: FastAPI) -> None:
     # errors answered with their message; the most specific class wins (Starlette looks handlers up by MRO)
     for error, status in (
         (NotFound, 404),
+        (QuotaExceeded, 429),  # a user's quota (labswarm.auth.quotas): the message names it
         (DeployError, 502),  # the Docker engine refused or could not be reached: the engine's reason
         (BrokerError, 502),  # the broker refused the manager's login or could not be reached
         (LabswarmError, 409),  # Conflict, and anything else labswarm refuses on purpose (e.g. queue arguments)

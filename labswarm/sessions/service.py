@@ -22,11 +22,12 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from labswarm.auth.quotas import Policies
 from labswarm.db import make_engine, make_sessionmaker, utcnow
 from labswarm.errors import Conflict, LabswarmError, NotFound
 from labswarm.paths import DataRoots
@@ -76,6 +77,8 @@ class SessionService:
         self.launchers = SessionLaunchers(self.context, self.fail_session)
         self._runners: dict[str, SessionRunner] = {}
         self._lock = threading.Lock()
+        #: the users' quotas (labswarm.auth.quotas): active_sessions is checked when a session starts
+        self.policies = Policies.from_settings(settings)
         #: Keeps every session's history (depth and rates over time) once :meth:`start` runs it.
         self.history = HistoryRecorder(self.db, self.progress_of)
 
@@ -165,6 +168,8 @@ class SessionService:
             ConfigError: the experiment is invalid (see :meth:`ExperimentRegistry.problem`).
             Conflict: the experiment already has an active session (its id told only to who may see it).
             DatasetError: the dataset cannot be read.
+            QuotaExceeded: the owner's ``active_sessions`` quota is reached (:mod:`labswarm.auth.quotas`; HTTP
+                429; two starts at the same moment are not counted against each other).
         """
         if not weight > 0:
             raise ValueError("weight must be > 0")
@@ -173,6 +178,9 @@ class SessionService:
             if active := active_session(db, experiment):
                 shown = active if admin or known_session(db, active).owner == owner else "(another user's)"
                 raise Conflict(f"experiment {experiment!r} already has an active session {shown}")
+            mine = db.scalar(select(func.count()).select_from(SessionRow).where(
+                SessionRow.owner == owner, SessionRow.status.in_([state.value for state in ACTIVE])))
+            self.policies.of(owner).check(owner, "active_sessions", int(mine or 0))
         # its labels CSV's rows checked again (the file may have changed since registration) and counted: one read
         config, clips = self.registry.config_and_clips(experiment, stored)
         total = clips * len(config.transformations)

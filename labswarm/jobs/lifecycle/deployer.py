@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from labswarm.auth.quotas import Policies, QuotaExceeded
@@ -109,6 +109,20 @@ class Deployer:
         for job in queued:
             if job.status == _S.QUEUED.value:
                 self._waiting_reason(job, blocked.get(job.owner))
+
+    def admit(self, db: Session, owner: str) -> None:
+        """Check that ``owner`` may queue one more job under their ``queued_jobs`` quota (a submission; the
+        caller holds the jobs' lock, so two submissions of one user are counted one after the other).
+
+        Raises:
+            QuotaExceeded: the user has as many jobs queued as their quota allows (HTTP 429, the quota named).
+        """
+        policy = self.policies.of(owner)
+        if policy.queued_jobs is None:
+            return
+        queued = db.scalar(select(func.count()).select_from(JobRow)
+                           .where(JobRow.owner == owner, JobRow.status == _S.QUEUED.value))
+        policy.check(owner, "queued_jobs", int(queued or 0))
 
     def _over_quota(self, job: JobRow, learners: dict[str, int], gpus: dict[str, int]) -> str | None:
         """Why ``job`` may not start now under its owner's quotas (the :class:`QuotaExceeded` message), or

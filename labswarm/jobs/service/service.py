@@ -146,6 +146,7 @@ class JobService(JobQueries):
             ConfigError: see :meth:`validate`.
             AdminOnly: see :meth:`validate`.
             Conflict: an inline experiment's name is another user's.
+            QuotaExceeded: the owner's ``queued_jobs`` quota is reached (:mod:`labswarm.auth.quotas`; HTTP 429).
         """
         manifest, experiment = self.validate(data, owner, admin=admin)
         resolved = manifest.resolved(experiment)
@@ -161,6 +162,7 @@ class JobService(JobQueries):
                      updated_at=now, next_seq=1, attempt=0, restarts_user=0, restarts_platform=0, owner=owner,
                      fingerprint=fingerprint)
         with self.lock, self.db() as db:
+            self.lifecycle.deployer.admit(db, owner)  # the owner's queued_jobs quota (labswarm.auth.quotas)
             db.add(job)
             db.flush()  # the job's row before its first event (no relationship tells the order)
             events.append(db, job, "status", {"status": "queued", "previous": None, "reason": "submitted"})
