@@ -80,7 +80,8 @@ def load_segment(
             raise AudioError(
                 str(path),
                 f"segment {start:.3f}-{start + duration:.3f} s ends past the end of the file "
-                f"({n_frames / native_sr:.3f} s)",
+                f"({n_frames / native_sr:.3f} s); `pad: true` in the experiment's dataset.segment zero-pads "
+                "such clips",
             )
     try:
         data = sf.read(str(path), start=first, stop=min(last, n_frames), dtype="float32", always_2d=True)[0]

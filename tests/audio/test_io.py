@@ -63,3 +63,10 @@ def test_segment_past_the_end(tmp_path: Path) -> None:
         load_segment(path, 22050, 2.0, 1.0)
     with pytest.raises(AudioError, match="ends past the end"):
         load_segment(path, 22050, 0.5, 1.0)
+
+
+def test_a_clip_shorter_than_the_segment_says_how_to_pad_it(tmp_path: Path) -> None:
+    path = write_tone(tmp_path / "short.wav", seconds=1.0)
+    with pytest.raises(AudioError, match=r"`pad: true` in the experiment's dataset.segment"):
+        load_segment(path, 22050, 0.0, 3.0)
+    assert load_segment(path, 22050, 0.0, 3.0, pad=True).size == 3 * 22050
