@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from labswarm.pipeline.pipeline import Pipeline
+from labswarm.train.distributed import lr_scaling
 from labswarm.train.distributed.context import LearnerContext
 from labswarm.train.distributed.cursor import Chunk, GlobalCursor
 from labswarm.train.distributed.data import TrainingSamples
@@ -198,6 +199,8 @@ class DistributedTraining(LoopHooks):
                                    owner=f"{self.rank}:{self.context.attempt}:{os.getpid()}", lease_s=self.lease_s,
                                    seed=experiment.seed)
         self._chunks_path = self.chunk_log(run_dir)
+        self.lr_scaling = lr_scaling.install(self.framework, optimizer, self.context.world_size,  # issue 23
+                                             lr_scaling.steps_per_pass(n, chunk, self.context.world_size))
         return module
 
     def chunk_log(self, run_dir: Path) -> Path:

@@ -7,22 +7,27 @@ SINGA's AllReduce framework (Wang et al., "SINGA: A Distributed Deep Learning Pl
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
-from labswarm.train.distributed.frameworks.base import Framework, FrameworkConfig, register_framework, tensor_bytes
+from labswarm.train.distributed.frameworks.base import Framework, LrScalingConfig, register_framework, tensor_bytes
 
 
-class AllReduceConfig(FrameworkConfig):
+class AllReduceConfig(LrScalingConfig):
     """Parameters of :class:`AllReduce`.
 
     Attributes:
         bucket_cap_mb: DDP's gradient bucket size in MiB (torch's default, 25): gradients are all-reduced in
             buckets of this size, overlapping the backward pass.
+        lr_scaling: default ``linear``: N learners' step is one step on an N times larger batch, so the rate is
+            N times the one-learner rate after a warm-up of ``lr_warmup_epochs`` (1) epoch (Goyal et al. 2017;
+            :class:`~labswarm.train.distributed.frameworks.base.LrScalingConfig`). ``none``: the step of one
+            learner on the concatenated batch at the same rate (the behaviour before issue 23).
     """
 
     bucket_cap_mb: float = Field(25.0, gt=0)
+    lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
 
 
 @register_framework

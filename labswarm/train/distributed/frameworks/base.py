@@ -21,7 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -48,6 +48,24 @@ class FrameworkConfig(PluginConfig):
 
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, le=3600)
     topology: Topology | None = None
+
+
+class LrScalingConfig(FrameworkConfig):
+    """The learning-rate scaling of a framework whose update averages the batches of several learners
+    (:mod:`labswarm.train.distributed.lr_scaling`; Goyal et al. 2017, arXiv 1706.02677). Applied by the trainer's
+    distributed mode, on top of the trainer's epoch schedule.
+
+    Attributes:
+        lr_scaling: ``linear`` (the rate × N learners after the warm-up), ``sqrt`` (× √N, for adaptive optimizers)
+            or ``none``. Each framework documents its default.
+        lr_warmup_epochs: epochs of the linear ramp from the base rate to the scaled one (>= 0; default 1: Goyal
+            et al. ramp over 5 of 90 epochs, the demo experiment trains 2-6); ignored with ``lr_warmup_steps``.
+        lr_warmup_steps: the ramp in optimizer steps instead (>= 0; ``None``: ``lr_warmup_epochs``).
+    """
+
+    lr_scaling: Literal["linear", "sqrt", "none"] = "none"
+    lr_warmup_epochs: float = Field(1.0, ge=0, le=1000)
+    lr_warmup_steps: int | None = Field(None, ge=0, le=10**9)
 
 
 @dataclass

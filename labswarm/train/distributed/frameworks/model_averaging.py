@@ -12,16 +12,19 @@ from typing import Any
 
 from pydantic import Field
 
-from labswarm.train.distributed.frameworks.base import Framework, FrameworkConfig, register_framework, tensor_bytes
+from labswarm.train.distributed.frameworks.base import Framework, LrScalingConfig, register_framework, tensor_bytes
 
 
-class ModelAveragingConfig(FrameworkConfig):
+class ModelAveragingConfig(LrScalingConfig):
     """Parameters of :class:`ModelAveraging`.
 
     Attributes:
         period: steps between two averages (at least 2: with 1, ``allreduce`` sends the same bytes and keeps
             the optimizers in step; torch's averager warns the same).
         warmup_steps: steps averaged every step before the periodic schedule starts (torch's default, 0).
+        lr_scaling: default ``none``: each learner steps on its own batch at the one-learner rate; ``linear``
+            scales it by N as for an N times larger batch (Goyal et al. 2017), with ``lr_warmup_epochs`` /
+            ``lr_warmup_steps`` (:class:`~labswarm.train.distributed.frameworks.base.LrScalingConfig`).
     """
 
     period: int = Field(4, ge=2)
