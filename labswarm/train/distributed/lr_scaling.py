@@ -46,6 +46,8 @@ class LrScaling:
             raise ValueError(f"factor must be > 0 and warmup_steps >= 0; got {factor}, {warmup_steps}")
         self.optimizer, self.factor, self.warmup_steps, self._steps = optimizer, factor, warmup_steps, steps
         self._base: list[float] = []
+        #: the factor of the last step taken (1 before the first)
+        self.last = 1.0
         self._handles = [optimizer.register_step_pre_hook(lambda _o, _a, _k: self._scale()),
                          optimizer.register_step_post_hook(lambda _o, _a, _k: self._restore())]
 
@@ -57,7 +59,7 @@ class LrScaling:
         return 1.0 + (self.factor - 1.0) * min(1.0, step / self.warmup_steps)
 
     def _scale(self) -> None:
-        m = self.multiplier(self._steps())
+        m = self.last = self.multiplier(self._steps())
         self._base = [group["lr"] for group in self.optimizer.param_groups]
         for group, base in zip(self.optimizer.param_groups, self._base, strict=True):
             group["lr"] = base * m

@@ -382,7 +382,8 @@ class _CursorSteps(EpochSteps):
         learner = self.learner
         record.update(peer_wait_s=self.peer_wait_s, respawns=0, failed_samples=0, rank=learner.rank,
                       world_size=learner.context.world_size, chunks=self.sums["chunks"], steps=self.sums["steps"],
-                      elapsed_s=time.perf_counter() - learner.started, comm=learner.comm().as_dict())
+                      elapsed_s=time.perf_counter() - learner.started, comm=learner.comm().as_dict(),
+                      lr_scale=getattr(learner.lr_scaling, "last", 1.0))  # the last step's (lr_scaling.py)
 
     def halt(self) -> dict[str, Any]:
         self.learner._halt(self.epoch, self.sums)
