@@ -54,6 +54,7 @@ from labswarm.errors import ConfigError, DatasetError, StorageError
 from labswarm.jobs.learner.command import run_command
 from labswarm.jobs.learner.context import LearnerContext, LearnerSpec, load_spec
 from labswarm.jobs.learner.hooks import JobHooks
+from labswarm.jobs.learner.parent import fetch_parent
 from labswarm.jobs.spec import layout
 from labswarm.jobs.spec.errors import EXIT_HALTED, EXIT_PLATFORM, EXIT_STORAGE, EXIT_USER
 from labswarm.storage.base import MissingObject
@@ -184,7 +185,8 @@ class Learner(LearnerContext):
         experiment = self.manifest.experiment
         if not isinstance(experiment, ExperimentConfig):
             raise ConfigError([("experiment", "the learner needs the experiment inline (a resolved manifest)")])
-        config = experiment.model_copy(update={"training": self.manifest.training_config()})
+        training = fetch_parent(self.manifest.training_config(), self.workdir)  # init_from {job: ID}: its model
+        config = experiment.model_copy(update={"training": training})
         distributed = None
         if isinstance(self.manifest.framework, DistributedFramework):
             from labswarm.train.distributed.training import DistributedTraining

@@ -7,8 +7,10 @@
     metrics.jsonl       the metrics records, each epoch once
     logs/attempt-<n>/learner-<rank>.log   every learner's log, from the results store
     model/model.pt      the trained model (``labswarm`` framework, once stored)
-    versions.json       the experiment's fingerprint, the feature store's layout and key versions, and the
-                        versions of Python and of the libraries the model depends on
+    versions.json       the experiment's fingerprint, the feature store's layout and key versions, the
+                        versions of Python and of the libraries the model depends on, and ``parent_model``:
+                        what a fine-tuned model started from (``{job, sha256}`` of the parent job's model
+                        file, or ``{model}``: a file's path; ``null`` for a model trained from scratch)
 """
 
 from __future__ import annotations
@@ -68,4 +70,17 @@ def versions(manifest: dict[str, Any]) -> dict[str, Any]:
     return {"experiment": experiment.get("name") if isinstance(experiment, dict) else experiment,
             "experiment_fingerprint": fingerprint,
             "feature_store": {"layout_version": LAYOUT_VERSION, "key_version": KEY_VERSION},
+            "parent_model": parent_model(manifest),
             "python": platform.python_version(), "libraries": libraries}
+
+
+def parent_model(manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """What the resolved manifest's model was fine-tuned from (``training.init_from``): ``{job, sha256}`` (the
+    parent job and the SHA-256 of its model file, recorded at submission) or ``{model}`` (a file's path);
+    ``None`` without ``init_from``."""
+    source = (manifest.get("training") or {}).get("init_from")
+    if not isinstance(source, dict):
+        return None
+    if source.get("job"):
+        return {"job": source["job"], "sha256": source.get("sha256")}
+    return {"model": source.get("model")}

@@ -28,6 +28,7 @@ from labswarm.jobs.lifecycle.runtime import JobRuntime
 from labswarm.jobs.records import events
 from labswarm.jobs.records.credentials import attempt_user
 from labswarm.jobs.records.models import AttemptRow, JobEventRow, JobRow, LearnerRow, naive_utcnow
+from labswarm.jobs.service.parent import resolve_parent
 from labswarm.jobs.service.queries import JobQueries, job_fingerprint
 from labswarm.jobs.spec.errors import AdminOnly
 from labswarm.jobs.spec.states import HOLDS_SLOTS, JobState
@@ -112,6 +113,7 @@ class JobService(JobQueries):
                             f"machines: only an admin may submit it ({owner} is a user); install the model as a "
                             "package with a 'labswarm.models' entry point instead")
         manifest.training_config(experiment)
+        manifest = resolve_parent(self, manifest, experiment, owner, admin)  # issue 25: init_from {job: ID}
         problems = []
         if not isinstance(manifest.framework, CommandFramework):  # our trainer reads the dataset
             try:
