@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from labswarm.cli.main import app
 from labswarm.client import ManagerClient
 from labswarm.config.experiment import ExperimentConfig
+from labswarm.local import run_local
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer
 from labswarm.pipeline.features import FeaturesBlock
@@ -132,8 +133,11 @@ def test_pull_warms_the_cache_of_a_remote_store(runner: CliRunner, tmp_path: Pat
     dataset = write_dataset(tmp_path / "data", n_per_label=2)
     spec = experiment_dict(dataset, tmp_path / "cache")
     spec["store"]["remote"] = s3_endpoint.spec(prefix="features")
-    keys = compute(ExperimentConfig.model_validate(spec))  # the workers' writes go to the bucket only
-    assert not (tmp_path / "cache" / "objects").exists()
+    config = ExperimentConfig.model_validate(spec)
+    summary = run_local(config, jobs=2)  # two forked worker processes write to the bucket, and only there
+    assert summary.computed == 8 and summary.failed == 0, summary
+    keys = compute(config)  # all cached now: their keys
+    assert not list((tmp_path / "cache").rglob("*.npy"))
     assert len([k for k in s3_endpoint.objects() if k.endswith(".npy")]) == len(keys) == 16
     path = tmp_path / "tones.yml"
     path.write_text(yaml.safe_dump(spec))
@@ -142,6 +146,8 @@ def test_pull_warms_the_cache_of_a_remote_store(runner: CliRunner, tmp_path: Pat
     assert "pulled 16 arrays" in result.output
     cached = {p.stem for p in (tmp_path / "cache" / "objects").rglob("*.npy")}
     assert cached == keys
+    store = FeatureStore.open(tmp_path / "cache", remote=s3_endpoint.spec(prefix="features"))
+    assert isinstance(store.get(sorted(keys)[0], mmap=True), np.memmap)  # a learner reads the cached file
     again = runner.invoke(app, ["store", "pull", str(path)])
     assert again.exit_code == 0 and "pulled 0 arrays, 16 were cached" in again.output
     path.with_name("local.yml").write_text(yaml.safe_dump(experiment_dict(dataset, tmp_path / "store")))
