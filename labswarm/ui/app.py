@@ -36,6 +36,7 @@ from fastapi.staticfiles import StaticFiles
 from labswarm.auth.authenticator import BearerAuth
 from labswarm.errors import NotFound
 from labswarm.ui import login, pages
+from labswarm.ui.head import HeadAsGet
 from labswarm.ui.render import HERE, render, target
 
 #: Sent with every answer of the dashboard: scripts and styles of this origin only, no framing.
@@ -55,6 +56,7 @@ def ui_app(manager: FastAPI) -> FastAPI:
     app.state.bearer = BearerAuth(manager.state.auth)  # the manager's own authentication (labswarm.ui.deps)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
     app.middleware("http")(_security_headers)
+    app.add_middleware(HeadAsGet)  # HEAD wherever GET is (labswarm.ui.head)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(NotFound, _not_found)
     app.include_router(pages.router)
