@@ -53,6 +53,9 @@ class TrainerHooks:
     def before_fit(self, trainer: Trainer, start_epoch: int) -> None:
         """Training starts (or resumes) at ``start_epoch`` (from 0: the epochs already done)."""
 
+    def before_epoch(self, trainer: Trainer, epoch: int, optimizer: Any, schedule: Any) -> None:
+        """Epoch ``epoch`` (from 0) starts: live changes go in here (:mod:`labswarm.train.live`)."""
+
     def after_step(self, trainer: Trainer, epoch: int, step: int, loss: float) -> None:
         """One optimizer step ended: ``epoch`` from 0, ``step`` counts the steps of that epoch from 1 (a resumed
         epoch goes on counting), ``loss`` the batch's mean cross-entropy."""
@@ -210,6 +213,8 @@ class Trainer:
         for epoch in range(start, epochs):
             if self.watch.stopped:  # early stopping ended the training (a resumed run too)
                 break
+            for hook in self.hooks:
+                hook.before_epoch(self, epoch, optimizer, schedule)
             torch.manual_seed(train.context.with_(epoch=epoch).seed("torch"))
             if partial is not None:  # a mid-epoch checkpoint: the random state where the stop left it
                 torch.set_rng_state(partial.pop("rng"))

@@ -51,7 +51,7 @@ class Watch:
         else:
             self.since += 1
         record["best_epoch"] = self.best_epoch
-        if self.since == self.config.patience:
+        if self.since == self.config.patience or (self.stops and self.since > self.config.patience):  # live change
             self.stopped = self.stops
             record["plateau"] = {"metric": self.config.metric, "mode": self.config.mode, "best": self.best,
                                  "best_epoch": self.best_epoch, "epochs_without_improvement": self.since,

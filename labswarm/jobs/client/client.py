@@ -76,6 +76,11 @@ class JobsClient(HTTPClient):
         """Resume a halted job from its checkpoint."""
         return self._call("PATCH", f"/v1/jobs/{job_id}", json={"status": "resume"})
 
+    def change_training(self, job_id: str, training: dict[str, Any]) -> dict[str, Any]:
+        """Change a running job's training live (``{"learning_rate": ..., "early_stopping": {"patience": ...}}``):
+        the manager's ``change`` event, with ``from_epoch`` (the epoch from whose start every learner applies it)."""
+        return self._call("PATCH", f"/v1/jobs/{job_id}", json={"training": training})
+
     def delete(self, job_id: str) -> None:
         """Delete a job and what it owns."""
         self._call("DELETE", f"/v1/jobs/{job_id}")

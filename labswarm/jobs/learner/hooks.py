@@ -20,6 +20,7 @@ from typing import Any
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import ConfigError, DatasetError
 from labswarm.jobs.learner.context import LearnerContext
+from labswarm.jobs.learner.live import LiveChanges
 from labswarm.jobs.spec import layout
 from labswarm.train.trainer import Trainer, TrainerHooks
 
@@ -71,6 +72,7 @@ class JobHooks(TrainerHooks):
         self._loss_sum = 0.0
         self._step = 0  # the last step seen
         self._copy: str | None = None  # a rank > 0's last checkpoint copy in the results store
+        self.live = LiveChanges(learner)  # PATCH /v1/jobs/{id} training changes (issue 25)
 
     def before_fit(self, trainer: Trainer, start_epoch: int) -> None:
         try:
@@ -80,6 +82,9 @@ class JobHooks(TrainerHooks):
             log.info("the size of an epoch is unknown (%s): progress without totals", exc)
         self.learner.reporter.event("phase", {"phase": "training", "start_epoch": start_epoch,
                                               "epochs": trainer.training.epochs})
+
+    def before_epoch(self, trainer: Trainer, epoch: int, optimizer: Any, schedule: Any) -> None:
+        self.live.before_epoch(trainer, epoch, optimizer, schedule)
 
     def after_step(self, trainer: Trainer, epoch: int, step: int, loss: float) -> None:
         now = time.monotonic()

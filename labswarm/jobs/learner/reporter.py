@@ -89,6 +89,8 @@ class JobReporter:
         self._path = f"/v1/jobs/{job_id}/attempts/{attempt}/reports"
         self.rank = rank
         self.halt = halt if halt is not None else threading.Event()
+        #: the job's latest live change of training, from the manager's last answer (labswarm.jobs.learner.live)
+        self.change: dict[str, Any] | None = None
         self.interval = interval
         self.heartbeat_s = heartbeat_s
         self.progress_s = progress_s
@@ -196,6 +198,8 @@ class JobReporter:
                 self._pending.popleft()
         if answer.get("halt"):
             self.halt.set()
+        if answer.get("change"):
+            self.change = answer["change"]
         if self._failing:
             log.info("reporting to the manager again")
             self._failing = False

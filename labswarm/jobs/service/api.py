@@ -8,7 +8,8 @@ routes. The handlers reach the :class:`~labswarm.jobs.service.service.JobService
 ``POST /v1/jobs/validate``                   check a manifest, its experiment and stores; create nothing
 ``GET /v1/jobs``                             list (``status`` repeated, ``name``, ``offset``, ``limit``)
 ``GET /v1/jobs/{id}``                        status, reason, error, timestamps, attempts, queue position
-``PATCH /v1/jobs/{id}``                      ``{"status": "halt"}`` or ``{"status": "resume"}``
+``PATCH /v1/jobs/{id}``                      ``{"status": "halt"}`` or ``{"status": "resume"}``, or a live
+                                             change ``{"training": {"learning_rate": ...}}`` (issue 25)
 ``DELETE /v1/jobs/{id}``                     stop it and delete what it owns: 204
 ``GET /v1/jobs/{id}/attempts``               each attempt: start, end, exit code, reason, checkpoints
 ``GET /v1/jobs/{id}/logs``                   log lines, paged: ``pos`` (after this sequence number),
@@ -46,7 +47,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.background import BackgroundTask
 
 from labswarm import sse
@@ -56,6 +57,7 @@ from labswarm.auth.tokens import User
 from labswarm.errors import NotFound
 from labswarm.jobs.records import events as job_events
 from labswarm.jobs.records.credentials import report_scope
+from labswarm.jobs.service import live
 from labswarm.jobs.service.service import JobService
 from labswarm.jobs.spec.errors import AdminOnly
 
@@ -65,17 +67,45 @@ POLL_S = 0.2
 KEEPALIVE_S = 15.0
 
 
-class StatusBody(BaseModel):
-    """A state change asked of a job."""
+class StoppingChange(BaseModel):
+    """A live change of the early stopping."""
 
-    status: Literal["halt", "resume"]
+    model_config = ConfigDict(extra="forbid")
+
+    patience: int = Field(ge=1)
+
+
+class TrainingChange(BaseModel):
+    """A live change of a running job's training (issue 25): applied by every learner at the next epoch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    learning_rate: float | None = Field(None, gt=0)
+    early_stopping: StoppingChange | None = None
+
+
+class StatusBody(BaseModel):
+    """A change asked of a job: its state (``status``), or its training (``training``), one of them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["halt", "resume"] | None = None
+    training: TrainingChange | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> StatusBody:
+        if (self.status is None) == (self.training is None):
+            raise ValueError("give status (halt, resume) or training (learning_rate, early_stopping.patience)")
+        if self.training is not None and not self.training.model_dump(exclude_none=True):
+            raise ValueError("training: give learning_rate or early_stopping.patience")
+        return self
 
 
 class ReportEvent(BaseModel):
     """One event of a learner's report."""
 
     n: int = Field(ge=0)
-    kind: Literal["log", "metric", "phase", "checkpoint", "progress", "plateau"]  # plateau: issue 25
+    kind: Literal["log", "metric", "phase", "checkpoint", "progress", "plateau", "change"]  # plateau, change: 25
     key: str | None = Field(None, max_length=64)
     payload: dict[str, Any]
     time: float | None = None
@@ -173,8 +203,12 @@ def show(job_id: str, user: Caller, service: Service) -> dict[str, Any]:
 
 @router.patch("/{job_id}")
 def change(job_id: str, body: StatusBody, user: Caller, service: Service) -> dict[str, Any]:
-    """Halt (cooperatively: the learners checkpoint and exit) or resume (from the last checkpoint)."""
+    """Halt (cooperatively: the learners checkpoint and exit), resume (from the last checkpoint), or change the
+    training live (``{"training": {"learning_rate": ..., "early_stopping": {"patience": ...}}}``: every learner
+    applies it at the next epoch; answered with the ``change`` event, :mod:`labswarm.jobs.service.live`)."""
     owner = _owner(user)
+    if body.training is not None:
+        return live.change_training(service, job_id, body.training.model_dump(exclude_none=True), owner, user.name)
     return service.halt(job_id, owner) if body.status == "halt" else service.resume(job_id, owner)
 
 

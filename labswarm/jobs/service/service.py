@@ -28,6 +28,7 @@ from labswarm.jobs.lifecycle.runtime import JobRuntime
 from labswarm.jobs.records import events
 from labswarm.jobs.records.credentials import attempt_user
 from labswarm.jobs.records.models import AttemptRow, JobEventRow, JobRow, LearnerRow, naive_utcnow
+from labswarm.jobs.service import live
 from labswarm.jobs.service.parent import resolve_parent
 from labswarm.jobs.service.queries import JobQueries, job_fingerprint
 from labswarm.jobs.spec.errors import AdminOnly
@@ -245,7 +246,8 @@ class JobService(JobQueries):
         heartbeat and progress, move the job to RUNNING at its first report and to STORING when it stores.
 
         Returns:
-            ``{"received": n, "halt": bool}``.
+            ``{"received": n, "halt": bool, "change": ...}``: ``change`` the training's latest live change, or
+            ``None`` (:func:`labswarm.jobs.service.live.latest`).
 
         Raises:
             NotFound: no such job.
@@ -287,5 +289,6 @@ class JobService(JobQueries):
                       else now)
                 events.append(db, job, kind, payload, key=key, attempt=attempt, time=at)
             halt = job.halt_at is not None or job.status not in {s.value for s in HOLDS_SLOTS}
+            change = live.latest(db, job)  # issue 25: the training's latest live change
             db.commit()
-            return {"received": learner.received, "halt": halt}
+            return {"received": learner.received, "halt": halt, "change": change}
