@@ -13,6 +13,7 @@ from labswarm.cli.compare import compare_command
 from labswarm.cli.experiment import interrupted
 from labswarm.cli.health import health_app
 from labswarm.cli.jobs import jobs_app
+from labswarm.cli.jobs_set import set_command  # issue 25: live changes
 from labswarm.cli.models import models_app  # issue 25: model plugins
 from labswarm.cli.output import console, err, fail, warn_password
 from labswarm.cli.predict import predict_command
@@ -38,6 +39,7 @@ app.command("run")(experiment.run)
 app.command("train")(experiment.train)
 app.command("predict")(predict_command)
 app.command("serve")(serve_command)
+jobs_app.command("set")(set_command)  # labswarm jobs set JOB learning_rate=...
 app.command("compare")(compare_command)
 
 
