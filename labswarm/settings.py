@@ -109,7 +109,7 @@ class Settings(BaseSettings):
         quota_active_sessions: default per-user quota of sessions running or paused at once; a start over it is a
             429 that names the quota (``None``: no quota).
         auth_failure_burst: wrong tokens one client address may present in a burst before its failures are
-            answered 429 (token bucket, :mod:`labswarm.auth.limits`); valid tokens are never refused by it.
+            answered 429 (token bucket, :mod:`labswarm.auth.failures`); valid tokens are never refused by it.
         auth_failure_rate: wrong tokens per second one client address regains (the bucket's refill).
         job_gpus: GPUs the lifecycle manager hands to learners, each learner its own ``CUDA_VISIBLE_DEVICES``;
             ``None``: those ``nvidia-smi -L`` lists (0 without it).
@@ -161,8 +161,8 @@ class Settings(BaseSettings):
     quota_gpus: int | None = Field(None, ge=0)
     quota_queued_jobs: int | None = Field(None, ge=0)
     quota_active_sessions: int | None = Field(None, ge=0)
-    auth_failure_burst: int = Field(50, ge=1)
-    auth_failure_rate: float = Field(2.0, gt=0)
+    auth_failure_burst: int = Field(200, ge=1)
+    auth_failure_rate: float = Field(10.0, gt=0)
     job_gpus: int | None = Field(None, ge=0)
     job_heartbeat_timeout: float = Field(60.0, gt=0)
     job_start_timeout: float = Field(300.0, gt=0)

@@ -36,7 +36,10 @@ makes), and a digest that no hook knew is remembered as unknown for :data:`UNKNO
 :data:`UNKNOWN_SIZE` of them: :class:`UnknownTokens`), so the same wrong token is looked up once per TTL. Only
 negative answers are kept: a token revoked (its digest cleared in the database) fails at its next request. A
 token issued after its digest was remembered as unknown (presented before the row that holds it was committed)
-opens its route once the entry expires: a learner's reporter retries a refused report.
+opens its route once the entry expires: a learner's reporter retries a refused report. A flood of *different*
+wrong tokens is bounded per client address instead (:class:`~labswarm.auth.failures.FailureBudget`): past its
+budget of wrong tokens a client is answered 429 with ``Retry-After``, and what it presents is compared with the
+configured tokens only, never looked up; its valid tokens still open.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from fastapi.openapi.models import HTTPBearer as HTTPBearerModel
 from fastapi.security.base import SecurityBase
 
 from labswarm.auth.cookie import cookie_token
+from labswarm.auth.failures import FailureBudget, retry_after
 from labswarm.auth.tokens import TokenEntry, User, check_token, hash_token, load_tokens, new_token
 from labswarm.errors import ManagerError
 from labswarm.settings import Settings
@@ -155,14 +159,18 @@ class Authenticator:
         scrape: digests of tokens that ``/metrics`` alone accepts.
         scoped: hooks asked about a token that no entry matches (see :meth:`add_scoped`).
         unknown: the digests the hooks did not know, remembered a while (default: a fresh :class:`UnknownTokens`).
+        failures: the wrong tokens each client address may still present (default: a fresh
+            :class:`~labswarm.auth.failures.FailureBudget`).
     """
 
     def __init__(self, entries: Iterable[TokenEntry] = (), scrape: Iterable[bytes] = (),
-                 scoped: Iterable[ScopedTokens] = (), unknown: UnknownTokens | None = None) -> None:
+                 scoped: Iterable[ScopedTokens] = (), unknown: UnknownTokens | None = None,
+                 failures: FailureBudget | None = None) -> None:
         self.entries = list(entries)
         self.scrape = list(scrape)
         self.scoped = list(scoped)
         self.unknown = unknown or UnknownTokens()
+        self.failures = failures or FailureBudget()
 
     def add_scoped(self, hook: ScopedTokens) -> None:
         """Also accept the tokens ``hook`` issued: it gets the SHA-256 of a token that no configured token
@@ -175,7 +183,8 @@ class Authenticator:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Authenticator:
-        """``api_token`` (user ``admin``), the tokens file's users, the scrape token.
+        """``api_token`` (user ``admin``), the tokens file's users, the scrape token; the wrong tokens a client
+        may present (``auth_failure_burst``, ``auth_failure_rate``).
 
         Raises:
             ConfigError: a token that no header could carry (the field is named), or an invalid tokens file.
@@ -190,17 +199,17 @@ class Authenticator:
         if settings.metrics_token:
             check_token(settings.metrics_token, "metrics_token")
             scrape.append(hash_token(settings.metrics_token))
-        return cls(entries, scrape)
+        return cls(entries, scrape, failures=FailureBudget(settings.auth_failure_burst, settings.auth_failure_rate))
 
     @property
     def open(self) -> bool:
         """No token configured: loopback clients only, each the admin ``local``."""
         return not self.entries
 
-    def user(self, token: bytes, metrics: bool = False) -> User | None:
+    def user(self, token: bytes, metrics: bool = False, lookup: bool = True) -> User | None:
         """Who ``token`` is (``None``: nobody). Every digest is compared, in constant time, whatever matches; the
         scoped hooks are asked only about a token that none matched, of the issued shape, not known as unknown
-        (see :meth:`add_scoped`)."""
+        (see :meth:`add_scoped`), and not at all without ``lookup`` (a client past its budget of wrong tokens)."""
         digest = hash_token(token)
         found = None
         for entry in self.entries:
@@ -209,7 +218,8 @@ class Authenticator:
         for scrape in self.scrape:
             if hmac.compare_digest(digest, scrape) and found is None and metrics:
                 found = SCRAPER
-        if found is not None or not self.scoped or not ISSUED_TOKEN.match(token) or digest in self.unknown:
+        if found is not None or not self.scoped or not lookup or not ISSUED_TOKEN.match(token) \
+                or digest in self.unknown:
             return found
         for hook in self.scoped:
             if found is None:
@@ -247,8 +257,16 @@ class BearerAuth(SecurityBase):
         else:
             token = cookie_token(request)  # the dashboard's cookie (labswarm.auth.cookie), when there is no header
             token = bearer_token(request.scope["headers"]) if token is None else token
-            found = self.authenticator.user(token, metrics=path in METRICS_PATHS)
+            client = request.client.host if request.client else ""
+            failures = self.authenticator.failures
+            wait = failures.wait(client)
+            found = self.authenticator.user(token, metrics=path in METRICS_PATHS, lookup=wait is None)
+            if found is None and wait is not None:
+                raise HTTPException(429, f"too many wrong API tokens from {client or 'this client'}: try again in "
+                                         f"{retry_after(wait)} s (auth_failure_burst, auth_failure_rate)",
+                                    headers={"Retry-After": retry_after(wait)})
             if found is None:
+                failures.charge(client)
                 raise _unauthorized("wrong API token", invalid=True)
             user = found
             if user.scope is not None and user.scope != f"{request.method} {request.scope['path']}":

@@ -1,0 +1,100 @@
+"""A flood of wrong tokens (labswarm.auth.failures): on the manager's real app and real SQLite engine, 300
+different wrong tokens of the issued shape from one address cost exactly ``auth_failure_burst`` database lookups
+(counted by a SQLAlchemy event listener on the statement the scoped-token hook runs), the rest are answered 429
+with Retry-After; the admin's valid token from the same address and another address's wrong token still get
+their usual answers during the flood; the bucket refills at its rate."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import event
+
+from labswarm.auth.failures import FailureBudget, retry_after
+from labswarm.auth.tokens import new_token
+from labswarm.manager.api import create_app
+from labswarm.settings import Settings
+
+ADMIN = "admin-token-for-the-failures-test"
+#: What the scoped-token hook's statement selects (labswarm.jobs.records.credentials.attempt_user).
+LOOKUP = "job_attempts.token_sha256 FROM job_attempts"
+BURST = 20
+
+
+@pytest.fixture
+def manager(tmp_path: Path) -> Iterator[tuple[FastAPI, list[str]]]:
+    """The manager's app, its budget nearly without refill (0.001/s: the count does not depend on the machine's
+    speed), and the attempt-token lookups its engine runs."""
+    app = create_app(Settings(home=tmp_path / "home", api_token=ADMIN, data_roots=[tmp_path],
+                              auth_failure_burst=BURST, auth_failure_rate=0.001))
+    engine = app.state.sessions.engine
+    lookups: list[str] = []
+
+    def count(_conn, _cursor, statement: str, *_args) -> None:
+        if LOOKUP in " ".join(statement.split()):
+            lookups.append(statement)
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        yield app, lookups
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+        engine.dispose()
+
+
+def _flood(app: FastAPI, requests: list[tuple[str, str]]) -> list[httpx.Response]:
+    """GET /v1/jobs with each (client address, token) in turn, over the app's ASGI interface."""
+    async def main() -> list[httpx.Response]:
+        answers = []
+        for address, token in requests:
+            transport = httpx.ASGITransport(app=app, client=(address, 40000))
+            async with httpx.AsyncClient(transport=transport, base_url="http://manager") as http:
+                answers.append(await http.get("/v1/jobs", headers={"Authorization": f"Bearer {token}"}))
+        return answers
+
+    return asyncio.run(main())
+
+
+def test_a_flood_of_wrong_tokens_costs_burst_lookups_and_valid_users_still_get_in(manager) -> None:
+    app, lookups = manager
+    attacker, other = "203.0.113.7", "198.51.100.2"
+    requests = []
+    for i in range(300):
+        requests.append((attacker, new_token()))  # a different token each time: the negative cache cannot help
+        if i % 50 == 49:
+            requests.append((attacker, ADMIN))  # a valid user behind the same address (a NAT)
+    requests.append((other, new_token()))
+    answers = _flood(app, requests)
+    codes = [a.status_code for a in answers]
+    wrong = [a.status_code for (address, token), a in zip(requests, answers, strict=True)
+             if address == attacker and token != ADMIN]
+    assert wrong[:BURST] == [401] * BURST and wrong[BURST:] == [429] * (300 - BURST)
+    assert len(lookups) == BURST + 1, len(lookups)  # the attacker's budget, and the other client's one try
+    assert [a.status_code for (_, token), a in zip(requests, answers, strict=True) if token == ADMIN] == [200] * 6
+    assert codes[-1] == 401  # another address has its own budget
+    refused = next(a for a in answers if a.status_code == 429)
+    assert int(refused.headers["Retry-After"]) >= 1 and "too many wrong API tokens" in refused.json()["detail"]
+
+
+def test_the_budget_refills_at_its_rate_and_forgets_the_oldest_clients() -> None:
+    now = [0.0]
+    budget = FailureBudget(burst=2, rate=0.5, clients=2, clock=lambda: now[0])
+    for _ in range(2):
+        assert budget.wait("a") is None
+        budget.charge("a")
+    assert budget.wait("a") == pytest.approx(2.0)  # one token back after 1 / 0.5 s
+    now[0] = 1.0
+    assert budget.wait("a") == pytest.approx(1.0)
+    now[0] = 2.0
+    assert budget.wait("a") is None
+    budget.charge("a")
+    assert budget.wait("a") == pytest.approx(2.0)
+    budget.charge("b")
+    budget.charge("c")  # three clients, two remembered: "a" (the least recently charged) starts afresh
+    assert budget.wait("a") is None
+    assert retry_after(0.01) == "1" and retry_after(2.2) == "3"
