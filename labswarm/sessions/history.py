@@ -172,16 +172,21 @@ class HistoryRecorder(threading.Thread):
         self._db, self._progress_of = db, progress_of
         self.interval, self.max_points, self._clock = interval, max_points, clock
         self._tracks: dict[str, _Track] = {}
-        self._stop = threading.Event()
+        self._halt = threading.Event()
+
+    def begin(self) -> None:
+        """Start the thread unless it was started already (a second call changes nothing)."""
+        if self.ident is None:
+            self.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the thread (its sessions' histories stay; a next manager continues them)."""
-        self._stop.set()
+        self._halt.set()
         if self.is_alive():
             self.join(timeout)
 
     def run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._halt.wait(self.interval):
             try:
                 self.tick()
             except Exception:  # a database hiccup: the next reading retries; never the end of the histories

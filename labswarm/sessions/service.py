@@ -79,8 +79,7 @@ class SessionService:
         self._lock = threading.Lock()
         #: the users' quotas (labswarm.auth.quotas): active_sessions is checked when a session starts
         self.policies = Policies.from_settings(settings)
-        #: Keeps every session's history (depth and rates over time) once :meth:`start` runs it.
-        self.history = HistoryRecorder(self.db, self.progress_of)
+        self.history = HistoryRecorder(self.db, self.progress_of)  # runs from start(): every session's history
 
     @property
     def broker(self) -> BrokerClient:
@@ -93,8 +92,7 @@ class SessionService:
 
     # lifecycle
     def start(self) -> None:
-        """Resume every session left active by a previous manager process, and start keeping every session's
-        history (:mod:`labswarm.sessions.history`).
+        """Resume the sessions left active by a previous manager process; keep every session's history.
 
         Every stored experiment is checked again (configuration and data roots): an invalid one is logged and
         stays listed as invalid (no session starts on it). A session whose experiment is invalid, or whose
@@ -119,8 +117,7 @@ class SessionService:
             log.error("session %s (experiment %s) failed: %s", session_id, experiment, problem)
             self.fail_session(session_id, problem)
             self.launchers.stop(session_id)
-        if self.history.ident is None:
-            self.history.start()
+        self.history.begin()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every publisher thread; their sessions stay active in the database, to be resumed."""
@@ -264,9 +261,7 @@ class SessionService:
             recounted.add(session_id)
             row = self.session(session_id)
         runner = self._runners.get(session_id)
-        if runner is None:
-            return queries.progress(row)
-        return queries.progress(row, runner.phase, runner.bucket.rate)
+        return queries.progress(row) if runner is None else queries.progress(row, runner.phase, runner.bucket.rate)
 
     def _control(self, session_id: str, *, state: SessionState | None = None, rate: float | None = None,
                  weight: float | None = None) -> SessionRow:
