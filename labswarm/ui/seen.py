@@ -3,7 +3,7 @@
 A session's workers are seen two ways: the workers its launcher runs (``Launcher.workers``: local processes alive,
 or a swarm service's running containers; ``None`` when the manager runs none for it, launcher ``none``) and the
 consumers the broker sees on its queue (RabbitMQ's consumer count, read with a passive queue declare; ``None``
-on the embedded broker, which has no such count: shown "n/a"). A training job's learners are its current
+on the embedded broker, which has no such count: shown "unknown"). A training job's learners are its current
 attempt's ``job_learners`` rows that have not ended, with their last heartbeat.
 """
 

@@ -52,7 +52,10 @@ def overview(sessions: SessionService, jobs: Any | None, owner: str | None = Non
         outcome yet) and done per second; ``seen``: per active session its ``workers`` (its launcher's) and
         ``consumers`` (the broker's; ``None``: unknown, e.g. the embedded broker) (:mod:`labswarm.ui.seen`), and
         ``learners``: the running jobs' learners with their last heartbeat; totals ``workers``, ``consumers``
-        (``None`` when no count is known) and ``learners_seen``.
+        (the sum of the counts known; ``None`` when active sessions have none known), ``workers_unknown`` and
+        ``consumers_unknown`` (active sessions whose count is not known: workers started by someone else, the
+        embedded broker), and ``learners_seen``. ``done_per_s`` sums the active sessions' samples done per second
+        since their start.
     """
     recent = [sessions.progress(row.id) for row in sessions.sessions(limit=RECENT, owner=owner)]
     active = {p["experiment"]: p["id"] for p in recent if p["status"] in ACTIVE}
@@ -63,12 +66,14 @@ def overview(sessions: SessionService, jobs: Any | None, owner: str | None = Non
     running = [sessions.progress(sid) for sid in active.values()]
     seen = [{**p, **session_workers(sessions, p)} for p in running]
     known = [s["consumers"] for s in seen if s["consumers"] is not None]
+    workers = [s["workers"] for s in seen if s["workers"] is not None]
     totals: dict[str, Any] = {
         "experiments": len(experiments), "sessions": _counts(sessions, SessionRow.status, SessionRow.owner, owner),
         "active_sessions": len(running), "done": sum(p["done"] + p["cached"] for p in running),
         "failed": sum(p["failed"] for p in running), "depth": sum(p["pending"] for p in running),
         "done_per_s": sum(p["samples_per_s"] for p in running), "jobs": {}, "learners": 0,
-        "workers": sum(s["workers"] or 0 for s in seen), "consumers": sum(known) if known else None,
+        "workers": sum(workers) if workers or not seen else None, "workers_unknown": len(seen) - len(workers),
+        "consumers": sum(known) if known or not seen else None, "consumers_unknown": len(seen) - len(known),
         "learners_seen": 0,
     }
     learners: list[dict[str, Any]] = []

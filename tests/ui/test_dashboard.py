@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -178,8 +179,8 @@ def test_the_session_page_follows_a_running_session_and_its_controls_act(page, s
     sid = session["id"]
     page.goto(f"/ui/sessions/{sid}")
     expect(page.locator("#status")).to_have_text("running")
-    expect(page.locator("#v-workers")).to_have_text("–")  # launcher none: the manager runs no worker for it
-    expect(page.locator("#v-consumers")).to_have_text("n/a")  # the embedded broker counts no consumer
+    expect(page.locator("#v-workers")).to_have_text("unknown")  # launcher none: its workers are not the manager's
+    expect(page.locator("#v-consumers")).to_have_text("unknown")  # the embedded broker counts no consumer
     wait_points(page, "figure", 2)
     seen = points(page, "figure")
     wait_points(page, "figure", seen + 2)  # the figure gains points while the session runs
@@ -217,6 +218,52 @@ def test_the_session_page_follows_a_running_session_and_its_controls_act(page, s
     expect(page.locator("#status")).to_have_text("cancelled", timeout=WAIT_MS)
     assert http.get(f"/sessions/{sid}").json()["status"] == "cancelled"
     expect(page.locator("#controls button[data-action=pause]")).to_be_disabled()
+
+
+def _series(served: Served, sid: str) -> dict:
+    return served.m.http.get(f"/sessions/{sid}/series").json()
+
+
+def test_a_sessions_page_draws_its_whole_history_live_and_once_it_ended(page, served: Served) -> None:
+    """Opened while the session runs, the figure starts at the session's start (its history, not the page's
+    first second); reloaded after the end, it draws the whole history and its axis spans the session, not years."""
+    from playwright.sync_api import expect
+
+    http = served.m.http
+    data = write_dataset(served.root / "history", n_per_label=3)  # 12 samples at 2/s, reported a few at a time
+    assert http.post("/experiments", json=experiment_dict(data, served.root / "store", name="ui-history")).is_success
+    sid = http.post("/experiments/ui-history/sessions", json={"rate": 2}).json()["id"]
+
+    def report(limit: int) -> str:  # outcomes of some published samples, as a worker sends them
+        with served.m.jobs.sessions.db() as db:
+            published = [sample for sample, _ in ledger.pending(db, sid)][:limit]
+        outcomes = [{"sample_id": s, "status": "computed", "seconds": 0.01} for s in published]
+        assert http.post(f"/sessions/{sid}/outcomes", json={"outcomes": outcomes}).is_success
+        return http.get(f"/sessions/{sid}").json()["status"]
+
+    wait_until(lambda: len(_series(served, sid)["points"]) >= 4, 60, "4 points of history")
+    report(2)
+    start = _series(served, sid)["start"]
+    page.goto(f"/ui/sessions/{sid}")
+    expect(page.locator("#series-note")).to_contain_text("history kept by the manager", timeout=WAIT_MS)
+    wait_points(page, "figure", 4)
+    assert float(page.get_attribute("#figure", "data-from")) == pytest.approx(start)  # from the start on
+
+    wait_until(lambda: report(2) == "completed" or time.sleep(0.7), 120, "the session completed")
+    wait_until(lambda: _series(served, sid)["end"] is not None
+               and _series(served, sid)["points"][-1]["time"] == _series(served, sid)["end"], 30,
+               "the history's last point at the end")
+    body = _series(served, sid)
+    page.reload()
+    expect(page.locator("#status")).to_have_text("completed")
+    expect(page.locator("#series-note")).to_contain_text(f"{len(body['points'])} points", timeout=WAIT_MS)
+    wait_points(page, "figure", len(body["points"]))
+    assert points(page, "figure") == len(body["points"]) > 5  # the whole history, not one dot
+    span = float(page.get_attribute("#figure", "data-span"))
+    assert span == pytest.approx(body["end"] - body["start"], abs=0.01) and 3 < span < 600  # seconds, not years
+    assert float(page.get_attribute("#figure", "data-from")) == pytest.approx(body["start"])
+    assert float(page.get_attribute("#figure", "data-to")) == pytest.approx(body["end"])
+    screenshot(page, "session-history")
 
 
 def test_the_job_page_draws_a_point_per_epoch_and_follows_the_log(page, served: Served, long_job: dict) -> None:
@@ -294,7 +341,7 @@ def test_the_overview_lists_sessions_and_jobs_and_refreshes_itself(page, served:
         expect(page.locator(f"#sessions tr[data-session='{sid}']")).to_contain_text("running", timeout=WAIT_MS)
         seen = page.locator(f"#workers tr[data-session='{sid}']")
         expect(seen.locator("td[data-workers]")).to_have_text("1", timeout=WAIT_MS)
-        expect(seen.locator("td[data-consumers]")).to_have_text("n/a")
+        expect(seen.locator("td[data-consumers]")).to_have_text("unknown")
         expect(page.locator("#t-workers")).to_have_text("1")
         screenshot(page, "overview")
         page.goto(f"/ui/sessions/{sid}")

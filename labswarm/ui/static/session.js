@@ -1,27 +1,42 @@
-// Session page: follows GET /sessions/{id}/events (one snapshot a second) into the figure and the numbers.
+// Session page: follows GET /sessions/{id}/events into the figure and the numbers. The stream's first event
+// ("series") is the session's history kept by the manager (from its start; spaced further apart as it ages),
+// drawn whole whether the session is live or over; the snapshots that follow (one a second) extend it live.
 "use strict";
 (() => {
   const root = document.getElementById("session");
   const id = root.dataset.sessionId;
   const figure = document.getElementById("figure");
   const ACTIVE = new Set(["running", "paused"]);
-  const MAX_POINTS = 3600; // an hour of snapshots
+  const MAX_POINTS = 4000; // beyond, every other point of the history is dropped (the first and last kept)
   // columns: time (Unix s), depth, publish rate, consume rate, rate asked
   const data = [[], [], [], [], []];
+  // what the depth figure drew, for people and tests: its points and the time span of its axis (s)
+  function drawn(u) {
+    const x = u.scales.x;
+    figure.dataset.points = String(u.data[0].length);
+    figure.dataset.span = String(x.max != null && x.min != null ? x.max - x.min : 0);
+    figure.dataset.from = String(x.min ?? "");
+    figure.dataset.to = String(x.max ?? "");
+  }
   const axisStyle = { stroke: "#667085", grid: { stroke: "#eef0f4" } };
+  // a lone point gets a minute around it, never uPlot's default span (years on a time axis)
+  const scales = { x: { time: true, range: (u, min, max) => (min === max ? [min - 30, max + 30] : [min, max]) } };
   const depthPlot = LS.chart(document.getElementById("depth-chart"), {
     title: "queue depth (samples published without an outcome yet)",
     legend: { live: false },
+    scales,
+    hooks: { draw: [drawn] },
     series: [{}, { label: "depth", stroke: "#7c3aed", width: 2, fill: "rgba(124,58,237,0.08)" }],
     axes: [axisStyle, { ...axisStyle, label: "samples" }],
   }, [data[0], data[1]]);
   const ratePlot = LS.chart(document.getElementById("rate-chart"), {
-    title: "publish vs consume rate",
+    title: "publish vs consume rate (each point: the last 5 s, or the mean since the point before when further apart)",
     legend: { live: false },
+    scales,
     series: [{},
-      { label: "publish /s", stroke: "#2563eb", width: 2 },
-      { label: "consume /s", stroke: "#16a34a", width: 2 },
-      { label: "asked /s", stroke: "#94a3b8", width: 1, dash: [6, 4] }],
+      { label: "publish /s", stroke: "#2563eb", width: 2, spanGaps: true },
+      { label: "consume /s", stroke: "#16a34a", width: 2, spanGaps: true },
+      { label: "asked /s", stroke: "#94a3b8", width: 1, dash: [6, 4], spanGaps: true }],
     axes: [axisStyle, { ...axisStyle, label: "samples/s" }],
   }, [data[0], data[2], data[3], data[4]]);
   let failed = Number(document.getElementById("v-failed").textContent) || 0;
@@ -37,6 +52,7 @@
     for (const key of ["total", "published", "done", "cached", "failed", "depth"]) LS.setText("v-" + key, p[key]);
     LS.setText("v-publish", LS.num(p.publish_rate));
     LS.setText("v-consume", LS.num(p.consume_rate));
+    if (p.samples_per_s !== undefined) LS.setText("v-done-rate", LS.num(p.samples_per_s));
     LS.setText("v-rate", LS.num(p.rate));
     LS.setText("v-weight", p.weight);
     LS.setText("v-phase", p.phase || "–");
@@ -51,13 +67,35 @@
     }
   }
 
-  function plot(p) {
-    const row = [p.time, p.depth, p.publish_rate, p.consume_rate, p.rate];
-    row.forEach((value, i) => data[i].push(value));
-    if (data[0].length > MAX_POINTS) data.forEach((column) => column.shift());
+  function draw() {
     depthPlot.setData([data[0], data[1]]);
     ratePlot.setData([data[0], data[2], data[3], data[4]]);
-    figure.dataset.points = String(data[0].length);
+  }
+
+  function thin() { // keep every other point, the first and the last: the whole history stays, coarser
+    const keep = data[0].map((_, i) => i % 2 === 0 || i === data[0].length - 1);
+    for (let c = 0; c < data.length; c++) data[c] = data[c].filter((_, i) => keep[i]);
+  }
+
+  function history(body) {
+    const note = document.getElementById("series-note");
+    for (let c = 0; c < data.length; c++) data[c] = [];
+    for (const p of body.points) {
+      [p.time, p.depth, p.publish_rate, p.consume_rate, p.asked_rate].forEach((value, i) => data[i].push(value));
+    }
+    note.textContent = `history kept by the manager: ${body.points.length} points from the start, ` +
+      `one every ${body.step_s} s now (at most ${body.max_points}: spaced further apart as the session ages)` +
+      (ACTIVE.has(body.status) ? "; live, one point a second" : "");
+    draw();
+  }
+
+  function plot(p) {
+    const last = data[0].length ? data[0][data[0].length - 1] : -Infinity;
+    if (p.time <= last) return; // an ended session's last snapshot is its history's last point
+    const asked = p.status === "running" ? p.rate : 0;
+    [p.time, p.depth, p.publish_rate, p.consume_rate, asked].forEach((value, i) => data[i].push(value));
+    if (data[0].length > MAX_POINTS) thin();
+    draw();
   }
 
   async function loadFailures() {
@@ -79,6 +117,7 @@
   }
 
   const stream = new EventSource(`${LS.api}/sessions/${id}/events`, { withCredentials: true });
+  stream.addEventListener("series", (event) => history(JSON.parse(event.data)));
   stream.addEventListener("progress", (event) => {
     const p = JSON.parse(event.data);
     show(p);
@@ -97,8 +136,8 @@
       const response = await fetch(root.dataset.seen, { credentials: "same-origin" });
       if (response.ok) {
         const s = await response.json();
-        LS.setText("v-workers", s.workers ?? "–");
-        LS.setText("v-consumers", s.consumers ?? "n/a");
+        LS.setText("v-workers", s.workers ?? "unknown");
+        LS.setText("v-consumers", s.consumers ?? "unknown");
       }
     } catch (error) {
       LS.say("the manager does not answer: " + error.message);
