@@ -4,7 +4,8 @@ The manager's :class:`HistoryRecorder` reads every active session once every :da
 session's row: its counters, no ledger scan) and writes a point (:class:`~labswarm.sessions.models.SeriesPointRow`)
 when the session's current *step* has passed since its last point. Every session's history starts with an origin
 point at ``started_at`` (every counter is 0 when a session starts) and ends with a point at ``finished_at``, written
-when the recorder sees the session ended, so a figure spans the session's whole duration.
+when the recorder sees the session ended, so a figure spans the session's whole duration. (A session that starts
+and ends between two readings has no stored point: :func:`series_body` gives its start and its end.)
 
 Bound (the downsampling rule): a session keeps at most :data:`MAX_POINTS` points however long it runs. Its step
 is ``INTERVAL_S x 2**k`` for the smallest ``k >= 0`` with ``age / step <= MAX_POINTS / 2`` (``age``: seconds since
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from labswarm.sessions.models import SeriesPointRow, SessionRow
@@ -50,8 +51,6 @@ INTERVAL_S = 1.0
 MAX_POINTS = 2000
 #: Seconds the rates of closely spaced points are measured over (the event stream's window too).
 RATE_WINDOW_S = 5.0
-#: Seconds after its end during which an ended session is still looked at (to write its last point).
-ENDED_LOOKBACK_S = 30.0
 
 
 def step_for(age_s: float, interval: float = INTERVAL_S, max_points: int = MAX_POINTS) -> float:
@@ -193,16 +192,25 @@ class HistoryRecorder(threading.Thread):
                 log.exception("session history: reading failed")
 
     def tick(self) -> None:
-        """Read the active and recently ended sessions once; write the points that are due."""
+        """Read the active sessions (one indexed query) and those seen active before that have ended (by id, to
+        write their last point) once; write the points that are due."""
         now = self._clock()
-        since = datetime.fromtimestamp(now - ENDED_LOOKBACK_S, UTC).replace(tzinfo=None)
         with self._db() as db:
-            rows = list(db.scalars(select(SessionRow).where(or_(
-                SessionRow.status.in_([s.value for s in ACTIVE]), SessionRow.finished_at >= since))))
-        for row in rows:
-            self._record(row, now)
+            rows = list(db.scalars(select(SessionRow).where(SessionRow.status.in_([s.value for s in ACTIVE]))))
+            active = {row.id for row in rows}
+            rows += [row for sid in list(self._tracks) if sid not in active
+                     and (row := db.get(SessionRow, sid)) is not None]
+        readings = [(row, self._progress_of(row)) for row in rows]  # before this reading's transaction
+        try:
+            with self._db() as db:
+                for row, progress in readings:
+                    self._record(db, row, progress, now)
+                db.commit()
+        except Exception:
+            self._tracks.clear()  # what they remember may not be stored: read again from the database next time
+            raise
         listed = {row.id for row in rows}
-        for gone in [sid for sid in self._tracks if sid not in listed]:
+        for gone in [sid for sid, track in self._tracks.items() if sid not in listed or track.ended]:
             del self._tracks[gone]
 
     def _track(self, db: Session, row: SessionRow) -> _Track:
@@ -227,27 +235,25 @@ class HistoryRecorder(threading.Thread):
         self._tracks[row.id] = track
         return track
 
-    def _record(self, row: SessionRow, now: float) -> None:
-        with self._db() as db:
-            track = self._track(db, row)
-            ended = row.status not in ACTIVE
-            if track.ended:
-                db.commit()
-                return
-            at = unix(row.finished_at) if ended and row.finished_at is not None else now
-            at = max(at, track.last[0] if track.last else at)
-            step = step_for(at - track.start, self.interval, self.max_points)
-            due = track.last is None or at - track.last[0] >= 0.99 * step
-            progress = self._progress_of(row)
-            p = point(track, progress, at)
-            if due or ended:
-                db.add(SeriesPointRow(session_id=row.id, **p))
-                track.count += 1
-                track.last = (at, p["published"], p["finished"])
-                track.ended = ended
-                if track.count > self.max_points or track.thinned is None or step > track.thinned:
-                    track.count, track.thinned = thin_stored(db, row.id, step), step
-            db.commit()
+    def _record(self, db: Session, row: SessionRow, progress: dict[str, Any], now: float) -> None:
+        """Add the session's point to ``db`` when one is due (not committed)."""
+        track = self._track(db, row)
+        ended = row.status not in ACTIVE
+        if track.ended:
+            return
+        at = unix(row.finished_at) if ended and row.finished_at is not None else now
+        at = max(at, track.last[0] if track.last else at)
+        step = step_for(at - track.start, self.interval, self.max_points)
+        due = track.last is None or at - track.last[0] >= 0.99 * step
+        p = point(track, progress, at)
+        if due or ended:
+            db.add(SeriesPointRow(session_id=row.id, **p))
+            track.count += 1
+            track.last = (at, p["published"], p["finished"])
+            track.ended = ended
+            if track.count > self.max_points or track.thinned is None or step > track.thinned:
+                db.flush()
+                track.count, track.thinned = thin_stored(db, row.id, step), step
 
 
 def series_body(row: SessionRow, points: list[dict[str, Any]], now: float) -> dict[str, Any]:
@@ -270,5 +276,5 @@ def series_body(row: SessionRow, points: list[dict[str, Any]], now: float) -> di
             "interval_s": INTERVAL_S, "points": points}
 
 
-__all__ = ["ENDED_LOOKBACK_S", "INTERVAL_S", "MAX_POINTS", "RATE_WINDOW_S", "HistoryRecorder", "point", "read",
+__all__ = ["INTERVAL_S", "MAX_POINTS", "RATE_WINDOW_S", "HistoryRecorder", "point", "read",
            "series_body", "step_for", "thin", "thin_stored"]
