@@ -65,8 +65,8 @@ class Settings(BaseSettings):
         celery_events: Celery's task events and worker heartbeats from workers (Flower's tasks and "online",
             ``celery events``); ``None`` (unset): on with RabbitMQ, off with the embedded broker
             (:mod:`labswarm.queue.tooling`, which gives the measured cost).
-        celery_remote_control: workers answer ``celery inspect``/``control`` and Flower; ``None``: as
-            ``celery_events``; RabbitMQ only (the embedded broker has no broadcast).
+        celery_remote_control: workers answer ``celery inspect``/``control`` and Flower; ``None`` (unset): on with
+            RabbitMQ; RabbitMQ only (the embedded broker has no broadcast).
         queue_delete_after: seconds after the last session of an experiment ended before the manager deletes the
             experiment's queue, when it is empty and no worker consumes it (:mod:`labswarm.queue.cleanup`; a new
             session declares it again); ``None`` or 0: queues are kept.
