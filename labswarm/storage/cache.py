@@ -12,13 +12,14 @@ Layout of the cache folder::
     .usage.json             {"bytes": N}: the bytes of the cached objects, changed under the lock
     objects/<full key>      one file per cached object (the remote's full key)
 
-The bound holds at every moment: an object is added under the lock, after evicting least recently used files
-until the cache's bytes plus the new object's fit (down to :data:`LOW_WATER` of the bound, so that eviction, which
-lists the folder, runs once per many additions). Recency is the file's modification time, set on every hit
-(``os.utime``: one system call, no lock). Readers take no lock: a file appears whole (written beside it, then
-renamed) and an evicted file that is already open or memory-mapped stays readable (POSIX unlink semantics). A
-reader that loses a file to eviction between finding and opening it fetches it again. Eviction recounts the folder
-and so repairs the usage after a process was killed mid-way or a file was removed by hand.
+The bound holds at every moment: an object is added under the lock, after evicting least recently used files until
+the cache's bytes plus the new object's fit (down to :data:`LOW_WATER` of the bound, so that eviction, which lists
+the folder, runs once per many additions). Recency is the file's modification time, set on a hit (``os.utime``, no
+lock) unless the same process set it less than :data:`TOUCH_S` ago (then a hit costs no system call). Readers take
+no lock: a file appears whole (written beside it, then renamed) and an evicted file that is already open or memory-
+mapped stays readable (POSIX unlink semantics). A reader that loses a file to eviction between finding and opening
+it fetches it again. Eviction recounts the folder and so repairs the usage after a process was killed mid-way or a
+file was removed by hand.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ import builtins
 import contextlib
 import fcntl
 import json
+import math
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +43,11 @@ from labswarm.storage.base import MissingObject, Storage, StorageConfig
 LOW_WATER = 0.9
 #: Default bound of a cache, in bytes (10 GiB).
 DEFAULT_CACHE_BYTES = 10 * 2**30
+#: Default recency granularity in seconds (:attr:`CachedStorage.touch_s`): an epoch over a cached data set takes
+#: far longer, so the order of eviction is the order of use at this scale.
+TOUCH_S = 10.0
+#: Files whose last touch a process remembers (~150 bytes each) before it forgets them all.
+TOUCHED_ENTRIES = 100_000
 
 
 class CachedStorage(Storage):
@@ -65,6 +73,10 @@ class CachedStorage(Storage):
             raise StorageError(f"a cache bound must be >= 0 bytes, got {max_bytes}")
         self.remote, self.folder, self.max_bytes = remote, Path(folder), int(max_bytes)
         self._objects = self.folder / "objects"
+        self._objects_str = str(self._objects)
+        #: recency granularity in s: a hit sooner than this after this process's last one does not touch the file
+        self.touch_s = TOUCH_S
+        self._touched: dict[str, float] = {}  # file -> when this process last touched it (time.monotonic)
 
     # the cache itself
     def usage(self) -> int:
@@ -92,12 +104,23 @@ class CachedStorage(Storage):
     def _locked(self) -> contextlib.AbstractContextManager[dict[str, int]]:
         return _Ledger(self.folder)
 
-    def _touch(self, path: Path) -> bool:
-        """Mark a cached file as just used; ``False`` when it is not (or no longer) there."""
+    def _touch(self, path: Path | str, *, remembered: bool = False) -> bool:
+        """Mark a cached file as just used; ``False`` when it is not (or no longer) there. With ``remembered``, a
+        file this process touched less than :attr:`touch_s` ago is taken as there without a system call (the
+        reader's hit path: a file evicted since by another process is found missing when it is opened, and
+        fetched again)."""
+        now = time.monotonic()
+        name = str(path)
+        if remembered and now - self._touched.get(name, -math.inf) < self.touch_s:
+            return True
         try:
             os.utime(path)
         except FileNotFoundError:
+            self._touched.pop(name, None)
             return False
+        if len(self._touched) >= TOUCHED_ENTRIES:
+            self._touched.clear()
+        self._touched[name] = now
         return True
 
     def _fetch(self, full: str, *, keep_bytes: bool) -> tuple[Path | None, bytes | None]:
@@ -174,8 +197,10 @@ class CachedStorage(Storage):
             if data is not None:
                 return data
             assert path is not None
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 return path.read_bytes()
+            except FileNotFoundError:
+                self._touched.pop(str(path), None)  # evicted by another process: fetched again
         return self.remote.get_bytes(full)
 
     def _read_into(self, full: str, handle: IO[bytes]) -> None:
@@ -187,6 +212,10 @@ class CachedStorage(Storage):
     def _local_path(self, full: str) -> Path | None:
         """The cached file, fetched on a miss; ``None`` when it cannot be cached; a path that does not exist when
         the remote has no such object."""
+        hit = os.path.join(self._objects_str, full)
+        if self._touch(hit, remembered=True):  # the hit path, a learner's every read
+            return Path(hit)
+
         def fetch() -> Path | None:
             try:
                 return self._fetch(full, keep_bytes=False)[0]

@@ -48,6 +48,7 @@ def test_least_recently_used_out_and_never_above_the_bound(tmp_path: Path) -> No
     remote = remote_with(tmp_path, 60)
     bound = 10 * SIZE + SIZE // 2
     cache = CachedStorage(remote, tmp_path / "cache", bound)
+    cache.touch_s = 0  # recency to the nanosecond: every hit touches its file
     order = list(range(1, 60))
     random.Random(0).shuffle(order)
     cache.warm("o/0")
@@ -78,13 +79,24 @@ def test_the_usage_record_is_recounted_when_lost(tmp_path: Path) -> None:
     assert cache.usage() == 4 * SIZE
 
 
+def read_in_place(cache: CachedStorage, key: str) -> bytes:
+    """What a reader of ``local_path`` does (FeatureStore.get): the cached file, or, when another process evicted
+    it between ``local_path`` and the read, the storage's answer."""
+    path = cache.local_path(key)
+    assert path is not None
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return cache.get_bytes(key)
+
+
 def _fill(remote_path: str, folder: str, bound: int, seed: int, n: int) -> None:
     remote = LocalStorage(LocalStorageConfig(path=Path(remote_path), fsync=False))
     cache = CachedStorage(remote, folder, bound)
     rng = random.Random(seed)
     for _ in range(400):
         i = rng.randrange(n)
-        data = cache.get_bytes(f"o/{i}") if rng.random() < 0.5 else (cache.local_path(f"o/{i}") or Path()).read_bytes()
+        data = cache.get_bytes(f"o/{i}") if rng.random() < 0.5 else read_in_place(cache, f"o/{i}")
         if data != bytes([i % 256]) * SIZE:
             raise RuntimeError(f"o/{i} read back wrong ({len(data)} bytes)")
 
@@ -110,3 +122,13 @@ def test_two_processes_filling_it_at_once(tmp_path: Path) -> None:
     assert final <= bound and CachedStorage(remote_with(tmp_path, 0), folder, bound).usage() == final
     assert not [p for p in folder.rglob(".*.tmp")]
     assert os.path.isfile(folder / ".lock")
+
+
+def test_a_file_evicted_by_another_process_is_fetched_again(tmp_path: Path) -> None:
+    cache = CachedStorage(remote_with(tmp_path, 2), tmp_path / "cache", 10 * SIZE)
+    first = cache.local_path("o/1")
+    assert first is not None
+    first.unlink()  # as another process's eviction would: this process still remembers touching it
+    assert read_in_place(cache, "o/1") == bytes([1]) * SIZE and first.is_file()
+    first.unlink()
+    assert cache.warm("o/1") and first.is_file()

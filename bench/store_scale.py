@@ -1,0 +1,120 @@
+"""Benchmark (issue 24, the store half): the feature store on an S3 API server, read directly, through a cold
+local cache and through a warm one, against the local store; writes to s3 against local writes.
+
+Synthetic arrays of the demo set's shape (mel ``(128, 431)`` float32, ~220 KB: a 10-s clip at 22.05 kHz, hop 512)
+under fresh keys; no audio is needed. Side by side in this one process, in interleaved rounds (the machine may be
+shared: the load average is printed):
+
+- writes: ``FeatureStore.put`` to a local folder (fsync on, as the workers write) and to s3;
+- reads, one thread (a learner's step or one prefetch producer): local (``get``, read whole), s3 uncached (every
+  read a request), s3 through the cache cold (emptied before the round: every read a request plus a local
+  write) and warm (every read a local file);
+- pull: ``labswarm store pull``'s path (``CachedStorage.warm``, 8 threads) into an empty cache.
+
+    .venv/bin/python bench/store_scale.py [--arrays N] [--rounds R] [--endpoint URL]
+
+The endpoint defaults to moto's server on :9000 (``bash .ci/s3``; any credentials); a bucket is made and removed.
+Goals (issue 24): through a warm cache >= 0.95x the local store's reads, cold >= 0.5x; writing to s3 >= 0.9x
+writing locally. moto is an in-memory Python server on this machine, not a network service: its ratios price
+the request path, not a real object store's latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from labswarm.storage.cache import CachedStorage
+from labswarm.store import FeatureStore
+
+SHAPE = (128, 431)  #: the demo set's mel array
+DOCUMENTS_SAMPLES = 100_000 * 9  #: the source documents' workload: ~100k clips x 9 augmentations
+
+
+def rate(n: int, call: Callable[[], None]) -> float:
+    """Arrays per second of ``call`` (which handles ``n`` arrays)."""
+    started = time.perf_counter()
+    call()
+    return n / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arrays", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--endpoint", default="http://127.0.0.1:9000")
+    args = parser.parse_args()
+    import boto3
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    client = boto3.client("s3", endpoint_url=args.endpoint, region_name="us-east-1")
+    bucket = f"labswarm-bench-{uuid.uuid4().hex[:8]}"
+    client.create_bucket(Bucket=bucket)
+    spec = {"name": "s3", "endpoint": args.endpoint, "bucket": bucket, "prefix": "features"}
+    work = Path(tempfile.mkdtemp(prefix="store-scale-"))
+    rng = np.random.default_rng(0)
+    arrays = {uuid.uuid4().hex + "0" * 8: rng.standard_normal(SHAPE).astype(np.float32) for _ in range(args.arrays)}
+    keys = sorted(arrays)
+    rates: dict[str, list[float]] = {}
+    try:
+        local = FeatureStore(work / "local")
+        direct = FeatureStore.open(work / "unused", remote=spec, cache_bytes=0)
+        cached = FeatureStore.open(work / "cache", remote=spec, cache_bytes=4 * 2**30)
+        cache = cached.storage
+        assert isinstance(cache, CachedStorage)
+
+        def writes(store: FeatureStore) -> Callable[[], None]:
+            return lambda: [store.put(k, arrays[k]) for k in keys] and None
+
+        def reads(store: FeatureStore) -> Callable[[], None]:
+            return lambda: [float(store.get(k)[0, 0]) for k in keys] and None
+
+        def empty_cache() -> None:
+            shutil.rmtree(work / "cache" / "objects", ignore_errors=True)
+            (work / "cache" / ".usage.json").unlink(missing_ok=True)
+
+        def pull() -> None:
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda k: cache.warm(cached.relpath(k)), keys))
+
+        for r in range(args.rounds):
+            for name, call in (("write local", writes(local)), ("write s3", writes(direct))):
+                rates.setdefault(name, []).append(rate(len(keys), call))
+            empty_cache()
+            for name, call in (("read local", reads(local)), ("read s3 uncached", reads(direct)),
+                               ("read s3 cache cold", reads(cached)), ("read s3 cache warm", reads(cached))):
+                rates.setdefault(name, []).append(rate(len(keys), call))
+            empty_cache()
+            rates.setdefault("pull (8 threads)", []).append(rate(len(keys), pull))
+            print(f"round {r + 1}/{args.rounds} done, load {os.getloadavg()[0]:.1f}", flush=True)
+        per_array = local.sizes()[keys[0]]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            for item in page.get("Contents", ()):
+                client.delete_object(Bucket=bucket, Key=item["Key"])
+        client.delete_bucket(Bucket=bucket)
+    median = {name: statistics.median(values) for name, values in rates.items()}
+    print(f"\n{args.arrays} arrays {SHAPE} float32 ({per_array:,} bytes each), {args.rounds} rounds, medians:")
+    for name, value in median.items():
+        base = median["write local"] if name.startswith("write") else median["read local"]
+        print(f"  {name:22s} {value:8.0f} arrays/s  {value / base:5.2f}x the local store's")
+    total = per_array * DOCUMENTS_SAMPLES
+    hours = DOCUMENTS_SAMPLES / median["pull (8 threads)"] / 3600
+    print(f"\nbytes per sample (one mel array): {per_array:,}; the documents' workload ({DOCUMENTS_SAMPLES:,} "
+          f"samples): {total / 1e9:,.0f} GB, pulled at this rate in {hours:.1f} h")
+
+
+if __name__ == "__main__":
+    main()
