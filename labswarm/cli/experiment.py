@@ -16,11 +16,12 @@ import typer
 from rich.table import Table
 
 from labswarm.cli.exits import FAILED, INFRASTRUCTURE, INTERRUPTED, USAGE
-from labswarm.cli.output import console, err, fail, print_session, warn_password
+from labswarm.cli.output import console, err, fail, plural, print_session, warn_password
 from labswarm.cli.progress import Phase
 from labswarm.errors import ConfigError, LabswarmError
 
 Experiment = Annotated[Path, typer.Argument(help="Experiment YAML file.")]
+RETRAIN_HELP = "Train even when a completed training of the same configuration, data and code can be reused."
 
 
 def load(path: Path, *, files: bool = True) -> Any:
@@ -90,16 +91,19 @@ def run(
                                           "none.")] = "local",
     train: Annotated[bool, typer.Option("--train/--no-train", help="Train after computing, when the experiment "
                                         "has a `training` section.")] = True,
+    retrain: Annotated[bool, typer.Option(help=RETRAIN_HELP)] = False,
 ) -> None:
     """Run an experiment distributed over workers (embedded manager and broker unless URLs are given); then,
-    when the experiment has a `training` section, train its model on the features. Exit status 1 when some
-    samples failed or the training job failed, 3 when a service failed."""
+    when the experiment has a `training` section, train its model on the features as a job (a completed job of
+    the same configuration, data and code is reused unless --retrain). Exit status 1 when some samples failed
+    or the training job failed, 3 when a service failed."""
     config = load(experiment, files=manager is None)
     if launcher not in ("local", "swarm", "none"):
         raise fail(ConfigError([("--launcher", f"unknown launcher {launcher!r}; known: local, none, swarm")]), USAGE)
     failed = _compute(config, workers=workers, concurrency=concurrency, broker=broker, manager=manager, rate=rate,
                       health=health, rabbitmq_api=rabbitmq_api, launcher=launcher,
-                      train=train and config.training is not None)  # as a job of the same manager (labswarm.run)
+                      train=train and config.training is not None,  # as a job of the same manager (labswarm.run)
+                      retrain=retrain)
     _exit_if_failed(failed)
 
 
@@ -109,27 +113,49 @@ def train(
     compute: Annotated[bool, typer.Option(help="First compute the features missing from the store, through the "
                                           "distributed run (embedded default).")] = True,
     workers: Annotated[int, typer.Option(min=0, help="Local workers for the missing features.")] = 2,
+    retrain: Annotated[bool, typer.Option(help=RETRAIN_HELP)] = False,
 ) -> None:
     """Train the experiment's model on its features: per-epoch metrics as JSON lines, a checkpoint every epoch
-    (resume with --resume), the trained model saved under the experiment's name and configuration hash."""
+    (resume with --resume), the trained model saved under the experiment's name and configuration hash. A model
+    that a completed training of the same configuration, data and code left is reused unless --retrain (no
+    feature is computed then)."""
+    from labswarm.run import reuse, training_table
+    from labswarm.settings import load_settings
+    from labswarm.train.provenance import of_experiment
+    from labswarm.train.trainer import Trainer
+
     config = load(experiment)
     if config.training is None:
         raise fail(ConfigError([("training", "missing: add `model` and `training` sections to train")]), USAGE)
+    try:
+        model = Trainer(config, load_settings().home).model_path
+        provenance = of_experiment(config)
+    except LabswarmError as exc:
+        raise fail(exc) from None
+    done = None if retrain else reuse.earlier(model, provenance)
+    if done is not None:
+        console.print(f"training reused: model {model} (completed {done.get('completed')}) was trained with this "
+                      "configuration on the same data with the same code (--retrain to train again)",
+                      highlight=False, soft_wrap=True)
+        console.print(training_table(config.name, done.get("final") or {}, model))
+        return
     failed = _compute(config, workers=workers) if compute else (0, 0)
-    _train(config, resume=resume)  # on the samples that did not fail
+    _train(config, resume=resume, provenance=provenance)  # on the samples that did not fail
     _exit_if_failed(failed)
 
 
 def _exit_if_failed(failed: tuple[int, int]) -> None:
     """Exit with status 1 when ``failed = (failed samples, samples)`` counts any, saying so on stderr."""
     if failed[0]:
-        err.print(f"{failed[0]} of {failed[1]} samples failed (listed above with their reasons)", highlight=False)
+        err.print(f"{failed[0]} of {plural(failed[1], 'sample')} failed (listed above with their reasons)",
+                  highlight=False)
         raise typer.Exit(FAILED)
 
 
 def _compute(config: Any, *, workers: int = 2, concurrency: int = 1, broker: str | None = None,
              manager: str | None = None, rate: float | None = None, health: bool = True,
-             rabbitmq_api: str | None = None, launcher: str = "local", train: bool = False) -> tuple[int, int]:
+             rabbitmq_api: str | None = None, launcher: str = "local", train: bool = False,
+             retrain: bool = False) -> tuple[int, int]:
     """The features of every sample into the store, as a session; with ``train``, then the model as a training
     job of the same manager, followed live. Exits 1 unless the session completes or when the job fails; 3 when
     the session failed (its publisher or launcher).
@@ -137,17 +163,20 @@ def _compute(config: Any, *, workers: int = 2, concurrency: int = 1, broker: str
     Returns:
         ``(failed samples, samples)`` of the completed session.
     """
-    from labswarm.run import run_experiment, training_table
+    from labswarm.run import reused_line, run_experiment, training_table
 
     warn_password("--broker", broker, "LABSWARM_BROKER_URL")
     warn_password("--rabbitmq-api", rabbitmq_api, "LABSWARM_RABBITMQ_API")
     result = _session(config, workers=workers, concurrency=concurrency, broker=broker, manager=manager, rate=rate,
-                      health=health, rabbitmq_api=rabbitmq_api, launcher=launcher, train=train, run=run_experiment)
+                      health=health, rabbitmq_api=rabbitmq_api, launcher=launcher, train=train, retrain=retrain,
+                      run=run_experiment)
     progress = result.progress
     if progress["status"] != "completed":
         raise typer.Exit(INFRASTRUCTURE if progress["status"] == "failed" else FAILED)
     if result.training is not None:
         job = result.training.job
+        if result.training.reused:
+            console.print(reused_line(result.training), highlight=False, soft_wrap=True)
         console.print(training_table(config.name, result.training.final, result.training.model, job=job["id"]))
         if job["status"] != "completed":
             raise fail(LabswarmError(f"training job {job['id']} {job['status']}: {job.get('reason') or ''}"), FAILED)
@@ -155,14 +184,15 @@ def _compute(config: Any, *, workers: int = 2, concurrency: int = 1, broker: str
 
 
 def _session(config: Any, *, run: Any, workers: int, concurrency: int, broker: str | None, manager: str | None,
-             rate: float | None, health: bool, rabbitmq_api: str | None, launcher: str, train: bool) -> Any:
+             rate: float | None, health: bool, rabbitmq_api: str | None, launcher: str, train: bool,
+             retrain: bool = False) -> Any:
     """``run_experiment``'s result, its progress shown as a :class:`Phase`, its session summarized."""
     from labswarm.jobs.client.follow import follow
     from labswarm.run import RunHooks, RunOptions, dashboard_line
     from labswarm.settings import load_settings
 
     options = RunOptions(workers=workers, concurrency=concurrency, broker_url=broker, manager_url=manager, rate=rate,
-                         health=health, rabbitmq_api=rabbitmq_api, launcher=launcher, train=train)
+                         health=health, rabbitmq_api=rabbitmq_api, launcher=launcher, train=train, retrain=retrain)
     with Phase(f"features {config.name}", console) as phase:
 
         class Shown(RunHooks):  # what the console shows of the run
@@ -191,10 +221,11 @@ def _session(config: Any, *, run: Any, workers: int, concurrency: int, broker: s
             raise interrupted() from None
 
 
-def _train(config: Any, *, resume: bool) -> None:
-    """Train the experiment's model, printing one line per epoch and the held-out result."""
+def _train(config: Any, *, resume: bool, provenance: Any) -> None:
+    """Train the experiment's model, printing one line per epoch and the held-out result; a completed training
+    records its ``provenance`` beside the model (:mod:`labswarm.run.reuse`)."""
     from labswarm.jobs.client.follow import epoch_line
-    from labswarm.run import training_table
+    from labswarm.run import reuse, training_table
     from labswarm.settings import load_settings
     from labswarm.train.trainer import Trainer
 
@@ -203,9 +234,13 @@ def _train(config: Any, *, resume: bool) -> None:
 
     try:
         trainer = Trainer(config, load_settings().home, on_epoch=show)
-        console.print(f"training {config.model.name} on {config.model.input} for {config.training.epochs} epochs; "
+        epochs = plural(config.training.epochs, "epoch")
+        console.print(f"training {config.model.name} on {config.model.input} for {epochs}; "
                       f"metrics: {trainer.metrics_path}")
+        reuse.forget(trainer.model_path)
         result = trainer.fit(resume=resume)
+        if not result.stopped:
+            reuse.remember(trainer.model_path, provenance, result.final)
     except LabswarmError as exc:
         raise fail(exc) from None
     except ImportError as exc:  # an optional dependency (torch) missing: the installation's configuration
@@ -217,14 +252,16 @@ def _train(config: Any, *, resume: bool) -> None:
 
 def print_summary(summary: Any) -> None:
     """Print a run summary: counts, rate, store size and the failures with their reasons."""
-    table = Table(title=f"{summary.experiment}: {summary.total} samples in {summary.seconds:.1f} s", show_header=False)
+    table = Table(title=f"{summary.experiment}: {plural(summary.total, 'sample')} in {summary.seconds:.1f} s",
+                  show_header=False)
     table.add_row("computed", str(summary.computed))
     table.add_row("cached", str(summary.cached))
     table.add_row("failed", f"[red]{summary.failed}[/]" if summary.failed else "0")
     rate = summary.computed / summary.seconds if summary.seconds else 0.0
     table.add_row("computed/s", f"{rate:.1f}")
     if summary.store is not None:
-        table.add_row("store", f"{summary.store.entries} entries, {summary.store.bytes / 1e6:.1f} MB")
+        entries = plural(summary.store.entries, "entry", "entries")
+        table.add_row("store", f"{entries}, {summary.store.bytes / 1e6:.1f} MB")
     console.print(table)
     if summary.failures:
         console.print("[bold red]failures:[/]")

@@ -2,8 +2,9 @@
 a training job of that manager.
 
 Modules: :mod:`labswarm.run.experiment` (the run: :func:`run_experiment` with its :class:`RunOptions` and
-:class:`RunHooks`; the dashboard's token file), :mod:`labswarm.run.training` (the training job and its result's
-table), :mod:`labswarm.run.health` (the health controller in a thread, the session's health figure).
+:class:`RunHooks`; the dashboard's token file), :mod:`labswarm.run.training` (the training job, reused when an
+identical one completed, and its result's table), :mod:`labswarm.run.reuse` (``labswarm train``'s own trainings,
+reused alike), :mod:`labswarm.run.health` (the health controller in a thread, the session's health figure).
 """
 
 from labswarm.run.experiment import (
@@ -17,7 +18,7 @@ from labswarm.run.experiment import (
     write_private,
 )
 from labswarm.run.health import HealthThread, health_figure
-from labswarm.run.training import JobTraining, job_manifest, train_job, training_table
+from labswarm.run.training import JobTraining, job_manifest, reused_line, train_job, training_table
 
 __all__ = [
     "DASHBOARD_TOKEN_FILE",
@@ -30,6 +31,7 @@ __all__ = [
     "dashboard_line",
     "health_figure",
     "job_manifest",
+    "reused_line",
     "run_experiment",
     "train_job",
     "training_table",

@@ -93,6 +93,8 @@ class RunOptions:
             (see docs/deployment.md); ``none`` starts none.
         train: after a completed session, train the experiment's model as a job
             (:func:`~labswarm.run.training.job_manifest`).
+        retrain: train even when a completed job of the same configuration, data and code exists (by default
+            that job, its model and metrics, are reused: :func:`~labswarm.run.training.train_job`).
     """
 
     workers: int = 2
@@ -106,6 +108,7 @@ class RunOptions:
     rabbitmq_api: str | None = None
     launcher: str = "local"
     train: bool = False
+    retrain: bool = False
 
 
 class RunHooks:
@@ -189,7 +192,8 @@ def run_experiment(config: ExperimentConfig, options: RunOptions | None = None, 
             local.stop()
             local = None
         if options.train and progress["status"] == "completed":
-            result.training = train_job(manager_url, settings.api_token, config, hooks.on_job_events)
+            result.training = train_job(manager_url, settings.api_token, config, hooks.on_job_events,
+                                        retrain=options.retrain)
             result.seconds = time.perf_counter() - started
         return result
     finally:

@@ -23,11 +23,14 @@ class JobTraining:
         job: the job as ``GET /v1/jobs/{id}`` shows it (``status``, ``attempts``, ...).
         metrics: its metrics records, each epoch once (the last one is the held-out result).
         model: where its results store keeps the trained model (a path, or ``s3://...``).
+        reused: the job is an earlier one of the same configuration, data and code, completed: nothing was
+            trained (``POST /v1/jobs?reuse=true``).
     """
 
     job: dict[str, Any]
     metrics: list[dict[str, Any]]
     model: str
+    reused: bool = False
 
     @property
     def final(self) -> dict[str, Any]:
@@ -45,8 +48,11 @@ def job_manifest(config: ExperimentConfig) -> dict[str, Any]:
 
 
 def train_job(manager_url: str, token: str | None, config: ExperimentConfig,
-              follow: Callable[[Iterable[dict[str, Any]]], Any] | None = None) -> JobTraining:
-    """Submit the training job of ``config`` (registered on the manager) and follow it to its end.
+              follow: Callable[[Iterable[dict[str, Any]]], Any] | None = None, *, retrain: bool = False
+              ) -> JobTraining:
+    """Submit the training job of ``config`` (registered on the manager) and follow it to its end; unless
+    ``retrain``, a completed job of the same configuration, data and code is reused instead (nothing is trained,
+    nothing followed: :attr:`JobTraining.reused`).
 
     Args:
         manager_url: the manager.
@@ -54,6 +60,7 @@ def train_job(manager_url: str, token: str | None, config: ExperimentConfig,
         config: the experiment.
         follow: called with the job's event stream (:meth:`~labswarm.run.experiment.RunHooks.on_job_events`);
             default: read silently.
+        retrain: train even when an identical job has completed.
 
     Returns:
         The job at its end (completed or failed), its metrics and where its model is (or would be).
@@ -66,15 +73,28 @@ def train_job(manager_url: str, token: str | None, config: ExperimentConfig,
 
     manifest = job_manifest(config)
     with JobsClient(manager_url, token) as jobs:
-        job = jobs.submit(manifest)
-        events = jobs.events(job["id"])
-        if follow is not None:
-            follow(events)
-        for _ in events:  # to the terminal status, whatever ``follow`` left
-            pass
+        job = jobs.submit(manifest, reuse=not retrain)
+        reused = bool(job.get("reused"))
+        if not reused:
+            events = jobs.events(job["id"])
+            if follow is not None:
+                follow(events)
+            for _ in events:  # to the terminal status, whatever ``follow`` left
+                pass
         shown = jobs.show(job["id"])
         metrics = jobs.metrics(job["id"])
-    return JobTraining(shown, metrics, job_storage(manifest["results_store"], job["id"]).describe(MODEL_KEY))
+    # a reused job's model is where its own results store keeps it
+    results = (shown.get("manifest") or {}).get("results_store") or manifest["results_store"]
+    return JobTraining(shown, metrics, job_storage(results, job["id"]).describe(MODEL_KEY), reused)
+
+
+def reused_line(training: JobTraining) -> str:
+    """What ``labswarm run`` and ``labswarm train`` say of a reused training job: which job, when it completed,
+    and how to train again."""
+    job = training.job
+    done = (job.get("timestamps") or {}).get("completed") or job.get("updated_at") or "?"
+    return (f"training reused: job {job['id']} (completed {done}) trained this configuration on the same data "
+            f"with the same code; its model and metrics follow (--retrain to train again)")
 
 
 def training_table(experiment: str, final: dict[str, Any], model: str | Path, *, resumed_from: int = 0,
