@@ -19,7 +19,7 @@ from rich.table import Table
 
 from labswarm.cli.exits import FAILED, exit_code
 from labswarm.cli.ids import job_ids, resolve
-from labswarm.cli.output import LogConsole
+from labswarm.cli.output import LogConsole, plural
 from labswarm.errors import LabswarmError
 from labswarm.jobs.client.client import JobsClient
 from labswarm.jobs.client.follow import epoch_line
@@ -134,7 +134,7 @@ def list_jobs(status: Annotated[list[str] | None, typer.Option(help="Only jobs i
         table.add_row(job["name"], job.get("owner", ""), job["status"], str(job["attempt"]), str(job["priority"]),
                       str(job["queue_position"] or ""), job["submitted_at"][:19], job["error_code"] or "", job["id"])
     console.print(table)
-    console.print(f"{len(page['jobs'])} of {page['total']} jobs")
+    console.print(f"{len(page['jobs'])} of {plural(page['total'], 'job')}")
 
 
 @jobs_app.command()

@@ -12,10 +12,11 @@ from labswarm.cli import experiment
 from labswarm.cli.compare import compare_command
 from labswarm.cli.experiment import interrupted
 from labswarm.cli.health import health_app
+from labswarm.cli.helpfmt import HelpGroup
 from labswarm.cli.jobs import jobs_app
 from labswarm.cli.jobs_set import set_command  # issue 25: live changes
 from labswarm.cli.models import models_app  # issue 25: model plugins
-from labswarm.cli.output import console, err, fail, warn_password
+from labswarm.cli.output import console, err, fail, plural, warn_password
 from labswarm.cli.predict import predict_command
 from labswarm.cli.progress import Phase
 from labswarm.cli.serve import serve_command  # issue 25: the prediction endpoint alone
@@ -24,10 +25,38 @@ from labswarm.cli.store import store_app  # issue 24: store operations
 from labswarm.cli.tokens import tokens_app
 from labswarm.errors import LabswarmError
 
-app = typer.Typer(help="Distribute audio deep-learning experiments over a swarm of workers: augmentation and "
-                  "features into a shared store, then training as jobs of learners.\n\nExit status: 0 done, 1 some "
-                  "work failed (samples, files, a job), 2 usage or configuration error, 3 infrastructure failure "
-                  "(manager, broker, store), 130 interrupted.", no_args_is_help=True)
+app = typer.Typer(
+    cls=HelpGroup, no_args_is_help=True,
+    help="""Audio deep-learning experiments on a swarm of workers, from a YAML file.
+
+    `run` computes an experiment's augmentations and features into a shared store as a session of workers, then
+    trains its model as a training job of learners; `features` and `train` do each part alone. `sessions` and
+    `jobs` list, follow and steer them on a manager (`manager` serves one, `worker` joins one); `compare` trains an
+    experiment under several frameworks and learner counts side by side; `predict` classifies audio files with a
+    trained model; `demo-data` builds a small demo set.
+
+    Exit status: 0 done, 1 some work failed (samples, files, a job), 2 usage or configuration error, 3
+    infrastructure failure (manager, broker, store), 130 interrupted.""")
+
+
+def _show_version(value: bool) -> None:
+    """``--version``: the installed labswarm's version, then exit."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            console.print(f"labswarm {version('labswarm')}", highlight=False)
+        except PackageNotFoundError:  # run from a source tree that is not installed
+            console.print("labswarm (not installed: version unknown)", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                                help="Show the version and exit.")] = False) -> None:
+    pass
+
+
 app.add_typer(sessions_app, name="sessions")
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(tokens_app, name="tokens")
@@ -65,7 +94,8 @@ def demo_data(
             raise fail(exc) from None
         except KeyboardInterrupt:
             raise interrupted() from None
-    counts = ", ".join(f"{label} {n} ({summary.n_sources[label]} sources)" for label, n in summary.counts.items())
+    counts = ", ".join(f"{label} {n} ({plural(summary.n_sources[label], 'source')})"
+                       for label, n in summary.counts.items())
     how = "already built, kept" if summary.reused else f"built in {summary.seconds:.1f} s"
     console.print(f"demo set in [bold]{summary.out_dir}[/]: {counts}; {how}")
 

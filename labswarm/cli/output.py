@@ -114,6 +114,12 @@ def print_session(progress: Mapping[str, Any], failures: Iterable[Mapping[str, A
         console.print(f"  ... and {len(failures) - limit} more")
 
 
+def plural(n: int, word: str, words: str | None = None) -> str:
+    """``n`` and the noun that agrees with it: ``plural(1, "file")`` is ``1 file``, ``plural(2, "file")`` ``2 files``
+    (``words``: an irregular plural, e.g. ``plural(n, "entry", "entries")``)."""
+    return f"{n} {word if n == 1 else words or word + 's'}"
+
+
 def print_json(data: Any) -> None:
     """Print ``data`` as JSON on stdout (times as ISO 8601 text), for scripts."""
     typer.echo(json.dumps(data, indent=2, default=str))

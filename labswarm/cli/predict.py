@@ -25,7 +25,7 @@ from rich.text import Text
 from labswarm.cli.exits import FAILED, INFRASTRUCTURE, USAGE, exit_code
 from labswarm.cli.ids import job_ids, resolve
 from labswarm.cli.jobs import DEFAULT_MANAGER, Manager, TokenFile
-from labswarm.cli.output import console, fail, print_json
+from labswarm.cli.output import console, fail, plural, print_json
 from labswarm.errors import LabswarmError, ManagerError
 
 
@@ -61,7 +61,7 @@ def model_file(model_or_job: str, manager: str, token_file: Path | None) -> Iter
 
 
 def _table(predictions: list, top: int | None) -> Table:
-    table = Table("file", "label", "probabilities", "windows", title=f"{len(predictions)} files")
+    table = Table("file", "label", "probabilities", "windows", title=plural(len(predictions), "file"))
     for p in predictions:
         if p.error is not None:
             table.add_row(Text(p.path), Text("failed", style="bold red"), Text(p.error, style="red"), "")
