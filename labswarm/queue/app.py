@@ -4,7 +4,8 @@ Settings (and why), for RabbitMQ:
 
 - durable queue ``labswarm.<experiment>``, persistent messages: survive a broker restart;
 - ``confirm_publish``: a publish returns only once the broker has the message (without it a publish during a
-  broker memory or disk alarm is silently dropped);
+  broker memory or disk alarm is silently dropped); not on a worker's app, which publishes only Celery's events
+  and remote-control replies (:mod:`labswarm.queue.tooling`);
 - ``task_acks_late`` + ``task_reject_on_worker_lost``: a task is acknowledged after it ran; a worker killed
   mid-task gives the message back to the queue and another worker runs it;
 - prefetch multiplier :data:`PREFETCH_MULTIPLIER` (1): a worker holds one task per process. Held tasks are
@@ -46,6 +47,7 @@ from labswarm.queue.names import (
     message_bound,
     queue_name,
 )
+from labswarm.queue.tooling import tooling
 
 __all__ = [
     "EMBEDDED_POLLING_INTERVAL",
@@ -106,7 +108,8 @@ def prepare_embedded_broker(broker_url: str) -> None:
 
 
 def make_celery(broker_url: str, max_queue_length: int | None = None, *, role: str = "manager",
-                experiment: str | None = None) -> Celery:
+                experiment: str | None = None, events: bool | None = None,
+                remote_control: bool | None = None) -> Celery:
     """A Celery app on ``broker_url`` with labswarm's no-loss settings and its task registered.
 
     Args:
@@ -115,6 +118,11 @@ def make_celery(broker_url: str, max_queue_length: int | None = None, *, role: s
         role: who uses the app (``manager``, ``worker``): its RabbitMQ connections are named after it and
             ``experiment`` (:func:`~labswarm.queue.names.connection_name`), and so are its publishers'.
         experiment: the experiment the app serves, if one.
+        events, remote_control: Celery's task events and remote control (``None``: on with RabbitMQ, off with
+            the embedded broker; :mod:`labswarm.queue.tooling`).
+
+    Raises:
+        ConfigError: remote control asked of the embedded broker.
     """
     app = Celery("labswarm", broker=broker_url, set_as_current=False)
     app.conf.update(
@@ -132,9 +140,7 @@ def make_celery(broker_url: str, max_queue_length: int | None = None, *, role: s
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,
         worker_hijack_root_logger=False,
-        worker_send_task_events=False,
-        worker_enable_remote_control=False,
-        task_send_sent_event=False,
+        **tooling(broker_url, events, remote_control),  # celery inspect, Flower (issue 28)
         enable_utc=True,
         labswarm_max_queue_length=max_queue_length,
         labswarm_role=role,
@@ -145,7 +151,10 @@ def make_celery(broker_url: str, max_queue_length: int | None = None, *, role: s
         app.conf.broker_transport_options = {"connect_args": {"timeout": 30}}
     else:
         app.conf.broker_transport_options = {
-            "confirm_publish": True,
+            # a worker's Celery publishes only events and remote-control replies, which need no confirm (one
+            # synchronous round trip each: labswarm.queue.tooling); labswarm's messages go through
+            # labswarm.queue.publisher, which confirms on its own connection
+            "confirm_publish": role != "worker",
             "client_properties": {"connection_name": connection_name(role, experiment)},
         }
         app.conf.broker_heartbeat = 30

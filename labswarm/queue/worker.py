@@ -18,6 +18,7 @@ from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import ConfigError
 from labswarm.queue.app import app_queue, declare_queue, is_embedded, make_celery, message_bound, queue_name
 from labswarm.queue.task import WorkerState, set_worker_state, worker_state
+from labswarm.settings import load_settings
 
 
 def _process_init(**_kwargs) -> None:
@@ -36,8 +37,6 @@ def _process_shutdown(**_kwargs) -> None:
 
 def _broker_url(manager_settings: dict) -> str:
     """The worker's own ``LABSWARM_BROKER_URL``, else the manager's broker if it has no password."""
-    from labswarm.settings import load_settings
-
     url = load_settings().broker_url or manager_settings.get("broker_url")
     if not url:
         shown = manager_settings.get("broker") or "a broker with a password"
@@ -78,9 +77,11 @@ def run_worker(
     settings = client.settings()
     client.close()
     label = names[0] if len(names) == 1 else f"{len(names)}-experiments"
+    own = load_settings()
     app = make_celery(broker_url or _broker_url(settings),
                       message_bound(settings.get("max_queue_length"), settings.get("samples_per_message", 1)),
-                      role="worker", experiment=label)
+                      role="worker", experiment=label, events=own.celery_events,
+                      remote_control=own.celery_remote_control)
     app.conf.task_queues = [app_queue(app, name) for name in names]
     if is_embedded(app.conf.broker_url):
         for name in names:
@@ -94,7 +95,9 @@ def run_worker(
     signals.worker_process_init.connect(_process_init, weak=False)
     signals.worker_process_shutdown.connect(_process_shutdown, weak=False)
     name = f"labswarm-{label}-{os.getpid()}@{socket.gethostname()}"
+    # worker heartbeats are events (Flower's "online"): sent with the task events (labswarm.queue.tooling)
+    quiet = [] if app.conf.worker_send_task_events else ["--without-heartbeat"]
     app.worker_main([
         "worker", "-Q", ",".join(queue_name(n) for n in names), "-c", str(concurrency), "-P", "prefork", "-n", name,
-        "--loglevel", loglevel, "--without-gossip", "--without-mingle", "--without-heartbeat",
+        "--loglevel", loglevel, "--without-gossip", "--without-mingle", *quiet,
     ])

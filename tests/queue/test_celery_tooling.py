@@ -1,0 +1,116 @@
+"""Celery's own tools see labswarm's workers (issue 28): a real ``labswarm worker`` on the real RabbitMQ runs a
+session while Flower listens; ``celery inspect ping`` and ``inspect stats`` answer for the worker and count its
+tasks, and Flower's API lists the worker and the session's tasks, succeeded. Remote control and task events are
+on by default with RabbitMQ (:mod:`labswarm.queue.tooling`), off with the embedded broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from helpers import missing
+
+from labswarm.errors import ConfigError
+from labswarm.manager.server import free_port
+from labswarm.queue.app import TASK_NAME, make_celery
+from labswarm.queue.tooling import tooling
+
+CELERY = str(Path(sys.executable).parent / "celery")
+
+
+def _wait(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.2)
+    return value
+
+
+def _celery(broker: str, *command: str) -> dict[str, Any]:
+    """``celery --broker URL inspect COMMAND --json``'s answer: ``{worker: reply}`` (``{}``: no node replied)."""
+    done = subprocess.run([CELERY, "--broker", broker, "inspect", *command, "--json", "--timeout", "5"],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        return {}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def flower(rabbitmq_url: str, tmp_path: Path) -> Iterator[str]:
+    """Flower on a free port, listening to the broker's events (its API open: FLOWER_UNAUTHENTICATED_API)."""
+    try:
+        import flower as _  # noqa: F401
+    except ImportError:
+        missing("flower is not installed (the dev extra)")
+    port = free_port()
+    log = tmp_path / "flower.log"
+    with open(log, "ab") as out:
+        process = subprocess.Popen([CELERY, "--broker", rabbitmq_url, "flower", "--address=127.0.0.1",
+                                    f"--port={port}"], stdout=out, stderr=subprocess.STDOUT,
+                                   env={**os.environ, "FLOWER_UNAUTHENTICATED_API": "true"})
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert process.poll() is None, log.read_text()
+        try:
+            return httpx.get(f"{url}/healthcheck", timeout=2).text == "OK"
+        except httpx.HTTPError:
+            return False
+
+    try:
+        _wait(up, 60, "Flower")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def test_celery_inspect_and_flower_see_the_worker_and_its_tasks(rabbitmq_url: str, flower: str,
+                                                                make_cluster) -> None:
+    cluster = make_cluster(broker_url=rabbitmq_url, tones=4)
+    cluster.start(workers=1, rate=50.0)
+    progress = cluster.wait_completed()
+    cluster.assert_no_loss(progress)
+    worker = cluster.launcher.processes[0].pid
+    name = _wait(lambda: next((n for n in _celery(rabbitmq_url, "ping") if f"-{worker}@" in n), None), 60,
+                 "the worker's answer to celery inspect ping")
+    assert name.startswith(f"labswarm-{cluster.name}-")
+    stats = _celery(rabbitmq_url, "stats", "-d", name)[name]
+    assert stats["total"][TASK_NAME] == progress["total"], stats["total"]  # one sample a message
+
+    workers = _wait(lambda: httpx.get(f"{flower}/api/workers", params={"refresh": "true"}, timeout=30).json(),
+                    60, "Flower's workers")
+    assert name in workers, list(workers)
+
+    def succeeded() -> list[dict[str, Any]]:
+        tasks = httpx.get(f"{flower}/api/tasks", params={"workername": name}, timeout=30).json().values()
+        done = [t for t in tasks if t["name"] == TASK_NAME and t["state"] == "SUCCESS"]
+        return done if len(done) == progress["total"] else []
+
+    tasks = _wait(succeeded, 60, "Flower's record of the session's tasks")
+    assert {t["worker"] for t in tasks} == {name}
+
+
+def test_the_defaults_follow_the_broker(rabbitmq_url: str, tmp_path: Path) -> None:
+    """On with RabbitMQ, off with the embedded broker; settable; remote control refused on the embedded one."""
+    on = tooling(rabbitmq_url)
+    assert on["worker_send_task_events"] and on["worker_enable_remote_control"] and not on["task_send_sent_event"]
+    embedded = f"sqla+sqlite:///{tmp_path / 'broker.sqlite'}"
+    assert not any(tooling(embedded).values())
+    assert not tooling(rabbitmq_url, events=False, remote_control=False)["worker_enable_remote_control"]
+    with pytest.raises(ConfigError, match="LABSWARM_CELERY_REMOTE_CONTROL"):
+        tooling(embedded, remote_control=True)
+    app = make_celery(rabbitmq_url, role="worker", events=False)
+    assert not app.conf.worker_send_task_events and app.conf.worker_enable_remote_control
+    # a worker's events are not confirmed one by one (a round trip each); the manager's publishes are
+    assert app.conf.broker_transport_options["confirm_publish"] is False
+    assert make_celery(rabbitmq_url).conf.broker_transport_options["confirm_publish"] is True
