@@ -1,5 +1,5 @@
 """Consumers the dashboard shows for a session's queue, read from a real RabbitMQ (a passive declare's consumer
-count) and from the embedded broker (no such count: ``None``, shown "n/a")."""
+count) and from the embedded broker (no such count: ``None``, shown "unknown")."""
 
 from __future__ import annotations
 
