@@ -6,6 +6,10 @@ learner is identified by its pid together with its process start time (psutil's 
 by another program is never taken for the learner: a restarted manager re-attaches to a learner that is still
 alive and never starts a second copy of it.
 
+Its ``resources`` are enforced without cgroups (:mod:`labswarm.deploy.resource_limits`): the learner is pinned to
+``ceil(cpus)`` cores (the least used by the other local learners) right after it starts, and it limits its own
+address space to ``memory_mb`` (a learner over it exits with the user error ``C107``).
+
 A halt signals the learner's pid only (SIGTERM: it checkpoints and exits; its process group holds the
 data-loading processes, which must not be stopped under it); a kill (watchdog, grace over, delete) sends SIGKILL
 to the whole group.
@@ -35,6 +39,7 @@ from labswarm.deploy.learners import (
     LearnerStatus,
     learner_environment,
 )
+from labswarm.deploy.resource_limits import memory_limit_env, pick_cores
 
 
 class LocalLearners(LearnerLauncher):
@@ -42,11 +47,14 @@ class LocalLearners(LearnerLauncher):
 
     def __init__(self) -> None:
         self._children: dict[int, subprocess.Popen] = {}
+        self._cores: dict[int, list[int]] = {}  # the cores each child learner is pinned to
 
     def start(self, launch: LearnerLaunch) -> LearnerHandle:
         """Write the spec to ``launch.spec_path`` and start ``python -m labswarm.jobs.learner.entry SPEC`` with the
         manager's environment less its secrets, plus the attempt's token, ``CUDA_VISIBLE_DEVICES`` and ``launch.env``
-        (:func:`~labswarm.deploy.learners.learner_environment`), its raw output into ``launch.out``.
+        (:func:`~labswarm.deploy.learners.learner_environment`), its raw output into ``launch.out``; pinned to
+        ``ceil(resources.cpus)`` cores, its address space limited to ``resources.memory_mb``
+        (:mod:`labswarm.deploy.resource_limits`).
 
         Returns:
             The pid and the process's create time (Unix seconds).
@@ -60,12 +68,14 @@ class LocalLearners(LearnerLauncher):
         if launch.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = launch.gpus
         env.update(launch.env)  # a distributed learner's place in the job and the per-job shard secret
+        env.update(memory_limit_env(launch.resources, env))  # the learner limits itself once imported
         launch.out.parent.mkdir(parents=True, exist_ok=True)
         with open(launch.out, "ab") as handle:
             process = subprocess.Popen([sys.executable, "-m", "labswarm.jobs.learner.entry", str(launch.spec_path)],
                                        stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=env, start_new_session=True)
         self._children[process.pid] = process
+        self._pin(process.pid, float(launch.resources.get("cpus") or 1.0))
         if self.on_exit is not None:
             threading.Thread(target=self._wait, args=(process, self.on_exit), daemon=True,
                              name=f"labswarm-learner-{process.pid}-exit").start()
@@ -74,6 +84,19 @@ class LocalLearners(LearnerLauncher):
         except psutil.Error:  # already gone: its exit is found by poll
             created = 0.0
         return LearnerHandle(pid=process.pid, pid_created=created)
+
+    def _pin(self, pid: int, cpus: float) -> None:
+        """Pin the new learner ``pid`` to its cores (:func:`~labswarm.deploy.resource_limits.pick_cores`: the
+        least used by the live children), before it starts its threads (Python takes longer to start)."""
+        live = [cores for child, cores in self._cores.items() if child in self._children]
+        cores = pick_cores(cpus, live)
+        if cores is None:
+            return
+        try:
+            os.sched_setaffinity(pid, cores)
+        except OSError:  # already gone: its exit is found by poll
+            return
+        self._cores[pid] = cores
 
     @staticmethod
     def _wait(process: subprocess.Popen, on_exit: Callable[[], None]) -> None:
@@ -93,6 +116,7 @@ class LocalLearners(LearnerLauncher):
             if code is None:
                 return LearnerStatus(True)
             del self._children[pid]
+            self._cores.pop(pid, None)
             return LearnerStatus(False, code)
         if self._alive(pid, created):
             return LearnerStatus(True)

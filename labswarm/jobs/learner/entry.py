@@ -50,13 +50,14 @@ from typing import TYPE_CHECKING
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.config.manifest import CommandFramework, DistributedFramework
 from labswarm.deploy.learners import CHUNKS_FILE, EXIT_FILE
+from labswarm.deploy.resource_limits import MEMORY_ENV, apply_memory_limit, lift_memory_limit, out_of_memory
 from labswarm.errors import ConfigError, DatasetError, StorageError
 from labswarm.jobs.learner.command import run_command
 from labswarm.jobs.learner.context import LearnerContext, LearnerSpec, load_spec
 from labswarm.jobs.learner.hooks import JobHooks
 from labswarm.jobs.learner.parent import fetch_parent
 from labswarm.jobs.spec import layout
-from labswarm.jobs.spec.errors import EXIT_HALTED, EXIT_PLATFORM, EXIT_STORAGE, EXIT_USER
+from labswarm.jobs.spec.errors import EXIT_HALTED, EXIT_MEMORY, EXIT_PLATFORM, EXIT_STORAGE, EXIT_USER
 from labswarm.storage.base import MissingObject
 from labswarm.train.trainer import Trainer
 
@@ -159,6 +160,7 @@ class Learner(LearnerContext):
                  self.spec.job_id, self.spec.attempt, os.getpid(),
                  f"from checkpoint {self.spec.checkpoint['key']}" if self.spec.checkpoint else "from scratch")
         try:
+            apply_memory_limit()  # resources.memory_mb, once the modules are imported
             code = self._train()
         except (ConfigError, DatasetError) as exc:
             log.error("the experiment cannot be trained: %s", exc)
@@ -166,9 +168,15 @@ class Learner(LearnerContext):
         except StorageError as exc:
             log.error("results store: %s", exc)
             code = EXIT_STORAGE
-        except Exception:
-            log.exception("the learner failed")
-            code = EXIT_PLATFORM
+        except Exception as exc:
+            if out_of_memory(exc):
+                lift_memory_limit()  # room to log, report and exit
+                log.error("the learner went over its memory limit (resources.memory_mb: %s MiB): %s",
+                          os.environ.get(MEMORY_ENV), exc)
+                code = EXIT_MEMORY
+            else:
+                log.exception("the learner failed")
+                code = EXIT_PLATFORM
         log.info("learner exits with code %d", code)
         self.capture.stop()
         with contextlib.suppress(StorageError):

@@ -29,6 +29,9 @@ EXIT_USER = 2
 EXIT_STORAGE = 74
 #: Exit code of a learner: any other error of the learner (sysexits' EX_SOFTWARE): the platform's fault.
 EXIT_PLATFORM = 70
+#: Exit code of a learner: an allocation failed past its ``resources.memory_mb`` (the user's fault, ``C107``;
+#: :mod:`labswarm.deploy.resource_limits`; sysexits' EX_OSERR, "cannot fork" and the like).
+EXIT_MEMORY = 71
 
 
 class AdminOnly(LabswarmError):
@@ -54,6 +57,7 @@ class ErrorCode(enum.StrEnum):
     INVALID_MANIFEST = "C104"
     EXPERIMENT_NOT_FOUND = "C105"
     DATA_NOT_FOUND = "C106"
+    LEARNER_OVER_MEMORY = "C107"
     # the platform's faults
     LEARNER_CRASHED = "S101"
     LEARNER_SIGNALLED = "S102"
@@ -83,6 +87,8 @@ ERROR_TEXT: dict[ErrorCode, str] = {
     _C.INVALID_MANIFEST: "the manifest, or the experiment it trains, is invalid",
     _C.EXPERIMENT_NOT_FOUND: "the manifest names an experiment that is not registered",
     _C.DATA_NOT_FOUND: "the data store lacks the data the job reads",
+    _C.LEARNER_OVER_MEMORY: "the learner needed more memory than its resources.memory_mb allows (raise it, or "
+                            "use less: smaller batches, fewer prefetched batches)",
     _C.LEARNER_CRASHED: "the learner exited with a code the manifest does not count as the user's fault",
     _C.LEARNER_SIGNALLED: "the learner was killed by a signal the platform did not send (often the "
                           "out-of-memory killer)",
@@ -92,8 +98,10 @@ ERROR_TEXT: dict[ErrorCode, str] = {
     _C.STORAGE_FAILED: "the results store could not be read or written",
 }
 
-#: Exit codes a POSIX shell gives a command that cannot run (``exec`` failures), mapped to their codes.
-_SHELL_CODES = {127: ErrorCode.COMMAND_NOT_FOUND, 126: ErrorCode.COMMAND_NOT_EXECUTABLE}
+#: Exit codes a POSIX shell gives a command that cannot run (``exec`` failures), and the learner's own over-memory
+#: code, mapped to their codes.
+_SHELL_CODES = {127: ErrorCode.COMMAND_NOT_FOUND, 126: ErrorCode.COMMAND_NOT_EXECUTABLE,
+                EXIT_MEMORY: ErrorCode.LEARNER_OVER_MEMORY}
 
 
 @dataclass(frozen=True)
@@ -119,9 +127,9 @@ def classify_exit(exit_code: int | None, *, killed_by_platform: bool,
     """Classify a learner's exit into a user or a platform fault.
 
     Rules, in order: the watchdog killed it (no heartbeat) → ``S103``; the exit status is unknown → ``S104``;
-    exit 0 → no fault; an exit code in ``user_exit_codes`` → ``C102`` (127), ``C103`` (126) or ``C101``; killed by
-    a signal nobody on the platform sent (a negative code, as :mod:`subprocess` reports it, or ``128 + N`` from a
-    shell) → ``S102``; any other code → ``S101``.
+    exit 0 → no fault; :data:`EXIT_MEMORY` → ``C107``; a code in ``user_exit_codes`` → ``C102`` (127), ``C103``
+    (126) or ``C101``; killed by a signal nobody on the platform sent (a negative code, as :mod:`subprocess`
+    reports it, or ``128 + N`` from a shell) → ``S102``; any other code → ``S101``.
 
     Args:
         exit_code: the process's exit status (negative: killed by that signal), ``None`` when unknown.
@@ -139,6 +147,8 @@ def classify_exit(exit_code: int | None, *, killed_by_platform: bool,
         return ExitVerdict(ErrorCode.LEARNER_LOST, "exit status unknown")
     if exit_code == 0:
         return None
+    if exit_code == EXIT_MEMORY:  # whatever user_exit_codes say: the learner itself found it over its limit
+        user_exit_codes = {EXIT_MEMORY}
     if exit_code in user_exit_codes:
         return ExitVerdict(_SHELL_CODES.get(exit_code, ErrorCode.LEARNER_EXIT), f"exit code {exit_code}")
     signum = -exit_code if exit_code < 0 else exit_code - 128 if 128 < exit_code < 160 else None

@@ -1,0 +1,91 @@
+"""A local learner's resources enforced (labswarm.deploy.resource_limits) on a real manager with real learner
+processes: a ``command`` learner's program runs pinned to ceil(cpus) cores under an address-space limit of
+memory_mb; a training learner whose memory_mb is below what it needs fails with the user error C107 and says so
+in its log, not as an unexplained kill."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+from pathlib import Path
+
+import pytest
+from jobs.manager import manager, read_events, statuses
+from jobs.tiny import tiny_manifest
+
+from labswarm.deploy.resource_limits import MEMORY_ENV, apply_memory_limit, out_of_memory, pick_cores
+from labswarm.jobs.spec.errors import EXIT_MEMORY, ErrorCode, classify_exit
+
+_REPORT = ("import json, os, resource; print('limits', json.dumps({'cores': sorted(os.sched_getaffinity(0)), "
+           "'as': resource.getrlimit(resource.RLIMIT_AS)[0], 'arenas': os.environ.get('MALLOC_ARENA_MAX')}), "
+           "flush=True)")
+
+
+def _logs(m, job_id: str) -> list[str]:
+    return [line["line"] for line in m.http.get(f"/v1/jobs/{job_id}/logs", params={"pagesize": 5000}).json()["lines"]]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two cores to be seen")
+def test_a_command_learner_runs_pinned_to_its_cpus_under_its_memory_limit(tmp_path: Path) -> None:
+    manifest = tiny_manifest(tmp_path, name="limits", resources={"cpus": 1, "memory_mb": 3000},
+                             framework={"name": "command", "command": [sys.executable, "-c", _REPORT]})
+    with manager(tmp_path, job_slots=2) as m:
+        job = m.submit(manifest)
+        assert statuses(read_events(m.http, job["id"]))[-1] == "completed"
+        lines = _logs(m, job["id"])
+    [line] = [line for line in lines if line.startswith("limits ")]
+    seen = json.loads(line.removeprefix("limits "))
+    assert len(seen["cores"]) == 1 and set(seen["cores"]) <= os.sched_getaffinity(0)
+    assert seen["as"] == 3000 * 1024 * 1024
+    assert seen["arenas"] == "2"
+
+
+@pytest.mark.slow
+def test_a_learner_over_its_memory_limit_fails_with_its_user_error_code(tmp_path: Path) -> None:
+    manifest = tiny_manifest(tmp_path, name="greedy", resources={"cpus": 1, "memory_mb": 64})
+    with manager(tmp_path) as m:
+        job = m.submit(manifest)
+        stream = read_events(m.http, job["id"])
+        shown = m.show(job["id"])
+        lines = _logs(m, job["id"])
+    assert statuses(stream)[-1] == "failed"
+    assert shown["error_code"] == "C107" and shown["fault"] == "user", shown
+    assert "resources.memory_mb" in shown["error"]
+    assert any("over its memory limit (resources.memory_mb: 64 MiB)" in line for line in lines), lines[-20:]
+
+
+def test_cores_go_to_the_least_used_and_the_codes_are_classified() -> None:
+    cores = [0, 1, 2, 3]
+    assert pick_cores(1, [], cores) == [0]
+    assert pick_cores(1, [[0]], cores) == [1]
+    assert pick_cores(2, [[0], [1], [0, 2]], cores) == [1, 3]
+    assert pick_cores(0.5, [[0, 1, 2]], cores) == [3]
+    assert pick_cores(4, [], cores) is None and pick_cores(6.5, [], cores) is None
+    verdict = classify_exit(EXIT_MEMORY, killed_by_platform=False, user_exit_codes=[1, 2])
+    assert verdict is not None and verdict.code is ErrorCode.LEARNER_OVER_MEMORY and verdict.fault.value == "user"
+    assert out_of_memory(MemoryError()) and out_of_memory(RuntimeError("DefaultCPUAllocator: can't allocate memory"))
+    assert out_of_memory(OSError("libtorch_global_deps.so: failed to map segment from shared object"))
+    assert not out_of_memory(RuntimeError("shape mismatch")) and not out_of_memory(OSError(2, "No such file"))
+    try:
+        raise ValueError("wrapped") from MemoryError()
+    except ValueError as exc:
+        assert out_of_memory(exc)
+
+
+def test_the_memory_limit_makes_a_large_allocation_fail_in_a_child(tmp_path: Path) -> None:
+    pid = os.fork()
+    if pid == 0:  # the child limits itself as a learner does, then asks for more than the limit
+        code = 1
+        try:
+            limit = apply_memory_limit({MEMORY_ENV: "1024"})
+            assert limit == 1024 * 1024 * 1024 and resource.getrlimit(resource.RLIMIT_AS)[0] == limit
+            try:
+                bytearray(2 * 1024 * 1024 * 1024)
+            except MemoryError:
+                code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
