@@ -18,7 +18,9 @@ routes. The handlers reach the :class:`~labswarm.jobs.service.service.JobService
 ``GET /v1/jobs/{id}/model``                  the trained model file
 ``GET /v1/jobs/{id}/bundle``                 a zip: model, logs, metrics, resolved manifest, versions
 ``GET /v1/jobs/{id}/events``                 Server-Sent Events: ``status``, ``log``, ``metric``,
-                                             ``checkpoint``, ``attempt``, ``progress``; id = the per-job number;
+                                             ``checkpoint``, ``attempt``, ``progress``, ``plateau``,
+                                             ``change`` (a live change: asked, and applied by each
+                                             learner); id = the per-job number;
                                              data = the payload with ``seq``, ``attempt`` and ``stamp`` (when
                                              the learner or the manager made the event);
                                              ``Last-Event-ID`` (or ``?after=``) resumes after it (400 when
