@@ -25,6 +25,7 @@ from labswarm.jobs.service import api as jobs_api
 from labswarm.jobs.service.service import JobService
 from labswarm.manager.docs import offline_docs
 from labswarm.manager.metrics import metrics_registry
+from labswarm.manager.queues import queue_cleaner
 from labswarm.manager.schema import contract_openapi, operation_id
 from labswarm.serve import routes as models_api
 from labswarm.serve.server import ModelServer
@@ -55,9 +56,12 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         sessions.start()
+        _app.state.queue_cleaner = cleaner = queue_cleaner(sessions)  # ended experiments' queues (issue 28)
         try:
             yield
         finally:
+            if cleaner is not None:
+                cleaner.stop()
             sessions.stop()
             if own_engine:  # close the pool's connections now, not when the garbage collector finds them
                 sessions.engine.dispose()  # (the engine stays usable: a later use opens new ones)
