@@ -122,19 +122,19 @@ class CommandFramework(_Strict):
 
 
 #: The distributed frameworks (:mod:`labswarm.train.distributed.frameworks`) a job of ``learners: N`` (N >= 2) may name.
-DISTRIBUTED_FRAMEWORKS = ("allreduce", "model_averaging", "sandblaster", "downpour", "easgd")
+DISTRIBUTED_FRAMEWORKS = ("allreduce", "model_averaging", "sandblaster", "downpour", "easgd", "distributed_hogwild")
 
 
 class DistributedFramework(BaseModel):
-    """``framework: {name: allreduce | model_averaging | sandblaster | downpour | easgd, ...its parameters,
-    topology: {...}}``: our trainer in distributed mode (:mod:`labswarm.train.distributed.training`), ``learners``
-    of it. The parameters are validated by the framework's own config model
-    (:data:`labswarm.train.distributed.FRAMEWORKS`), each error naming its field (``framework.tau``); the validated
-    parameters, defaults filled in, are kept.
+    """``framework: {name: allreduce | model_averaging | sandblaster | downpour | easgd | distributed_hogwild,
+    ...its parameters, topology: {...}}``: our trainer in distributed mode
+    (:mod:`labswarm.train.distributed.training`), ``learners`` of it. The parameters are validated by the
+    framework's own config model (:data:`labswarm.train.distributed.FRAMEWORKS`), each error naming its field
+    (``framework.tau``); the validated parameters, defaults filled in, are kept.
 
     ``topology`` (:class:`~labswarm.config.topology.Topology`, SINGA's worker and server groups) may replace the
     name: ``{topology: {worker_groups: 1, workers_per_group: 2}}`` is ``allreduce`` with 2 learners
-    (:func:`~labswarm.config.topology.implementing` picks the framework and its ``group_size`` / ``period``).
+    (:func:`~labswarm.config.topology.implementing` picks the framework and its ``group_size`` / ``sync_period``).
     Given with a name, it must be the one that framework runs (:func:`~labswarm.config.topology.preset`), else
     the error names the first field that differs (``framework.topology.workers_per_group``). Given neither
     way, a job fills it in from its ``learners`` and ``ps_shards`` (:meth:`resolve`), so that the job's resolved
@@ -147,7 +147,7 @@ class DistributedFramework(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
-    name: Literal["allreduce", "model_averaging", "sandblaster", "downpour", "easgd"]
+    name: Literal["allreduce", "model_averaging", "sandblaster", "downpour", "easgd", "distributed_hogwild"]
     topology: Topology | None = None
 
     @model_validator(mode="before")
@@ -210,8 +210,9 @@ class DistributedFramework(BaseModel):
         return bool(FRAMEWORKS.get(self.name).needs_parameter_server)
 
 
-#: The topology fields a framework parameter sets (``downpour``'s ``group_size``, ``model_averaging``'s ``period``).
-_PARAMETER_OF = {"workers_per_group": "group_size", "sync_period": "period"}
+#: The topology fields a framework parameter sets (``downpour``'s ``group_size``, ``model_averaging``'s ``period``,
+#: ``distributed_hogwild``'s ``sync_period``).
+_PARAMETER_OF = {"workers_per_group": ("group_size",), "sync_period": ("period", "sync_period")}
 
 
 def _with_topology(data: dict[str, Any]) -> dict[str, Any]:
@@ -234,10 +235,12 @@ def _with_topology(data: dict[str, Any]) -> dict[str, Any]:
     name, given = data.get("name") or runs, set(data)
     if name == runs:
         data = {**implied, **data}
+    elif name == "model_averaging" and topology.sync_period is not None:  # Distributed Hogwild's topology
+        data = {"period": topology.sync_period, **data}
     expected = preset(name, topology.learners, topology.ps_shards or None, data)
     if expected != topology:
         fields = [f for f in Topology.model_fields if getattr(expected, f) != getattr(topology, f)]
-        parameters = [p for f in fields if (p := _PARAMETER_OF.get(f)) in given]
+        parameters = [p for f in fields for p in _PARAMETER_OF.get(f, ()) if p in given]
         field = fields[0]
         where = (parameters[0],) if parameters else ("topology", field)
         raise _validation_error("framework", [(where, f"{name} runs {expected.describe()}, not "

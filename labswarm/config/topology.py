@@ -195,14 +195,20 @@ def downpour(learners: int, shards: int | None = None, group_size: int = 1, **_:
                     shards_per_group=shards or 1, colocated=False)
 
 
-def distributed_hogwild(learners: int, shards: int | None = None, period: int = 4, **_: Any) -> Topology:
+def distributed_hogwild(learners: int, shards: int | None = None, sync_period: int = 4, **_: Any) -> Topology:
     """SINGA's Distributed Hogwild (asynchronous; Caffe): one worker group of one learner per node, each with its
-    own server group in its process, neighbouring server groups synchronised every ``period`` steps (Ooi et al.
-    2015, the figure "Training frameworks in SINGA", panel (d) Distributed Hogwild). labswarm's
-    ``model_averaging`` has this topology but synchronises every replica at once, synchronously (torch's
-    ``PeriodicModelAverager``), not neighbours asynchronously: issue 23 item 2 is SINGA's own."""
+    own server group in its process, neighbouring server groups synchronised every ``sync_period`` steps (Ooi et
+    al. 2015, the figure "Training frameworks in SINGA", panel (d) Distributed Hogwild); labswarm's
+    ``distributed_hogwild`` (:mod:`labswarm.train.distributed.frameworks.hogwild`)."""
     return Topology(worker_groups=learners, workers_per_group=1, server_groups=learners,
-                    sync_period=period if learners > 1 else None)
+                    sync_period=sync_period if learners > 1 else None)
+
+
+def model_averaging(learners: int, shards: int | None = None, period: int = 4, **_: Any) -> Topology:
+    """``model_averaging`` (post-local SGD; not one of SINGA's four): Distributed Hogwild's topology (panel (d)),
+    ``sync_period`` = ``period``, but every replica is averaged at once and synchronously (torch's
+    ``PeriodicModelAverager``), not with its neighbour asynchronously."""
+    return distributed_hogwild(learners, shards, sync_period=period)
 
 
 def easgd(learners: int, shards: int | None = None, **_: Any) -> Topology:
@@ -216,7 +222,8 @@ PRESETS: dict[str, Callable[..., Topology]] = {
     "allreduce": allreduce,
     "sandblaster": sandblaster,
     "downpour": downpour,
-    "model_averaging": distributed_hogwild,
+    "distributed_hogwild": distributed_hogwild,
+    "model_averaging": model_averaging,
     "easgd": easgd,
 }
 
@@ -228,11 +235,13 @@ def preset(name: str, learners: int, shards: int | None, parameters: Mapping[str
     Raises:
         KeyError: ``name`` is not a distributed framework.
     """
-    return PRESETS[name](learners, shards, **{k: v for k, v in parameters.items() if k in ("group_size", "period")})
+    wanted = ("group_size", "period", "sync_period")
+    return PRESETS[name](learners, shards, **{k: v for k, v in parameters.items() if k in wanted})
 
 
 def implementing(topology: Topology) -> tuple[str, dict[str, Any]]:
-    """The named framework that runs ``topology`` and the parameters it implies (``group_size``, ``period``).
+    """The named framework that runs ``topology`` and the parameters it implies (``group_size``, ``sync_period``);
+    Distributed Hogwild's topology is ``distributed_hogwild``'s (``model_averaging`` runs it too, when named).
 
     Raises:
         ConfigError: no framework runs it yet, naming the field (under ``topology``) that rules them out.
@@ -243,7 +252,7 @@ def implementing(topology: Topology) -> tuple[str, dict[str, Any]]:
     if t.server_groups == 1 and t.worker_groups == 1:
         return "allreduce", {}
     if t.colocated and t.workers_per_group == 1 and t.server_groups == t.worker_groups:
-        return "model_averaging", {"period": t.sync_period}
+        return "distributed_hogwild", {"sync_period": t.sync_period}
     if t.server_groups == 1:
         _unsupported("colocated", f"{t.worker_groups} worker groups sharing one colocated server group "
                                   "(asynchronous groups over an all-reduce) run under no framework yet: "

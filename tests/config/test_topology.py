@@ -34,7 +34,10 @@ PRESET_CASES = [
     ({"name": "downpour", "group_size": 2}, 4, 2,  # (c): worker groups sharing one separate server group
      {"worker_groups": 2, "workers_per_group": 2, "server_groups": 1, "shards_per_group": 2, "colocated": False,
       "serves": [[0, 1]], "sync_period": None}),
-    ({"name": "model_averaging", "period": 5}, 3, None,  # (d): a server group per worker, synchronised
+    ({"name": "distributed_hogwild", "sync_period": 5}, 3, None,  # (d): a server group per worker, synchronised
+     {"worker_groups": 3, "workers_per_group": 1, "server_groups": 3, "shards_per_group": 1, "colocated": True,
+      "serves": [[0], [1], [2]], "sync_period": 5}),
+    ({"name": "model_averaging", "period": 5}, 3, None,  # (d)'s topology, all replicas averaged synchronously
      {"worker_groups": 3, "workers_per_group": 1, "server_groups": 3, "shards_per_group": 1, "colocated": True,
       "serves": [[0], [1], [2]], "sync_period": 5}),
     ({"name": "easgd"}, 2, None,
@@ -56,9 +59,11 @@ def test_each_named_framework_resolves_to_its_topology_shown_in_the_resolved_man
     assert job.shards == Topology(**expected).ps_shards  # the shards the job deploys are the topology's
 
 
-@pytest.mark.parametrize(("framework", "learners", "shards", "expected"),
-                         [c for c in PRESET_CASES if c[0]["name"] != "easgd"],
-                         ids=[c[0]["name"] for c in PRESET_CASES if c[0]["name"] != "easgd"])
+#: easgd shares downpour's topology, model_averaging Distributed Hogwild's: a topology alone is the other's
+ALONE = [c for c in PRESET_CASES if c[0]["name"] not in ("easgd", "model_averaging")]
+
+
+@pytest.mark.parametrize(("framework", "learners", "shards", "expected"), ALONE, ids=[c[0]["name"] for c in ALONE])
 def test_each_topology_alone_resolves_to_the_framework_that_runs_it(
         framework: dict[str, Any], learners: int, shards: int | None, expected: dict[str, Any]) -> None:
     spec = {k: v for k, v in expected.items() if v is not None}
@@ -80,11 +85,17 @@ def test_a_short_topology_fills_in_singas_defaults() -> None:
 
 def test_every_preset_is_run_by_its_own_framework() -> None:
     for name, make in PRESETS.items():
-        runs, params = implementing(make(4, 2, group_size=2, period=3))
-        assert runs == ("downpour" if name == "easgd" else name)  # easgd shares downpour's topology: name it
+        runs, params = implementing(make(4, 2, group_size=2, period=3, sync_period=3))
+        shared = {"easgd": "downpour", "model_averaging": "distributed_hogwild"}  # the same topology: name it
+        assert runs == shared.get(name, name)
         group_size = 1 if name == "easgd" else 2
-        assert params == {"downpour": {"group_size": group_size}, "model_averaging": {"period": 3}}.get(runs, {})
+        assert params == {"downpour": {"group_size": group_size},
+                          "distributed_hogwild": {"sync_period": 3}}.get(runs, {})
     assert preset("downpour", 6, 1, {"group_size": 3}).worker_groups == 2
+    assert preset("model_averaging", 2, None, {"period": 3}).sync_period == 3
+    named = manifest(2, {"name": "model_averaging", "topology": {"worker_groups": 2, "workers_per_group": 1,
+                                                                 "server_groups": 2, "sync_period": 3}})
+    assert named.framework.model_dump()["period"] == 3  # the topology's sync period is model_averaging's period
 
 
 BAD = [  # (learners, framework, extra, the path the error names)
@@ -110,6 +121,9 @@ BAD = [  # (learners, framework, extra, the path the error names)
     (2, {"name": "model_averaging", "period": 5,
          "topology": {"worker_groups": 2, "workers_per_group": 1, "server_groups": 2, "sync_period": 3}},
      {}, "framework.period"),
+    (2, {"name": "distributed_hogwild", "sync_period": 5,
+         "topology": {"worker_groups": 2, "workers_per_group": 1, "server_groups": 2, "sync_period": 3}},
+     {}, "framework.sync_period"),
     (4, {"name": "sandblaster", "topology": {"worker_groups": 2, "workers_per_group": 2, "colocated": False}},
      {}, "framework.topology.worker_groups"),
     # settings no framework runs yet (issue 23 items 2-4)

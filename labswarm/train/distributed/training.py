@@ -236,7 +236,7 @@ class DistributedTraining(LoopHooks):
         to those of the checkpoints it resumed from (bytes, syncs, every push's staleness)."""
         now, before = self.framework.stats, self._comm_before
         return CommStats(bytes_sent=before.bytes_sent + now.bytes_sent, syncs=before.syncs + now.syncs,
-                         staleness=[*before.staleness, *now.staleness])
+                         staleness=[*before.staleness, *now.staleness], divergence=now.divergence)
 
     def _claim(self, torch: Any, epoch: int, stop: bool) -> tuple[Chunk | None, str]:
         """The next step's chunk and what to do: ``"train"`` (a ``None`` chunk: a lockstep filler), ``"end"``

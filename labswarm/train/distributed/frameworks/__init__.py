@@ -10,6 +10,7 @@ from labswarm.train.distributed.frameworks.base import (
 )
 from labswarm.train.distributed.frameworks.downpour import Downpour, DownpourConfig
 from labswarm.train.distributed.frameworks.easgd import EASGD, EASGDConfig
+from labswarm.train.distributed.frameworks.hogwild import DistributedHogwild, HogwildConfig
 from labswarm.train.distributed.frameworks.model_averaging import ModelAveraging, ModelAveragingConfig
 from labswarm.train.distributed.frameworks.sandblaster import Sandblaster
 
@@ -19,11 +20,13 @@ __all__ = [
     "AllReduce",
     "AllReduceConfig",
     "CommStats",
+    "DistributedHogwild",
     "Downpour",
     "DownpourConfig",
     "EASGDConfig",
     "Framework",
     "FrameworkConfig",
+    "HogwildConfig",
     "ModelAveraging",
     "ModelAveragingConfig",
     "Sandblaster",

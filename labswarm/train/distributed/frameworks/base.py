@@ -76,21 +76,27 @@ class CommStats:
         bytes_sent: payload bytes this learner sent (tensor data only: gradients, parameters, deltas).
         syncs: communication rounds (an all-reduce, an average, a push or a pull).
         staleness: for asynchronous frameworks, per push: how many server updates happened between this
-            learner's last pull and the push (0: fresh).
+            learner's last pull and the push (0: fresh); ``distributed_hogwild``: per exchange, the steps this
+            learner took beyond its neighbour's replica.
+        divergence: ``distributed_hogwild``, per exchange: the root-mean-square difference between this learner's
+            replica and its neighbour's, before they are averaged (parameter units).
     """
 
     bytes_sent: int = 0
     syncs: int = 0
     staleness: list[int] = field(default_factory=list)
+    divergence: list[float] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-serializable summary (staleness as p50 / p99 / max)."""
+        """JSON-serializable summary (staleness as p50 / p99 / max; divergence: the first and the last)."""
         out: dict[str, Any] = {"bytes_sent": self.bytes_sent, "syncs": self.syncs}
         if self.staleness:
             ordered = sorted(self.staleness)
             out["staleness_p50"] = ordered[len(ordered) // 2]
             out["staleness_p99"] = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
             out["staleness_max"] = ordered[-1]
+        if self.divergence:
+            out["divergence_first"], out["divergence_last"] = self.divergence[0], self.divergence[-1]
         return out
 
 
