@@ -79,7 +79,8 @@ class SessionProgress(_Closed):
     id: str
     experiment: str
     status: SessionStatus
-    phase: str | None = Field(description="its publisher's phase here (publish, reconcile); null when none runs")
+    phase: str | None = Field(description="its publisher's phase here (publish, reconcile, follow); null when none "
+                                          "runs")
     total: int = Field(description="samples of the session")
     published: int = Field(description="samples published (first time)")
     republished: int = Field(description="samples published again (no outcome after the queue drained)")
@@ -99,6 +100,8 @@ class SessionProgress(_Closed):
     queue: str
     launcher: str = Field(description="who runs its workers: none, local, swarm")
     owner: str
+    follow: bool = Field(False, description="whether it follows its labels CSV: rows appended are published as "
+                         "they appear, total grows, it ends only when cancelled")
     workers: int | None = Field(None, description="only in PUT /sessions/{id}/workers's answer: the workers asked")
 
 
