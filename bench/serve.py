@@ -86,7 +86,8 @@ def _run(clients: int, requests: int, call: Callable[[int], None]) -> tuple[list
 
 
 def _serve(model: Path, port: int, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "LABSWARM_API_TOKEN": "", "LABSWARM_TOKENS_FILE": ""}  # loopback, no token
+    env = {k: v for k, v in os.environ.items()  # no token: open to loopback clients
+           if k not in ("LABSWARM_API_TOKEN", "LABSWARM_API_TOKEN_FILE", "LABSWARM_TOKENS_FILE")}
     with open(log, "wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "labswarm.cli", "serve", str(model), "--port", str(port),
                                     "--name", "bench"], env=env, stdout=out, stderr=subprocess.STDOUT)
