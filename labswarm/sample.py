@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -93,8 +94,9 @@ class ExperimentSamples:
     a free path or a free transformation spec.
 
     The labels CSV is read at the first lookup (each clip's label and source, ~220 bytes per clip: 200,000 clips
-    in ~1.5 s and ~44 MB, measured on a shared 2-core machine), and again when an id is not found and the last
-    read is older than ``reread_after`` s (the CSV grew since).
+    in ~1.5 s and ~44 MB, measured on a shared 2-core machine), and again when an id is not found and the CSV
+    changed since (its inode, size or modification time: a followed session publishes a row appended a moment
+    ago) or the last read is older than ``reread_after`` s (a file system whose times are coarse).
 
     Args:
         config: the experiment.
@@ -107,12 +109,23 @@ class ExperimentSamples:
         self._specs = [t.model_dump(mode="json") for t in config.transformations]
         self._rows: dict[str, tuple[str, str | None]] | None = None  # clip id: label, source (None: the id)
         self._read_at = 0.0
+        self._read_signature: tuple[int, int, int] | None = None  # the CSV's signature when it was read
+
+    def _signature(self) -> tuple[int, int, int] | None:
+        """The labels CSV's (inode, size, mtime in ns); ``None`` when it cannot be read."""
+        try:
+            st = os.stat(self.config.dataset.labels_path)
+        except OSError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns
 
     def _clip(self, clip_id: str) -> Clip | None:
-        if self._rows is None or (clip_id not in self._rows and time.monotonic() - self._read_at > self.reread_after):
+        if self._rows is None or (clip_id not in self._rows and (
+                time.monotonic() - self._read_at > self.reread_after or self._signature() != self._read_signature)):
+            signature = self._signature()
             self._rows = {path: (sys.intern(label), None if source == path else source)
                           for _, path, label, source in label_rows(self.config.dataset.labels_path)}
-            self._read_at = time.monotonic()
+            self._read_at, self._read_signature = time.monotonic(), signature
         if (row := self._rows.get(clip_id)) is None:
             return None
         return Clip(clip_id=clip_id, path=clip_path(self.config.dataset.root, clip_id), label=row[0],
