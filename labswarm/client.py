@@ -98,7 +98,7 @@ class ManagerClient(HTTPClient):
 
     # sessions
     def start_session(self, experiment: str, rate: float | None = None, weight: float | None = None, *,
-                      launcher: str | None = None, workers: int | None = None) -> dict:
+                      launcher: str | None = None, workers: int | None = None, follow: bool = False) -> dict:
         """Start a session of ``experiment``.
 
         Args:
@@ -108,11 +108,14 @@ class ManagerClient(HTTPClient):
             launcher: who runs its workers: ``none`` (someone else, the default) or ``swarm`` (a docker swarm
                 service the manager creates, scales and removes).
             workers: workers the launcher starts.
+            follow: follow the labels CSV: rows appended later are published too; the session runs until cancelled.
 
         Raises:
             ManagerError: the manager refused (unknown experiment, an active session, a Docker engine error).
         """
-        body: dict[str, float | int | str] = {} if rate is None else {"rate": rate}
+        body: dict[str, float | int | str | bool] = {} if rate is None else {"rate": rate}
+        if follow:
+            body["follow"] = True
         for key, value in (("weight", weight), ("launcher", launcher), ("workers", workers)):
             if value is not None:
                 body[key] = value
