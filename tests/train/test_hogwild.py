@@ -109,3 +109,40 @@ def test_two_learner_processes_learn_the_task_above_the_floor(store: Any, tmp_pa
     for result in results:  # chance is 1/3; downpour and easgd reach > 0.85 in tests/learners
         assert result["accuracy"] > 0.85, result["accuracy"]
         assert result["stats"]["syncs"] >= 1 and result["stats"]["divergence_last"] >= 0  # it mixed a replica
+
+
+@pytest.mark.slow
+def test_two_hogwild_learners_of_the_trainer_train_every_sample_once_per_pass(three_classes: Path,
+                                                                              tmp_path: Path) -> None:
+    import json
+    import sys
+    from collections import Counter
+
+    import yaml
+    from distributed_run import logs, run_attempt
+    from three_classes import training_experiment
+
+    from labswarm.config.experiment import parse_experiment
+    from labswarm.pipeline.pipeline import Pipeline
+    from labswarm.train import checkpoint
+
+    pipeline = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
+                {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]
+    data = training_experiment(three_classes, tmp_path / "store", pipeline=pipeline,
+                               training={"epochs": 2, "learning_rate": 0.01, "validation": 0.25, "threads": 1})
+    experiment, home = tmp_path / "experiment.yml", tmp_path / "home"
+    experiment.write_text(yaml.safe_dump(data))
+    spec = json.dumps({"name": "distributed_hogwild", "sync_period": 1})
+    codes = run_attempt(1, lambda _rank: [sys.executable, "-m", "labswarm.train.distributed.learner", str(experiment),
+                                          "--home", str(home), "--framework", spec], tmp_path,
+                        framework={"name": "distributed_hogwild"})
+    assert codes == {0: 0, 1: 0}, logs(tmp_path)
+    run = next((home / "train").iterdir())
+    with Pipeline(parse_experiment(data), split="train", train=False).epoch(0) as batches:
+        train_ids = Counter(i for b in batches for i in b.ids)
+    logged = [json.loads(line) for r in range(2) for line in (run / f"chunks-rank-{r}.jsonl").read_text().splitlines()]
+    for pass_ in range(2):  # asynchronous: each claims on its own; every sample once per pass across the two
+        assert Counter(i for c in logged if c["pass"] == pass_ for i in c["ids"]) == train_ids, pass_
+    records = [checkpoint.read_metrics(run / f"rank-{r}" / "metrics.jsonl") for r in range(2)]
+    assert "val_accuracy" in records[0][-1] and "val_accuracy" not in records[1][-1]  # rank 0 validates its own
+    assert all("syncs" in r["comm"] for rank in records for r in rank)
