@@ -70,6 +70,8 @@ class SessionBody(BaseModel):
         "none", description="who runs the workers: none (someone else), local (processes on the manager's machine "
         "that it supervises and stops), swarm (a docker swarm service the manager creates and removes)")
     workers: int = Field(0, ge=0, le=10_000, description="workers the launcher starts")
+    follow: bool = Field(False, description="follow the labels CSV: rows appended later are published as they "
+                         "appear; the session ends only when cancelled")
 
 
 class WorkersBody(BaseModel):
@@ -158,10 +160,11 @@ def get_config(name: str, user: Caller, service: Service) -> dict[str, Any]:
 
 @router.post("/experiments/{name}/sessions", status_code=201)
 def start_session(name: str, user: Caller, service: Service, body: SessionBody | None = None) -> dict[str, Any]:
-    """Start a session: publish every sample of the experiment to its queue. The caller owns the session;
-    unless an admin, the experiment must be theirs."""
+    """Start a session: publish every sample of the experiment to its queue (with ``follow``, and every sample
+    of the rows appended to its labels CSV later, until cancelled). The caller owns the session; unless an
+    admin, the experiment must be theirs."""
     row = service.start_session(name, body.rate if body else None, weight=body.weight if body else 1.0,
-                                owner=user.name, admin=user.is_admin)
+                                owner=user.name, admin=user.is_admin, follow=body.follow if body else False)
     if body is not None and body.launcher != "none":
         service.launchers.launch(row.id, body.launcher, body.workers)
     return service.progress(row.id)

@@ -312,6 +312,16 @@ def pending_among(db: Session, session_id: str, sample_ids: Iterable[str]) -> di
     return out
 
 
+def known_among(db: Session, session_id: str, sample_ids: Iterable[str]) -> set[str]:
+    """Those of ``sample_ids`` that have a ledger row in the session, whatever their status (one query per chunk,
+    by primary key): what a followed session published or recorded already, and publishes no more."""
+    out: set[str] = set()
+    for chunk in chunks(sample_ids):
+        out.update(db.scalars(select(SampleRow.sample_id).where(
+            SampleRow.session_id == session_id, _among(db, SampleRow.sample_id, chunk))))
+    return out
+
+
 def set_status(db: Session, session_id: str, sample_ids: Iterable[str], status: str, reason: str | None) -> int:
     """Give pending samples a terminal status (reconciliation); returns how many changed. One statement per
     :data:`CHUNK` ids; samples that have an outcome already are left as they are. The counters move with them.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import JSON, Float, ForeignKey, Index, Integer, String, Text, select, text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, false, select, text
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from labswarm.db import Base, utcnow
@@ -53,7 +53,9 @@ class SessionRow(Base):
     (a docker swarm service the manager creates, scales and removes). ``pending``, ``done``, ``cached`` and
     ``failed`` count the session's ledger rows per status (``pending``: status ``published``), kept by the ledger's
     writes in their transactions (:mod:`labswarm.sessions.ledger`; revision 0004). ``owner``: the user who
-    started the session (revision 0005).
+    started the session (revision 0005). ``follow``: the session follows its labels CSV (revision 0010): rows
+    appended to it are published as they appear, and it ends only when cancelled
+    (:mod:`labswarm.sessions.follow`); ``total`` then grows with them.
     """
 
     __tablename__ = "sessions"
@@ -73,6 +75,7 @@ class SessionRow(Base):
     fingerprint: Mapped[str] = mapped_column(String(32))
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     launcher: Mapped[str] = mapped_column(String(16), default="none")
+    follow: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     owner: Mapped[str] = mapped_column(String(64), index=True, default=DEFAULT_OWNER, server_default=DEFAULT_OWNER)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(nullable=True)

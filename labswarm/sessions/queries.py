@@ -61,7 +61,8 @@ def progress(row: SessionRow, phase: str | None = None, rate: float | None = Non
 
     Args:
         row: the session's row (its counters are those of its ledger: :func:`~labswarm.sessions.ledger.counters`).
-        phase: its publisher thread's phase (``publish``, ``reconcile``), ``None`` when it has none here.
+        phase: its publisher thread's phase (``publish``, ``reconcile``, ``follow``), ``None`` when it has none
+            here.
         rate: the publish rate its thread applies now (tasks/s); ``None``: the row's.
     """
     counts = ledger.counters(row)
@@ -78,7 +79,7 @@ def progress(row: SessionRow, phase: str | None = None, rate: float | None = Non
         "samples_per_s": counts["done"] / elapsed,
         "created_at": row.created_at, "started_at": row.started_at, "finished_at": row.finished_at,
         "elapsed_s": elapsed, "error": row.error, "queue": queue_name(row.experiment),
-        "launcher": row.launcher, "owner": row.owner,
+        "launcher": row.launcher, "owner": row.owner, "follow": bool(row.follow),
     }
 
 

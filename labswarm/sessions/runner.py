@@ -12,6 +12,10 @@ Phases, each resumable after a manager restart:
    still without an outcome is looked up in the store (a worker computed it but its report was lost: ``done``),
    or published again, at most ``max_attempts`` times (then ``failed``). The store and the ledger are the truth;
    the broker is transport.
+
+A followed session (``follow``) has one **follow** phase instead (:mod:`labswarm.sessions.follow`): the labels
+CSV's rows are published as they appear, those the ledger holds skipped (a restart reads the file again, rows
+removed or reordered meanwhile included), until the session is cancelled.
 """
 
 from __future__ import annotations
@@ -20,14 +24,16 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from labswarm.config.experiment import ExperimentConfig
+from labswarm.paths import DataRoots
 from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import Sample, iter_samples
 from labswarm.sessions import ledger, lifecycle
 from labswarm.sessions.context import SessionContext
+from labswarm.sessions.follow import follow
 from labswarm.sessions.models import SessionRow, known_session
 from labswarm.sessions.ratelimit import TokenBucket
 from labswarm.sessions.reconcile import reconcile
@@ -79,6 +85,7 @@ class SessionRunner(threading.Thread):
         self.bucket = TokenBucket(row.rate)
         self.window = StartWindow(context.settings.start_window)
         self.config = config
+        self.follow = bool(row.follow)
         self._on_end = on_end
         self.stop_event = threading.Event()
         self.running = threading.Event()
@@ -130,6 +137,12 @@ class SessionRunner(threading.Thread):
     def run(self) -> None:
         try:
             block = FeaturesBlock(self.config)
+            if self.follow:  # the whole file read, the ledger skipping what it holds: no cursor to trust
+                self.phase = "follow"
+                with self.context.db() as db:
+                    self.window.resync(ledger.counts(db, self.session_id)["published"])
+                follow(self, block, DataRoots.from_settings(self.context.settings))
+                return
             self._publish_phase(block)
             if not self.stop_event.is_set():
                 self.phase = "reconcile"
@@ -147,8 +160,18 @@ class SessionRunner(threading.Thread):
         with self.context.db() as db:
             cursor = known_session(db, self.session_id).cursor
             self.window.resync(ledger.counts(db, self.session_id)["published"])
-        stream = itertools.islice(enumerate(iter_samples(self.config)), cursor, None)
-        pend = _Pending(cursor)
+        self._publish(block, itertools.islice(enumerate(iter_samples(self.config)), cursor, None), _Pending(cursor))
+
+    def publish_more(self, block: FeaturesBlock, samples: list[Sample]) -> None:
+        """Publish ``samples`` (a followed labels CSV's new rows, none of them in the ledger) as the publish phase
+        does: paced by the token bucket and the start window, ledger rows and cursor committed after the
+        confirms. Returns once they are all published, or stopped."""
+        with self.context.db() as db:
+            cursor = known_session(db, self.session_id).cursor
+        self._publish(block, enumerate(samples, start=cursor), _Pending(cursor))
+
+    def _publish(self, block: FeaturesBlock, stream: Iterator[tuple[int, Sample]], pend: _Pending) -> None:
+        """The publish loop over ``stream`` (``(index, sample)`` pairs, the index the cursor's)."""
         while True:
             if not self.running.is_set():
                 self._flush(pend)

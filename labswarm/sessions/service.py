@@ -152,8 +152,9 @@ class SessionService:
 
     # sessions
     def start_session(self, experiment: str, rate: float | None = None, *, weight: float = 1.0,
-                      owner: str = DEFAULT_OWNER, admin: bool = True) -> SessionRow:
-        """Start a session of ``experiment`` publishing at ``rate`` tasks/s (default from settings).
+                      owner: str = DEFAULT_OWNER, admin: bool = True, follow: bool = False) -> SessionRow:
+        """Start a session of ``experiment`` publishing at ``rate`` tasks/s (default from settings); with ``follow``,
+        the rows appended to its labels CSV later too, until cancelled (:mod:`labswarm.sessions.follow`).
 
         ``weight`` (> 0) is its share of the workers it shares with other sessions, relative to theirs.
         ``owner`` (default :data:`~labswarm.sessions.models.DEFAULT_OWNER`) is the user starting it, recorded as
@@ -185,7 +186,7 @@ class SessionService:
         row = SessionRow(
             id=uuid.uuid4().hex[:12], experiment=experiment, status=SessionState.RUNNING.value,
             rate=rate or self.settings.default_rate, weight=weight, total=total, fingerprint=config.fingerprint(),
-            started_at=utcnow(), owner=owner,
+            started_at=utcnow(), owner=owner, follow=follow,
         )
         with self.db() as db:
             db.add(row)
