@@ -95,6 +95,8 @@ class RunOptions:
             (:func:`~labswarm.run.training.job_manifest`).
         retrain: train even when a completed job of the same configuration, data and code exists (by default
             that job, its model and metrics, are reused: :func:`~labswarm.run.training.train_job`).
+        follow: the session follows the labels CSV (rows appended are computed as they appear) and runs until
+            cancelled: a KeyboardInterrupt (Ctrl-C) during the wait cancels it, then goes on up.
     """
 
     workers: int = 2
@@ -109,6 +111,7 @@ class RunOptions:
     launcher: str = "local"
     train: bool = False
     retrain: bool = False
+    follow: bool = False
 
 
 class RunHooks:
@@ -179,7 +182,7 @@ def run_experiment(config: ExperimentConfig, options: RunOptions | None = None, 
         if options.health:
             controller = HealthThread(manager_url, settings.api_token, options.rabbitmq_api,
                                       max(1, options.workers * options.concurrency), settings.home / "health").start()
-        progress = _wait(client, session["id"], options.poll, hooks)
+        progress = _wait(client, session["id"], options.poll, hooks, options.follow)
         failures = client.failures(session["id"]) if progress["failed"] else []
         figure = None
         if controller is not None:
@@ -249,7 +252,7 @@ def _start_session(client: ManagerClient, experiment: str, options: RunOptions, 
         The session, and the workers this process runs (``None``: the manager runs them, or none).
     """
     if options.launcher == "local" and remote:
-        session = client.start_session(experiment, options.rate)
+        session = client.start_session(experiment, options.rate, follow=options.follow)
         if not options.workers:
             return session, None
         local = LocalLauncher(experiment, manager_url, concurrency=options.concurrency, token=settings.api_token,
@@ -260,16 +263,23 @@ def _start_session(client: ManagerClient, experiment: str, options: RunOptions, 
             local.stop()
             raise
         return session, local
-    return client.start_session(experiment, options.rate, launcher=options.launcher,
-                                workers=options.workers), None
+    return client.start_session(experiment, options.rate, launcher=options.launcher, workers=options.workers,
+                                follow=options.follow), None
 
 
-def _wait(client: ManagerClient, session_id: str, poll: float, hooks: RunHooks) -> dict[str, Any]:
+def _wait(client: ManagerClient, session_id: str, poll: float, hooks: RunHooks, follow: bool = False
+          ) -> dict[str, Any]:
     """The session's progress once its status is final, polled every ``poll`` seconds (each given to
-    :meth:`RunHooks.on_progress`)."""
-    while True:
-        progress = client.session(session_id)
-        hooks.on_progress(progress)
-        if progress["status"] in FINAL:
-            return progress
-        time.sleep(poll)
+    :meth:`RunHooks.on_progress`). A followed session ends only when cancelled: a KeyboardInterrupt cancels it
+    (not left active in the manager's database), then goes on up."""
+    try:
+        while True:
+            progress = client.session(session_id)
+            hooks.on_progress(progress)
+            if progress["status"] in FINAL:
+                return progress
+            time.sleep(poll)
+    except KeyboardInterrupt:
+        if follow:
+            client.cancel(session_id)
+        raise
