@@ -92,6 +92,9 @@ def run(
     train: Annotated[bool, typer.Option("--train/--no-train", help="Train after computing, when the experiment "
                                         "has a `training` section.")] = True,
     retrain: Annotated[bool, typer.Option(help=RETRAIN_HELP)] = False,
+    follow: Annotated[bool, typer.Option("--follow", help="Follow the labels CSV: rows appended later are "
+                                         "computed as they appear, until the session is cancelled (Ctrl-C "
+                                         "cancels it); no training.")] = False,
 ) -> None:
     """Run an experiment distributed over workers (embedded manager and broker unless URLs are given); then,
     when the experiment has a `training` section, train its model on the features as a job (a completed job of
@@ -102,8 +105,8 @@ def run(
         raise fail(ConfigError([("--launcher", f"unknown launcher {launcher!r}; known: local, none, swarm")]), USAGE)
     failed = _compute(config, workers=workers, concurrency=concurrency, broker=broker, manager=manager, rate=rate,
                       health=health, rabbitmq_api=rabbitmq_api, launcher=launcher,
-                      train=train and config.training is not None,  # as a job of the same manager (labswarm.run)
-                      retrain=retrain)
+                      train=train and config.training is not None and not follow,  # as a job (labswarm.run)
+                      retrain=retrain, follow=follow)
     _exit_if_failed(failed)
 
 
@@ -155,7 +158,7 @@ def _exit_if_failed(failed: tuple[int, int]) -> None:
 def _compute(config: Any, *, workers: int = 2, concurrency: int = 1, broker: str | None = None,
              manager: str | None = None, rate: float | None = None, health: bool = True,
              rabbitmq_api: str | None = None, launcher: str = "local", train: bool = False,
-             retrain: bool = False) -> tuple[int, int]:
+             retrain: bool = False, follow: bool = False) -> tuple[int, int]:
     """The features of every sample into the store, as a session; with ``train``, then the model as a training
     job of the same manager, followed live. Exits 1 unless the session completes or when the job fails; 3 when
     the session failed (its publisher or launcher).
@@ -169,9 +172,9 @@ def _compute(config: Any, *, workers: int = 2, concurrency: int = 1, broker: str
     warn_password("--rabbitmq-api", rabbitmq_api, "LABSWARM_RABBITMQ_API")
     result = _session(config, workers=workers, concurrency=concurrency, broker=broker, manager=manager, rate=rate,
                       health=health, rabbitmq_api=rabbitmq_api, launcher=launcher, train=train, retrain=retrain,
-                      run=run_experiment)
+                      run=run_experiment, follow=follow)
     progress = result.progress
-    if progress["status"] != "completed":
+    if progress["status"] != "completed" and not (follow and progress["status"] == "cancelled"):
         raise typer.Exit(INFRASTRUCTURE if progress["status"] == "failed" else FAILED)
     if result.training is not None:
         job = result.training.job
@@ -185,14 +188,15 @@ def _compute(config: Any, *, workers: int = 2, concurrency: int = 1, broker: str
 
 def _session(config: Any, *, run: Any, workers: int, concurrency: int, broker: str | None, manager: str | None,
              rate: float | None, health: bool, rabbitmq_api: str | None, launcher: str, train: bool,
-             retrain: bool = False) -> Any:
+             retrain: bool = False, follow: bool = False) -> Any:
     """``run_experiment``'s result, its progress shown as a :class:`Phase`, its session summarized."""
     from labswarm.jobs.client.follow import follow
     from labswarm.run import RunHooks, RunOptions, dashboard_line
     from labswarm.settings import load_settings
 
     options = RunOptions(workers=workers, concurrency=concurrency, broker_url=broker, manager_url=manager, rate=rate,
-                         health=health, rabbitmq_api=rabbitmq_api, launcher=launcher, train=train, retrain=retrain)
+                         health=health, rabbitmq_api=rabbitmq_api, launcher=launcher, train=train, retrain=retrain,
+                         follow=follow)
     with Phase(f"features {config.name}", console) as phase:
 
         class Shown(RunHooks):  # what the console shows of the run
