@@ -140,8 +140,8 @@ def _operation(path: str, method: str, operation: dict[str, Any]) -> None:
     responses = operation.setdefault("responses", {})
     typed = response_schemas()[1]
     if op in typed:
-        status = next(code for code in ("200", "201") if code in responses)
-        responses[status]["content"] = {"application/json": {"schema": typed[op]}}
+        success = next(code for code in ("200", "201") if code in responses)
+        responses[success]["content"] = {"application/json": {"schema": typed[op]}}
     if op in MEDIA:
         media, body, empty = MEDIA[op]
         ok = responses.setdefault("200", {"description": "Successful Response"})
