@@ -12,6 +12,10 @@ shared: the load average is printed):
 - pull: ``labswarm store pull``'s path (``CachedStorage.warm``, 8 threads) into an empty cache.
 
     .venv/bin/python bench/store_scale.py [--arrays N] [--rounds R] [--endpoint URL]
+    .venv/bin/python bench/store_scale.py --learner examples/music_speech_noise.yml [--steps N] [--rounds R]
+
+The second form measures a distributed learner's training inputs (labswarm/train/distributed/data.py) on a
+computed store: features kept in memory against streamed from the store (memory kept, ``batch()`` samples/s).
 
 The endpoint defaults to moto's server on :9000 (``bash .ci/s3``; any credentials); a bucket is made and removed.
 Goals (issue 24): through a warm cache >= 0.95x the local store's reads, cold >= 0.5x; writing to s3 >= 0.9x
@@ -48,12 +52,53 @@ def rate(n: int, call: Callable[[], None]) -> float:
     return n / (time.perf_counter() - started)
 
 
+def learner(experiment: str, steps: int, rounds: int) -> None:
+    """A distributed learner's training inputs on ``experiment``'s store, features kept in memory against streamed
+    (``TrainingSamples(keep_bytes=0)``): memory kept after ``load()`` (tracemalloc: numpy's buffers included) and
+    ``batch()`` samples/s over ``steps`` random 32-sample chunks, ``rounds`` interleaved rounds."""
+    import tracemalloc
+
+    from labswarm.config.experiment import load_experiment
+    from labswarm.pipeline.pipeline import Pipeline
+    from labswarm.train.distributed.data import TrainingSamples
+
+    config = load_experiment(experiment)
+    variants = {}
+    for name, keep in (("in memory", None), ("streamed", 0)):
+        samples = TrainingSamples(config, Pipeline(config, split="train"), "mel", keep_bytes=keep)
+        tracemalloc.start()
+        started = time.perf_counter()
+        n = len(samples.load())
+        seconds = time.perf_counter() - started
+        kept = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        print(f"{name}: load {seconds:.1f} s, {n} samples, {kept / 1e6:.0f} MB kept", flush=True)
+        variants[name] = samples
+    rng = np.random.default_rng(0)
+    chunks = [rng.choice(n, 32, replace=False).tolist() for _ in range(steps)]
+    rates: dict[str, list[float]] = {}
+    for r in range(rounds):
+        for name, samples in (variants.items() if r % 2 == 0 else reversed(variants.items())):
+            rates.setdefault(name, []).append(
+                rate(32 * steps, lambda s=samples, e=r: [s.batch(e, c) for c in chunks] and None))
+    base = statistics.median(rates["in memory"])
+    for name, values in rates.items():
+        print(f"  batch() {name:10s} {statistics.median(values):7.0f} samples/s  "
+              f"{statistics.median(values) / base:5.2f}x in memory")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arrays", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--endpoint", default="http://127.0.0.1:9000")
+    parser.add_argument("--learner", metavar="EXPERIMENT", help="measure a learner's inputs on this experiment "
+                        "(its store computed) instead of the store")
+    parser.add_argument("--steps", type=int, default=30, help="32-sample chunks per round (--learner)")
     args = parser.parse_args()
+    if args.learner:
+        learner(args.learner, args.steps, args.rounds)
+        return
     import boto3
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")

@@ -1,4 +1,5 @@
-"""The training inputs of the trainer's distributed mode: the single-process crops, with the features in memory.
+"""The training inputs of the trainer's distributed mode: the single-process crops, with the features in memory up
+to a budget and streamed from the store beyond it.
 
 A learner of a distributed run trains on the chunks the global cursor hands it, so a sample's input must not
 depend on which learner trains it, nor on the chunk it falls in. :class:`TrainingSamples` is
@@ -7,28 +8,32 @@ every epoch, positioned by (experiment seed, epoch, sample index)) over the trai
 ``i`` in epoch ``e`` is ``StoreDataset(..., random_crop=True).set_epoch(e)[i]`` exactly, whichever learner takes
 it (``tests/train/test_distributed_data.py``). Only where the features come from differs: each sample's
 full-length features are read from the store (computed and stored if missing, as the features block does) once,
-when the learner starts, and kept in memory; every step crops from there.
+when the learner starts, and kept in memory while they fit ``keep_bytes`` (default :data:`KEEP_BYTES`). When the
+split's features do not fit, the learner **streams** them instead (issue 24): it keeps only each sample's store
+key and, every step, memory-maps the chunk's arrays from the store (a local folder, or the cache of a remote
+store) and copies out their crops, so its memory does not grow with the data set.
 
-Memory: the full-length features of the training split once per learner. On the demo set
+Memory kept: the full-length features of the training split, up to ``keep_bytes``. On the demo set
 (``examples/music_speech_noise.yml``: 2,124 training samples, mel ``(128, 431)`` float32) that is 469 MB per
-learner, the same as the distributed mode held before (whole clips, read in evaluation mode). Reading through the
-store per chunk instead would hold nothing but costs 3-4.5 ms per sample per step (measured on the demo store,
-2 shared cores at load ~7, noisy): ~100-140 ms per 32-sample step, in the step, without the single-process
-pipeline's prefetching producers.
+learner, under the default budget, so the demo keeps its features as before. Reading through the store's features
+block per chunk (keys derived per sample) cost 3-4.5 ms per sample per step (measured on the demo store, 2 shared
+cores at load ~7, noisy); streaming derives the keys once, at start, and reads each array in place.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from labswarm.config.experiment import ExperimentConfig
-from labswarm.errors import SampleError
+from labswarm.errors import ConfigError, SampleError
 from labswarm.pipeline.blocks.batch import fit_frames
 from labswarm.pipeline.blocks.features import Features, FeaturesConfig
+from labswarm.pipeline.features import FeaturesBlock
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.pipeline.prefetch import PipelineError
 from labswarm.pipeline.torch_data import StoreDataset
@@ -37,22 +42,75 @@ from labswarm.sample import Sample
 log = logging.getLogger(__name__)
 
 
-class _KeptFeatures(Features):
-    """The features block with each sample's features read once and kept (full length)."""
+#: Bytes of full-length features a learner keeps in memory by default; a training split whose features take more
+#: is streamed from the store (1 GiB: the demo set's 469 MB fit, the source documents' tens of GB do not).
+#: The environment variable :data:`KEEP_BYTES_ENV` (bytes, an integer >= 0; 0 streams always) overrides it.
+KEEP_BYTES = 2**30
+KEEP_BYTES_ENV = "LABSWARM_LEARNER_KEEP_BYTES"
 
-    def __init__(self, config: FeaturesConfig) -> None:
+
+def keep_bytes_default() -> int:
+    """:data:`KEEP_BYTES`, or the value of :data:`KEEP_BYTES_ENV` when set.
+
+    Raises:
+        ConfigError: the variable is not an integer >= 0.
+    """
+    text = os.environ.get(KEEP_BYTES_ENV, "").strip()
+    if not text:
+        return KEEP_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigError([(KEEP_BYTES_ENV, f"must be a whole number of bytes >= 0, got {text!r}")])
+    return value
+
+
+class _StoreFeatures(Features):
+    """The features block with each sample's features read once and kept (full length) while ``streaming`` is
+    off; once on, a sample's array is memory-mapped from the store at each read (its key derived once)."""
+
+    def __init__(self, config: FeaturesConfig, experiment: ExperimentConfig, output: str,
+                 frames: int | None) -> None:
         super().__init__(config)
+        self.experiment, self.output, self.frames = experiment, output, frames
         self.kept: dict[str, dict[str, np.ndarray]] = {}
+        self.keys: dict[str, str] = {}  # sample id -> store key of ``output`` (streaming)
+        self.streaming = False
+
+    def index(self, sample: Sample) -> None:
+        """Derive the sample's key and make sure its array is stored (computed now if missing).
+
+        Raises:
+            SampleError: it is missing and cannot (or may not) be computed.
+        """
+        if self._compute is None:
+            self._compute = FeaturesBlock(self.experiment)
+        key = self._compute.keys(sample)[self.output]
+        if not self._compute.store.contains(key):
+            super().load(sample)  # computes and stores it, or raises SampleError
+        self.keys[sample.id] = key
 
     def load(self, sample: Sample) -> dict[str, np.ndarray]:
         features = self.kept.get(sample.id)
-        if features is None:
-            features = self.kept[sample.id] = super().load(sample)
-        return features
+        if features is not None:
+            return features
+        key = self.keys.get(sample.id)
+        if key is None or self._compute is None:
+            features = super().load(sample)
+            if not self.streaming:
+                self.kept[sample.id] = features
+            return features
+        array = self._compute.store.get(key, mmap=True)
+        if self.frames is None or array.shape[-1] <= self.frames:
+            array = np.array(array)  # all of it is used: read it (a memory map is read-only for torch)
+        return {self.output: array}  # a crop of the memory map copies only its frames
 
 
 class TrainingSamples(StoreDataset):
-    """The training split of the trainer's pipeline as random crops per epoch, its features kept in memory.
+    """The training split of the trainer's pipeline as random crops per epoch, its features kept in memory up to
+    ``keep_bytes``, streamed from the store beyond (see the module docstring).
 
     Args:
         experiment: the experiment.
@@ -60,24 +118,30 @@ class TrainingSamples(StoreDataset):
             block's settings (``compute_missing``) and its batch block's ``frames`` (``None``: whole clips,
             each chunk padded to its longest, as the batch block pads a batch) are used.
         output: the model's input (a feature output name).
+        keep_bytes: the most bytes of full-length features kept in memory (default :func:`keep_bytes_default`);
+            0 streams from the start.
 
     Attributes:
         positions: the split's indices (into ``samples``) whose features could be read, ascending: the cursor's
             sample ``j`` is split sample ``positions[j]``. Set by :meth:`load`.
 
     Raises:
-        ConfigError: ``output`` is not one of the experiment's feature outputs.
+        ConfigError: ``output`` is not one of the experiment's feature outputs, or :data:`KEEP_BYTES_ENV` is
+            invalid.
         DatasetError: the labels CSV is unreadable.
     """
 
-    def __init__(self, experiment: ExperimentConfig, train: Pipeline, output: str) -> None:
+    def __init__(self, experiment: ExperimentConfig, train: Pipeline, output: str, *,
+                 keep_bytes: int | None = None) -> None:
         blocks = {b.name: b for b in train.blocks}
         batch = blocks.get("batch")
         super().__init__(experiment, "train", output, batch.config.frames if batch is not None else None,
                          validation=train.context.validation, random_crop=True, threads=None)
         features = blocks.get("features")
         config = features.config if features is not None else FeaturesConfig(name="features")
-        self._block: _KeptFeatures = _KeptFeatures(config.model_copy(update={"outputs": [output]}))
+        self.keep_bytes = keep_bytes_default() if keep_bytes is None else keep_bytes
+        self._block: _StoreFeatures = _StoreFeatures(config.model_copy(update={"outputs": [output]}), experiment,
+                                                     output, self.frames)
         source = blocks.get("source")
         limit = source.config.limit if source is not None else None
         if limit is not None:  # the source block's limit: the first samples of the split, in dataset order
@@ -98,14 +162,33 @@ class TrainingSamples(StoreDataset):
         self.positions = []
         for i in range(len(self.samples)):
             try:
-                self[i]
+                if self._block.streaming:
+                    self._block.index(self.samples[i])
+                else:
+                    self[i]
             except SampleError as exc:
                 log.warning("leaving sample %s out of the training split: %s", self.samples[i].id, exc)
                 continue
             self.positions.append(i)
+            if not self._block.streaming and self.nbytes > self.keep_bytes:
+                self._stream()
         if not self.positions:
             raise PipelineError("the training split delivered no sample: see the log for the reasons")
         return self.positions
+
+    def _stream(self) -> None:
+        """Switch to streaming: forget the kept features, keep the read samples' keys."""
+        log.info("the training split's features exceed %.0f MB: streaming them from the store",
+                 self.keep_bytes / 1e6)
+        self._block.streaming = True
+        for j in self.positions:
+            self._block.index(self.samples[j])
+        self._block.kept.clear()
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the features are read from the store at each step (see the module docstring)."""
+        return self._block.streaming
 
     @property
     def nbytes(self) -> int:
