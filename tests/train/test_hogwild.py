@@ -146,3 +146,71 @@ def test_two_hogwild_learners_of_the_trainer_train_every_sample_once_per_pass(th
     records = [checkpoint.read_metrics(run / f"rank-{r}" / "metrics.jsonl") for r in range(2)]
     assert "val_accuracy" in records[0][-1] and "val_accuracy" not in records[1][-1]  # rank 0 validates its own
     assert all("syncs" in r["comm"] for rank in records for r in rank)
+
+
+@pytest.mark.slow
+def test_a_hogwild_learner_killed_9_restarts_alone_and_every_sample_trains_once_per_pass(three_classes: Path,
+                                                                                          tmp_path: Path) -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    from collections import Counter
+
+    import yaml
+    from distributed_run import logs
+    from learners.tiny import kill_all, wait_for
+    from three_classes import training_experiment
+
+    from labswarm.config.experiment import parse_experiment
+    from labswarm.pipeline.pipeline import Pipeline
+    from labswarm.train.distributed import record
+    from labswarm.train.distributed.launch import JobCoordinator, plan_attempt
+
+    pipeline = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
+                {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]
+    data = training_experiment(three_classes, tmp_path / "store", pipeline=pipeline,
+                               training={"epochs": 8, "learning_rate": 0.01, "validation": 0.25, "threads": 1})
+    experiment, home = tmp_path / "experiment.yml", tmp_path / "home"
+    experiment.write_text(yaml.safe_dump(data))
+    spec = {"name": "distributed_hogwild", "sync_period": 1}
+    coordinator = JobCoordinator()
+    plans = {p.index: p for p in plan_attempt(spec, 2, 1, ("127.0.0.1", coordinator.port), (), None)
+             if p.kind == "learner"}
+
+    def start(rank: int, resume: bool) -> subprocess.Popen:
+        with open(tmp_path / f"learner-1-{rank}.log", "ab") as out:
+            return subprocess.Popen([sys.executable, "-m", "labswarm.train.distributed.learner", str(experiment),
+                                     "--home", str(home), "--framework", json.dumps(spec),
+                                     *(["--resume"] if resume else [])],
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    env={**os.environ, **plans[rank].env, "OMP_NUM_THREADS": "1"})
+
+    procs = {0: start(0, False), 1: start(1, False)}
+    try:
+        def rank1_lines() -> int:
+            files = list((home / "train").glob("*/chunks-rank-1.jsonl")) if (home / "train").exists() else []
+            return len(files[0].read_text().splitlines()) if files else 0
+
+        wait_for(lambda: rank1_lines() >= 3, 180, "rank 1 trained 3 chunks")
+        procs[1].send_signal(signal.SIGKILL)
+        assert procs[1].wait(timeout=10) == -signal.SIGKILL  # killed mid-run (8 passes of ~4-5 chunks each)
+        assert procs[0].poll() is None  # rank 0 goes on: nobody waits for a hogwild peer
+        procs[1] = start(1, True)  # restarted alone, same attempt, from its own checkpoint if it has one
+        codes = {rank: proc.wait(timeout=300) for rank, proc in procs.items()}
+        assert codes == {0: 0, 1: 0}, logs(tmp_path)
+        config = parse_experiment(data)
+        with Pipeline(config, split="train", train=False).epoch(0) as batches:
+            train_ids = Counter(i for b in batches for i in b.ids)
+        run = next((home / "train").iterdir())
+        lines = [json.loads(line) for r in range(2)
+                 for line in (run / f"chunks-rank-{r}.jsonl").read_text().splitlines()]
+        done = coordinator.cursor_state(sum(train_ids.values()), 4, config.seed)["passes"]
+        kept = record.counted(lines, {int(p): v for p, v in done.items()})
+        for pass_ in range(8):
+            trained = Counter(i for c in kept if c["pass"] == pass_ for i in c["ids"])
+            assert trained == train_ids, f"pass {pass_}: not every training sample exactly once"
+    finally:
+        kill_all(procs.values())
+        del coordinator
