@@ -190,7 +190,7 @@ def _session(config: Any, *, run: Any, workers: int, concurrency: int, broker: s
              rate: float | None, health: bool, rabbitmq_api: str | None, launcher: str, train: bool,
              retrain: bool = False, follow: bool = False) -> Any:
     """``run_experiment``'s result, its progress shown as a :class:`Phase`, its session summarized."""
-    from labswarm.jobs.client.follow import follow
+    from labswarm.jobs.client.follow import follow as follow_job
     from labswarm.run import RunHooks, RunOptions, dashboard_line
     from labswarm.settings import load_settings
 
@@ -215,7 +215,7 @@ def _session(config: Any, *, run: Any, workers: int, concurrency: int, broker: s
                     console.print(f"health figure (queue depth; publish vs consume rate): {result.figure}")
 
             def on_job_events(self, events: Any) -> None:
-                follow(events, console)
+                follow_job(events, console)
 
         try:
             return run(config, options, settings=load_settings(), hooks=Shown())
