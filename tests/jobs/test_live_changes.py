@@ -57,3 +57,22 @@ def test_a_learning_rate_change_lands_at_the_next_epoch_on_every_learner(tmp_pat
     assert both.status_code == 422
     assert late.status_code == 409 and "completed" in late.json()["detail"]
     assert unknown_key.exit_code == 2 and "momentum" in unknown_key.output
+
+
+def test_a_smaller_patience_ends_a_running_job_early(tmp_path: Path) -> None:
+    """~30 s: one learner; train_loss watched in max mode never improves after epoch 1, so the job's 6 epochs end
+    one epoch after the patience drops to 1 (the early stop keeps epoch 1's model)."""
+    manifest = tiny_manifest(tmp_path, epochs=6)
+    manifest["training"].update(threads=1, early_stopping={"metric": "train_loss", "mode": "max", "patience": 20})
+    with manager(tmp_path) as m:
+        job = m.submit(manifest)["id"]
+        read_events(m.http, job, until=lambda e: e["event"] == "progress" and e["data"].get("epoch") == 1)
+        said = _set(m.server.url, job, "patience=1")
+        stream = read_events(m.http, job)
+        metrics = m.http.get(f"/v1/jobs/{job}/metrics").json()["metrics"]
+    assert said.exit_code == 0 and "patience 20 -> 1" in said.output, said.output
+    assert statuses(stream)[-1] == "completed"
+    [applied] = [e["data"] for e in stream if e["event"] == "change" and "rank" in e["data"]]
+    assert applied["patience"] == 1 and applied["epoch"] >= 2
+    assert len(metrics) < 6 and metrics[-1].get("early_stop") is True, metrics
+    assert metrics[-1]["best_epoch"] < metrics[-1]["epoch"]
