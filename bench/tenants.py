@@ -1,0 +1,327 @@
+"""Benchmark: many users at once on one manager (issue 26; the DLaaS usage study's "up to 45 users
+simultaneously", "over 200 jobs in three hours").
+
+    .venv/bin/python bench/tenants.py [--users 8] [--jobs-per-user 4] [--greedy-jobs 16] [--slots 2]
+                                      [--job-seconds 1.0] [--database sqlite|postgres]
+
+    full scale: --users 45 --jobs-per-user 4 --greedy-jobs 24   (45 users, 200 jobs)
+
+A manager in a process of its own (SQLite, or a fresh schema on the PostgreSQL test server) with a tokens file of
+``--users`` users, each with their own token, equal weights and no quotas. Every user, in a thread of its own,
+submits ``--jobs-per-user`` small jobs, all but one at a random moment of the first half of ``--spread`` seconds
+and the last in the second half, and
+meanwhile polls the job list, shows its own jobs, opens a dashboard page and follows its newest job's event stream,
+with 0.5-1.5 s of think time; one more user (``greedy``) submits ``--greedy-jobs`` at once at the start (trying
+to take every slot); one client floods wrong tokens as fast as it can. The jobs are ``command`` learners that
+sleep ``--job-seconds`` (the users are admins: a user may not run ``command`` learners), so the run measures the
+manager, not training.
+
+Reported: API latency p50/p99 of lists, shows, submissions and dashboard pages (every request of the users, the
+flood's apart), the count of 5xx answers; each job's terminal state (all must be completed, none lost); per-user
+queue waits (queued -> pending); Jain's fairness index of the users' shares of slot time (learner-seconds) over
+the instants at which every user had a job waiting (the contended window: with equal weights each is due the
+same share there); the manager's RSS at the start and end of the run and
+its peak; the flood's answers (401 then 429) and its rate. The machine may be shared: latencies are this run's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+
+sys.path.insert(0, str(Path(__file__).parent))
+from jobs import write_data
+
+from labswarm.auth.tokens import add_token, new_token
+from labswarm.client import parse_sse
+from labswarm.manager.server import free_port
+
+POSTGRES = "postgresql+psycopg://labswarm:labswarm@127.0.0.1:5432/labswarm_test"
+SERVE = """
+import sys
+from labswarm.manager.api import create_app
+from labswarm.manager.server import serve
+from labswarm.settings import Settings
+serve(create_app(Settings()), "127.0.0.1", int(sys.argv[1]))
+"""
+SLEEP = "import sys, time; print('started', flush=True); time.sleep(float(sys.argv[1]))"
+TERMINAL = ("completed", "failed")
+#: Seconds between two instants of the contended window's sampling.
+STEP = 0.1
+
+
+class Record:
+    """Latencies and status codes of the users' requests, by kind; thread-safe."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seconds: dict[str, list[float]] = {}
+        self.codes: dict[int, int] = {}
+
+    def call(self, kind: str, request) -> httpx.Response | None:
+        started = time.perf_counter()
+        try:
+            response = request()
+        except httpx.HTTPError as exc:
+            with self.lock:
+                self.codes[-1] = self.codes.get(-1, 0) + 1
+            print(f"  {kind}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return None
+        with self.lock:
+            self.seconds.setdefault(kind, []).append(time.perf_counter() - started)
+            self.codes[response.status_code] = self.codes.get(response.status_code, 0) + 1
+        return response
+
+
+def manifest(data: Path, results: Path, user: str, name: str, seconds: float) -> dict:
+    """A ``command`` job that sleeps ``seconds``; its inline experiment is the user's own (names are owned)."""
+    experiment = {
+        "name": f"exp-{user}", "dataset": {"root": str(data), "sample_rate": 16000,
+                                           "segment": {"start": 0.0, "duration": 1.0}},
+        "transformations": [{"name": "identity"}], "features": [{"name": "mel", "n_mels": 32}],
+        "store": {"root": str(data.parent / "store")}, "model": {"name": "cnn", "input": "mel", "channels": [8]},
+        "training": {"epochs": 1}}
+    return {"name": name, "experiment": experiment, "results_store": {"name": "local", "path": str(results)},
+            "framework": {"name": "command", "command": [sys.executable, "-c", SLEEP, str(seconds)]}}
+
+
+def user(url: str, token: str, name: str, submissions: list[tuple[float, int]], job: dict, record: Record,
+         t0: float, done: threading.Event, mine: list[str]) -> None:
+    """One user's session: submissions ``[(at s, count)]``, then polling until every job of theirs ended."""
+    rng = random.Random(name)
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120) as http:
+        pending = sorted(submissions)
+        followers: list[threading.Thread] = []
+        while not done.is_set():
+            while pending and time.monotonic() - t0 >= pending[0][0]:
+                _, count = pending.pop(0)
+                for _ in range(count):
+                    answer = record.call("submit", lambda: http.post("/v1/jobs", json={
+                        **job, "name": f"{name}-{len(mine)}"}))
+                    if answer is not None and answer.status_code == 201:
+                        mine.append(answer.json()["id"])
+                if mine:
+                    follower = threading.Thread(target=follow, args=(url, token, mine[-1]), daemon=True)
+                    follower.start()
+                    followers.append(follower)
+            record.call("list", lambda: http.get("/v1/jobs", params={"limit": 20}))
+            if mine:
+                shown = record.call("show", lambda: http.get(f"/v1/jobs/{rng.choice(mine)}"))
+                del shown
+            if rng.random() < 0.2:
+                record.call("page", lambda: http.get("/ui/"))
+            if not pending and mine and all_ended(http, mine):
+                break
+            time.sleep(rng.uniform(0.5, 1.5))
+        for follower in followers:
+            follower.join(timeout=5)
+
+
+def all_ended(http: httpx.Client, ids: list[str]) -> bool:
+    page = http.get("/v1/jobs", params={"status": list(TERMINAL), "limit": 500}).json()["jobs"]
+    ended = {job["id"] for job in page}
+    return all(job_id in ended for job_id in ids)
+
+
+def follow(url: str, token: str, job_id: str) -> None:
+    """Follow the job's event stream to its end (what ``labswarm jobs follow`` does)."""
+    with contextlib.suppress(httpx.HTTPError), httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=300) as http, \
+            http.stream("GET", f"/v1/jobs/{job_id}/events") as response:
+        for event in parse_sse(response.iter_lines()):
+            if event.get("event") == "status" and event.get("data", {}).get("status") in TERMINAL:
+                return
+
+
+def flood(url: str, stop: threading.Event, codes: dict[int, int]) -> None:
+    """Wrong tokens (the issued shape, a different one each time) as fast as one client can send them."""
+    with httpx.Client(base_url=url, timeout=30) as http:
+        while not stop.is_set():
+            with contextlib.suppress(httpx.HTTPError):
+                status = http.get("/v1/jobs", headers={"Authorization": f"Bearer {new_token()}"}).status_code
+                codes[status] = codes.get(status, 0) + 1
+
+
+def jain(shares: list[float]) -> float:
+    """Jain's fairness index (Jain, Chiu, Hawe 1984): (sum x)^2 / (n sum x^2), 1 when all are equal."""
+    total = sum(shares)
+    return total * total / (len(shares) * sum(x * x for x in shares)) if total else float("nan")
+
+
+def stamp(text: str | None) -> float:
+    return datetime.fromisoformat(text).timestamp() if text else float("nan")
+
+
+def analyse(http: httpx.Client, users: list[str]) -> dict:
+    """Every job's state, each user's queue waits and slot-seconds in the contended window, Jain's index."""
+    jobs, offset = [], 0
+    while True:
+        page = http.get("/v1/jobs", params={"limit": 200, "offset": offset}).json()
+        jobs += page["jobs"]
+        offset += len(page["jobs"])
+        if offset >= page["total"] or not page["jobs"]:
+            break
+    shown = [http.get(f"/v1/jobs/{job['id']}").json() for job in jobs]
+    states: dict[str, int] = {}
+    for job in shown:
+        states[job["status"]] = states.get(job["status"], 0) + 1
+    waits = {name: [stamp(j["timestamps"].get("pending")) - stamp(j["timestamps"]["queued"])
+                    for j in shown if j["owner"] == name] for name in users}
+    # the contended window: the instants (every 0.1 s) at which every user had a job waiting in the queue; each
+    # user's slot-seconds (learners running) summed over those instants only
+    spans = [(j["owner"], stamp(j["timestamps"]["queued"]), stamp(j["timestamps"].get("pending"))) for j in shown]
+    runs = [(j["owner"], stamp(a["started_at"]), stamp(a["ended_at"]), j["learners"])
+            for j in shown for a in j["attempts"]]
+    used, window = dict.fromkeys(users, 0.0), 0.0
+    t, last = min(q for _, q, _ in spans), max(p for _, _, p in spans)
+    while t < last:
+        waiting = {owner for owner, queued, pending in spans if queued <= t < pending}
+        if waiting >= set(users):
+            window += STEP
+            for owner, start, stop, learners in runs:
+                if start <= t < stop:
+                    used[owner] += STEP * learners
+        t += STEP
+    return {"jobs": len(shown), "states": states, "waits": waits, "window": window, "used": used}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--users", type=int, default=8, help="users besides the greedy one")
+    parser.add_argument("--jobs-per-user", type=int, default=4)
+    parser.add_argument("--greedy-jobs", type=int, default=16)
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--job-seconds", type=float, default=1.0)
+    parser.add_argument("--spread", type=float, default=10.0, help="seconds over which the users submit")
+    parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file (the CI-sized test)")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="bench-tenants-") as tmp:
+        root = Path(tmp)
+        write_data(root / "data", 2)
+        names = [f"u{i:02d}" for i in range(args.users)] + ["greedy"]
+        tokens = {name: add_token(root / "tokens.yaml", name, "admin") for name in [*names, "observer"]}
+        env = {**os.environ, "LABSWARM_HOME": str(root / "home"), "LABSWARM_TOKENS_FILE": str(root / "tokens.yaml"),
+               "LABSWARM_JOB_SLOTS": str(args.slots), "LABSWARM_DATA_ROOTS": str(root)}
+        schema = None
+        if args.database == "postgres":
+            from sqlalchemy import create_engine, text
+
+            schema = f"bench_{uuid.uuid4().hex[:10]}"
+            admin = create_engine(POSTGRES)
+            with admin.begin() as conn:
+                conn.execute(text(f"CREATE SCHEMA {schema}"))
+            env["LABSWARM_DATABASE_URL"] = f"{POSTGRES}?options=-csearch_path%3D{schema}"
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = open(root / "manager.log", "wb")  # noqa: SIM115 - closed at the end
+        manager = subprocess.Popen([sys.executable, "-c", SERVE, str(port)], env=env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+        try:
+            run(args, url, tokens, names, manager, root)
+        finally:
+            manager.terminate()
+            manager.wait(30)
+            log.close()
+            if schema is not None:
+                with admin.begin() as conn:
+                    conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+
+
+def run(args, url: str, tokens: dict[str, str], names: list[str], manager: subprocess.Popen, root: Path) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        if time.monotonic() > deadline or manager.poll() is not None:
+            raise SystemExit(f"the manager did not start: {(root / 'manager.log').read_text()[-3000:]}")
+        time.sleep(0.5)
+    process = psutil.Process(manager.pid)
+    rss = [process.memory_info().rss]
+    record, flooded, done, stop = Record(), {}, threading.Event(), threading.Event()
+    rng = random.Random(0)
+    t0 = time.monotonic()
+    threads, owned = [], {name: [] for name in names}
+    for name in names:
+        if name == "greedy":
+            plan = [(0.0, args.greedy_jobs)]
+        else:
+            first = max(1, args.jobs_per_user - 1)  # most at once: every user keeps a job waiting a while
+            plan = [(rng.uniform(0, args.spread / 2), first),
+                    (rng.uniform(args.spread / 2, args.spread), args.jobs_per_user - first)]
+            plan = [(at, n) for at, n in plan if n]
+        job = manifest(root / "data", root / "results", name, "job", args.job_seconds)
+        threads.append(threading.Thread(target=user, args=(url, tokens[name], name, plan, job, record, t0, done,
+                                                           owned[name]), daemon=True))
+    flooder = threading.Thread(target=flood, args=(url, stop, flooded), daemon=True)
+    for thread in [*threads, flooder]:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):
+        time.sleep(1.0)
+        rss.append(process.memory_info().rss)
+    wall = time.monotonic() - t0
+    stop.set()
+    flooder.join(timeout=30)
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens['observer']}"}, timeout=120) as http:
+        result = analyse(http, names)
+    report(args, wall, record, flooded, result, rss, names)
+    if args.json is not None:
+        errors = sum(n for code, n in record.codes.items() if code >= 500 or code < 0)
+        args.json.write_text(json.dumps({
+            "wall_s": wall, "codes": record.codes, "errors": errors, "jobs": result["jobs"],
+            "states": result["states"], "jain": jain(list(result["used"].values())), "window_s": result["window"],
+            "flood": flooded, "rss": [rss[0], rss[-1], max(rss)],
+            "latency_ms": {kind: {"p50": 1000 * pct(v, 50), "p99": 1000 * pct(v, 99), "n": len(v)}
+                           for kind, v in record.seconds.items()}}, indent=1))
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def report(args, wall: float, record: Record, flooded: dict[int, int], result: dict, rss: list[int],
+           names: list[str]) -> None:
+    total = args.users * args.jobs_per_user + args.greedy_jobs
+    print(f"{len(names)} users ({args.users} + greedy), {total} jobs of {args.job_seconds:.1f} s, {args.slots} slots, "
+          f"{args.database}: {wall:.0f} s wall")
+    for kind in ("list", "show", "submit", "page"):
+        values = record.seconds.get(kind, [])
+        print(f"  {kind:7s} n={len(values):5d}  p50 {1000 * pct(values, 50):7.1f} ms  "
+              f"p99 {1000 * pct(values, 99):7.1f} ms")
+    errors = sum(n for code, n in record.codes.items() if code >= 500 or code < 0)
+    print(f"  answers {dict(sorted(record.codes.items()))}; 5xx or no answer: {errors}")
+    print(f"  jobs: {result['jobs']} of {total} submitted, states {result['states']}")
+    waits = result["waits"]
+    means = {name: statistics.mean(values) for name, values in waits.items() if values}
+    print(f"  queue wait per user, mean s: min {min(means.values()):.1f}, median "
+          f"{statistics.median(means.values()):.1f}, max {max(means.values()):.1f}; "
+          f"greedy {means.get('greedy', 0):.1f}")
+    used = result["used"]
+    print(f"  contended window {result['window']:.0f} s: slot-seconds per user min {min(used.values()):.1f}, "
+          f"max {max(used.values()):.1f} (greedy {used['greedy']:.1f}); Jain's index {jain(list(used.values())):.3f}")
+    print(f"  manager RSS: start {rss[0] / 2**20:.0f} MiB, end {rss[-1] / 2**20:.0f} MiB, "
+          f"peak {max(rss) / 2**20:.0f} MiB")
+    print(f"  wrong-token flood: {sum(flooded.values())} requests ({sum(flooded.values()) / wall:.0f}/s), "
+          f"answers {dict(sorted(flooded.items()))}")
+
+
+if __name__ == "__main__":
+    main()
