@@ -4,19 +4,26 @@ cancelled.
 
 The tail reader on real files; a followed session of the session service on the embedded broker (no worker:
 the ledger and the counters say what was published); and end to end, a manager over HTTP on the real RabbitMQ
-with real ``labswarm worker`` processes, stopped and started again while rows are appended.
+with real ``labswarm worker`` processes, stopped and started again while rows are appended; and
+``labswarm run --follow``, ended by Ctrl-C.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import yaml
 from helpers import delete_queue, experiment_dict, missing, write_dataset, write_tone
 from sqlalchemy import func, select
 
@@ -206,3 +213,38 @@ def test_a_followed_session_over_rabbitmq_with_workers_computes_each_appended_sa
         server.stop()
         client.close()
         delete_queue(RABBITMQ_URL, queue_name(name))
+
+
+@pytest.mark.slow  # the console script: an embedded manager, a worker process, Ctrl-C (~40 s at load 8)
+def test_labswarm_run_follow_computes_appended_rows_until_ctrl_c_cancels_it(tmp_path: Path) -> None:
+    data = write_dataset(tmp_path / "data")  # 8 samples, 2 features each
+    experiment = tmp_path / "followed.yml"
+    experiment.write_text(yaml.safe_dump(experiment_dict(data, tmp_path / "store", name="followed")))
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LABSWARM_")}
+    env.update(COLUMNS="160", LABSWARM_HOME=str(home))
+    run = subprocess.Popen([sys.executable, "-m", "labswarm.cli", "run", str(experiment), "--workers", "1",
+                            "--no-health", "--follow"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    store = FeatureStore(tmp_path / "store")
+    try:
+        wait_until(lambda: store.stats().entries == 16 or run.poll() is not None, "the file's samples computed", 180)
+        assert run.poll() is None, run.communicate()[0]
+        append(data, "more/a.wav")
+        wait_until(lambda: store.stats().entries == 20 or run.poll() is not None, "the appended row computed", 60)
+        assert run.poll() is None, run.communicate()[0]
+        run.send_signal(signal.SIGINT)
+        out, _ = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 130, out
+    server = EmbeddedServer(create_app(Settings(home=home, data_roots=[str(tmp_path)]))).start()
+    try:
+        with httpx.Client(base_url=server.url) as http:
+            (session,) = http.get("/sessions").json()
+    finally:
+        server.stop()
+    assert session["status"] == "cancelled" and session["follow"] is True, session
+    assert session["total"] == session["published"] == session["done"] == 10 and session["republished"] == 0
