@@ -5,8 +5,9 @@
   own ``{loc, msg, type}``, which the manager never sends);
 - the bodies the handlers read themselves: an experiment (``POST /experiments``) and a manifest
   (``POST /v1/jobs``, ``POST /v1/jobs/validate``), as JSON or YAML;
-- the error statuses each operation can answer: 401 (every operation but ``/health``), 404 (an unknown or
-  another user's object), 413 (a body over ``LABSWARM_MAX_BODY_BYTES``), and per operation 400, 403, 409;
+- the error statuses each operation can answer: 401 and 429 (every operation but ``/health``: no valid token,
+  too many wrong ones), 404 (an unknown or another user's object), 413 (a body over ``LABSWARM_MAX_BODY_BYTES``),
+  and per operation 400, 403, 409, a quota's 429;
 - the real media types of the downloads (``application/octet-stream``, ``application/zip``) and of the event
   streams (``text/event-stream``, and their 204);
 - typed success answers: the JSON of each operation's 200/201 is the model :data:`labswarm.manager.responses.RESPONSES`
@@ -49,18 +50,25 @@ BODIES = {
 #: Statuses beyond 401/404/413/422, per operation id, with what they mean.
 EXTRA = {
     "post_experiment": {409: "the name is another user's"},
-    "start_session": {409: "the experiment has a session running, or its configuration no longer validates"},
+    "start_session": {409: "the experiment has a session running, or its configuration no longer validates",
+                      429: "the user's active_sessions quota is reached (the message names it), or too many wrong "
+                           "tokens"},
     "put_rate": {409: "the session has ended"}, "put_weight": {409: "the session has ended"},
     "put_workers": {409: "the session has ended, or the manager runs no workers for it"},
     "pause": {409: "refused in the session's state"}, "resume": {409: "refused in the session's state"},
     "cancel": {409: "the session has ended"},
-    "create": {403: "framework: command is for admins"}, "validate": {403: "framework: command is for admins"},
+    "create": {403: "framework: command is for admins", 429: "the user's queued_jobs quota is reached (the message "
+                                                             "names it), or too many wrong tokens"},
+    "validate": {403: "framework: command is for admins"},
     "change": {409: "refused in the job's state"},
     "model": {404: "no such job, another user's, or it has no trained model (yet)"},
     "stream": {400: "Last-Event-ID is not an event number"},
     "session_events": {400: "Last-Event-ID is not an event number"},
     "report": {403: "not this attempt's token", 409: "the attempt is over: the learner must stop"},
 }
+#: Other successes, per operation id: status, what it means (the same model as the operation's first success).
+ALSO = {"create": ("200", "?reuse=true found a completed job of the caller with the same fingerprint: that job, "
+                          "\"reused\": true, nothing queued")}
 #: Binary and streamed answers: media type and schema of the 200, and an optional 204.
 MEDIA = {
     "model": ("application/octet-stream", {"type": "string", "format": "binary"}, None),
@@ -142,6 +150,8 @@ def _operation(path: str, method: str, operation: dict[str, Any]) -> None:
     if op in typed:
         success = next(code for code in ("200", "201") if code in responses)
         responses[success]["content"] = {"application/json": {"schema": typed[op]}}
+        if op in ALSO:
+            responses[ALSO[op][0]] = {"description": ALSO[op][1], "content": responses[success]["content"]}
     if op in MEDIA:
         media, body, empty = MEDIA[op]
         ok = responses.setdefault("200", {"description": "Successful Response"})
@@ -152,6 +162,8 @@ def _operation(path: str, method: str, operation: dict[str, Any]) -> None:
         operation["security"] = []
     else:
         responses.setdefault("401", _error("no token, or a token the manager does not accept"))
+        responses.setdefault("429", _error("too many wrong tokens from this client address lately "
+                                           "(LABSWARM_AUTH_FAILURE_BURST; Retry-After says when to try again)"))
     if "{" in path:
         responses.setdefault("404", _error("no such object, or another user's"))
     if "requestBody" in operation:

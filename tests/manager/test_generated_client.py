@@ -113,6 +113,8 @@ def test_the_generated_client_drives_the_main_operations(generated: dict) -> Non
         assert again.status_code == 204  # over: an EventSource stops
         done = _api("jobs.show").sync(job.id, client=client)
         assert isinstance(done, models.Job) and done.status == "completed" and done.attempts[0].exit_code == 0
+        again = _api("jobs.create").sync_detailed(client=client, body=manifest, reuse=True)  # the same training
+        assert again.status_code == 200 and again.parsed.reused and again.parsed.id == job.id, again.content
         page = _api("jobs.list_jobs").sync(client=client)
         assert page.total == 1 and page.jobs[0].id == job.id
         records = _api("jobs.metrics").sync(job.id, client=client).metrics
