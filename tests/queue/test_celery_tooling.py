@@ -74,6 +74,7 @@ def flower(rabbitmq_url: str, tmp_path: Path) -> Iterator[str]:
         process.wait(30)
 
 
+@pytest.mark.slow  # a worker and a session: ~50 s on the loaded 2-core machine
 def test_celery_inspect_and_flower_see_the_worker_and_its_tasks(rabbitmq_url: str, flower: str,
                                                                 make_cluster) -> None:
     cluster = make_cluster(broker_url=rabbitmq_url, tones=4)

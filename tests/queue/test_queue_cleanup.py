@@ -67,6 +67,7 @@ def test_only_an_empty_unused_queue_of_an_ended_experiment_goes(rabbitmq_url: st
         conn.default_channel.queue_delete(queue_name(names["message"]))
 
 
+@pytest.mark.slow  # two sessions with workers: ~60 s on the loaded 2-core machine
 def test_a_manager_deletes_an_ended_queue_and_keeps_a_paused_one(rabbitmq_url: str, make_cluster) -> None:
     cluster = make_cluster(broker_url=rabbitmq_url, tones=4)
     cluster.settings = cluster.settings.model_copy(update={"queue_delete_after": 1.0})
