@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import mmap
 import multiprocessing
 from pathlib import Path
 
@@ -24,7 +25,7 @@ def test_put_get_roundtrip_and_layout(tmp_path: Path) -> None:
     assert got.dtype == np.float32 and got.shape == (3, 4)
     np.testing.assert_array_equal(got, values)
     mapped = store.get(KEY, mmap=True)
-    assert isinstance(mapped, np.memmap)
+    assert isinstance(mapped.base, mmap.mmap) and not mapped.flags.writeable  # the file's pages, read-only
     np.testing.assert_array_equal(mapped, values)
     stats = store.stats()
     assert stats.entries == 1 and stats.bytes > values.nbytes
@@ -84,3 +85,15 @@ def test_atomic_under_concurrent_writers_in_processes(tmp_path: Path) -> None:
     assert leftovers == []
     for k in range(8):
         assert np.all(store.get(f"{k:040x}") == k)
+
+
+@pytest.mark.parametrize("array", [np.arange(7, dtype=np.float64), np.ones((2, 3, 4), np.int16),
+                                   np.zeros((0, 5), np.float32), np.float32(3.5) * np.ones((1,), np.float32)])
+def test_memory_mapped_reads_equal_whole_reads(tmp_path: Path, array: np.ndarray) -> None:
+    store = FeatureStore(tmp_path)
+    for k in range(2):  # the second read of an equal header comes from the parsed-header cache
+        key = f"{k:040x}"
+        store.put(key, array)
+        mapped = store.get(key, mmap=True)
+        assert mapped.shape == array.shape and mapped.dtype == array.dtype
+        np.testing.assert_array_equal(mapped, array)
