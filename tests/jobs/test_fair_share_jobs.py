@@ -1,6 +1,7 @@
 """Fair share between users on a real manager (uvicorn, SQLite, ``command`` learners as real processes) with one
 learner slot: alice submits three jobs, then bob three, behind a job that holds the slot; the slot then goes to
-bob's first job second (a global FIFO gave him the fourth start), and the first four starts are two each."""
+bob's first job second (a global FIFO gave him the fourth start), and the queue positions shown at submission
+alternate between them."""
 
 from __future__ import annotations
 
@@ -57,7 +58,9 @@ def test_two_users_on_one_slot_take_turns_instead_of_first_come_first_served(tmp
             for client in clients.values():
                 client.close()
     owners = [job["owner"] for job in sorted(shown, key=lambda job: job["timestamps"]["pending"])]
-    assert owners[:2] == ["alice", "bob"], owners  # FIFO: alice, alice, alice, bob, bob, bob
-    assert sorted(owners[:4]) == ["alice", "alice", "bob", "bob"], owners
+    # FIFO: alice, alice, alice, bob, bob, bob. After alice's first job she has used slot time and bob none: his
+    # first job is next whatever the machine's speed (what follows depends on how long each job took: exact
+    # alternation on equal durations is tests/jobs/test_fair_share_order.py's)
+    assert owners[:2] == ["alice", "bob"], owners
     # the queue positions shown follow the same rule: bob's first job was second in line
     assert [positions[job_id] for _, job_id in submitted] == [1, 3, 5, 2, 4, 6]
