@@ -65,6 +65,7 @@ def test_a_submission_past_the_queued_jobs_quota_is_a_429_naming_it(tmp_path: Pa
     assert listed == 2  # nothing was queued by the refused submission
 
 
+@pytest.mark.slow
 def test_a_job_past_the_running_quota_waits_with_the_reason_shown_and_does_not_hold_others(tmp_path: Path) -> None:
     tokens = _tokens(tmp_path, {"alice": {"running_learners": 1}}, role="admin")  # admins: command learners
     with manager(tmp_path, tokens_file=tmp_path / "tokens.yaml", job_slots=2) as m:
