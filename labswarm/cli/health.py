@@ -48,6 +48,7 @@ def health(
         raise typer.Exit(USAGE)
     import asyncio
 
+    from labswarm.auth.quotas import Policies
     from labswarm.health.loop import HealthLoop
     from labswarm.health.monitors import ManagerMonitor, RabbitMQMonitor
     from labswarm.settings import load_settings
@@ -59,10 +60,15 @@ def health(
         except OSError as exc:
             raise fail(ConfigError([("--rabbitmq-api-file", f"cannot read {rabbitmq_api_file}: "
                                                              f"{exc.strerror or exc}")]), USAGE) from None
+    try:
+        weights = Policies.from_settings(settings).weight  # LABSWARM_USER_WEIGHTS, the tokens file's weights
+    except ConfigError as exc:
+        raise fail(exc, USAGE) from None
     loop = HealthLoop(ManagerMonitor(manager, settings.api_token),
                       RabbitMQMonitor(rabbitmq_api) if rabbitmq_api else None,
                       controller={"name": controller}, period=period, log_dir=log_dir,
-                      max_total_waiting=settings.max_total_waiting)
+                      max_total_waiting=settings.max_total_waiting,
+                      user_weight=weights)
     if metrics_port:
         from labswarm.health.metrics_server import serve_metrics
 

@@ -33,6 +33,7 @@ from labswarm import strictjson
 from labswarm.health.controllers import Controller, Observation, make_controller
 from labswarm.health.monitors import ManagerMonitor, QueueStats, RabbitMQMonitor
 from labswarm.health.share import steer
+from labswarm.health.users import session_weights
 from labswarm.queue.app import PREFETCH_MULTIPLIER
 from labswarm.timeseries import TimeSeries
 
@@ -71,13 +72,18 @@ class HealthLoop:
             depths are scaled down to sum to at most this. ``None`` or 0: no budget, each session's own target.
         log_dir: where each session's decisions are written as JSON lines; ``None`` writes none.
         clock: monotonic clock in seconds (tests).
+        user_weight: a user's fair-share weight (:meth:`labswarm.auth.quotas.Policies.weight`): each user's
+            running sessions share it by their own weights (:mod:`labswarm.health.users`); default 1 for everyone.
     """
 
     def __init__(self, manager: ManagerMonitor, rabbitmq: RabbitMQMonitor | None = None, *,
                  controller: dict[str, Any] | None = None, period: float = 1.0, window: float = 5.0,
                  consumers: int = 1, max_total_waiting: float | None = None, log_dir: Path | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 user_weight: Callable[[str], float] | None = None) -> None:
         self.manager = manager
+        #: a user's fair-share weight: their sessions share it (labswarm.health.users); 1 each by default
+        self.user_weight = user_weight or (lambda _user: 1.0)
         self.rabbitmq = rabbitmq
         self.controller_spec = controller or {"name": "pi"}
         make_controller(self.controller_spec)  # fail now on a bad spec
@@ -168,7 +174,9 @@ class HealthLoop:
                 steered[sid] = (session, track, obs)  # a consume rate measured: steer it
         # one decision for all: the sessions share the workers by weight and one budget of waiting messages
         try:
-            decided = steer({sid: (track.controller, obs, float(session.get("weight") or 1.0))
+            weights = session_weights({sid: (session.get("owner"), float(session.get("weight") or 1.0))
+                                       for sid, (session, _, _) in steered.items()}, self.user_weight)
+            decided = steer({sid: (track.controller, obs, weights[sid])
                              for sid, (session, track, obs) in steered.items()}, self.max_total_waiting)
         except Exception as exc:
             log.warning("sessions %s: no decision this tick: %s: %s", ", ".join(steered), type(exc).__name__, exc)
