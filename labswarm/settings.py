@@ -56,10 +56,11 @@ class Settings(BaseSettings):
             its queue before its workers start, and a bigger pool gets its tasks after a few task times of
             slow start (the window doubles every task time).
         report_interval: seconds a worker batches outcomes before sending them to the manager.
-        samples_per_message: samples one task message carries (``LABSWARM_SAMPLES_PER_MESSAGE``; 1 by default:
-            the message is ``(session_id, sample)``; N > 1: ``(session_id, [sample, ...])`` with up to N, which
-            cuts the per-message cost of broker and worker N-fold). Depths, bounds and rates still count samples
-            (:mod:`labswarm.queue.app`). The health controller must run with the same value.
+        samples_per_message: samples one task message carries (``LABSWARM_SAMPLES_PER_MESSAGE``); ``None``
+            (unset): chosen by each session's publisher from the measured task time, tiny tasks packed up to 32
+            to a message, tasks of 50 ms or more alone (:mod:`labswarm.sessions.packing`); 1: always
+            ``(session_id, sample)``; N > 1: ``(session_id, [sample, ...])`` with up to N. Depths and rates count
+            samples; the queue bound counts samples / N (messages when unset: :mod:`labswarm.queue.app`).
         max_queue_length: hard bound on the messages waiting in each experiment queue (RabbitMQ ``x-max-length``
             with reject-publish; the publisher backs off when it is reached). ``None`` or 0: unbounded.
         celery_events: Celery's task events and worker heartbeats from workers (Flower's tasks and "online",
@@ -136,7 +137,7 @@ class Settings(BaseSettings):
     default_rate: float = Field(200.0, gt=0)
     start_window: int = Field(20, ge=1)
     report_interval: float = Field(0.25, gt=0)
-    samples_per_message: int = Field(1, ge=1, le=1_000)
+    samples_per_message: int | None = Field(None, ge=1, le=1_000)
     reconcile_after: float = Field(10.0, gt=0)
     max_queue_length: int | None = Field(10_000, ge=0)
     swarm_image: str = "labswarm:latest"

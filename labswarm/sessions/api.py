@@ -111,7 +111,7 @@ def worker_settings(service: Service) -> dict[str, Any]:
     settings = service.settings
     return {"broker_url": None if has_password(url) else url, "broker": redact_url(url),
             "report_interval": settings.report_interval, "max_queue_length": settings.max_queue_length,
-            "samples_per_message": settings.samples_per_message}
+            "samples_per_message": settings.samples_per_message or 1}  # what the queue bound is computed with
 
 
 @router.post("/experiments", status_code=201)

@@ -49,9 +49,12 @@ class BrokerClient:
 
     def __init__(self, settings: Settings, db: Callable[[], AbstractContextManager[Session]] | None = None) -> None:
         self.url = settings.resolved_broker_url()
-        self.celery = make_celery(self.url, message_bound(settings.max_queue_length, settings.samples_per_message))
+        # the queue bound in messages: samples / the fixed samples per message; messages when the publisher chooses
+        self.celery = make_celery(self.url, message_bound(settings.max_queue_length, settings.samples_per_message or 1),
+                                  heartbeat=settings.broker_heartbeat)
         self.messages = TaskMessages(self.celery)
-        self.samples_per_message = settings.samples_per_message
+        #: samples per message when the caller does not say (a fixed ``samples_per_message``, else 1)
+        self.samples_per_message = settings.samples_per_message or 1
         self._db = db
         self._fingerprints: OrderedDict[str, str | None] = OrderedDict()
         self._local = threading.local()
@@ -87,21 +90,23 @@ class BrokerClient:
         return self.publish_many(session_id, experiment, [sample], stop) == 1
 
     def publish_many(self, session_id: str, experiment: str, samples: Sequence[Sample],
-                     stop: threading.Event, *, fingerprint: str | None = None) -> int:
+                     stop: threading.Event, *, fingerprint: str | None = None, per_message: int | None = None) -> int:
         """Publish the tasks of ``samples`` and wait until the broker has confirmed them all.
 
-        One message per sample, ``(session_id, sample)``, with ``samples_per_message`` 1 (the default); with
-        N > 1, one message per N consecutive samples, ``(session_id, [sample, ...])`` (the last one may hold
-        fewer). The batch is published whole, then its confirms are awaited together (pipelined). Messages the broker
-        refuses (queue at its ``x-max-length``) are published again after a backoff; a lost connection is
-        reopened with backoff (0.05 s doubling to 2 s) and the unconfirmed messages published again. Each
-        message carries the session's configuration fingerprint (``fingerprint``, else the session row's).
+        One message per sample, ``(session_id, sample)``, with N = ``per_message`` (else
+        :attr:`samples_per_message`) 1; with N > 1, one message per N consecutive samples, ``(session_id, [sample,
+        ...])`` (the last one may hold fewer). The batch is published whole, then its confirms are awaited together
+        (pipelined). Messages the broker refuses (queue at its ``x-max-length``) are published again after a
+        backoff; a lost connection is reopened with backoff (0.05 s doubling to 2 s) and the unconfirmed messages
+        published again. Each message carries the session's configuration fingerprint (``fingerprint``, else the
+        session row's).
 
         Args:
             session_id: the session the samples belong to.
             experiment: the experiment (its queue is ``labswarm.<experiment>``).
             samples: the samples to publish, any number (a batch of ~200 is typical).
             stop: set to give up waiting (broker down, queue full).
+            per_message: samples per message (the publisher's choice, :mod:`labswarm.sessions.packing`).
 
         Returns:
             how many samples were confirmed, a prefix of ``samples`` (whole messages): fewer than all only when
@@ -113,7 +118,7 @@ class BrokerClient:
         if not samples:
             return 0
         fingerprint = fingerprint or self.fingerprint(session_id)
-        n = self.samples_per_message
+        n = per_message or self.samples_per_message
         if n == 1:
             messages = [self.messages.build(session_id, _sample_dict(s), fingerprint) for s in samples]
             return publish_confirmed(self._publisher(experiment), app_queue(self.celery, experiment), messages, stop)

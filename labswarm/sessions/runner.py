@@ -35,6 +35,7 @@ from labswarm.sessions import ledger, lifecycle
 from labswarm.sessions.context import SessionContext
 from labswarm.sessions.follow import follow
 from labswarm.sessions.models import SessionRow, known_session
+from labswarm.sessions.packing import MessagePacking
 from labswarm.sessions.ratelimit import TokenBucket
 from labswarm.sessions.reconcile import reconcile
 from labswarm.sessions.states import SessionState
@@ -84,6 +85,7 @@ class SessionRunner(threading.Thread):
         self.experiment = row.experiment
         self.bucket = TokenBucket(row.rate)
         self.window = StartWindow(context.settings.start_window)
+        self.packing = MessagePacking(context.settings.samples_per_message)
         self.config = config
         self.follow = bool(row.follow)
         self._on_end = on_end
@@ -115,10 +117,12 @@ class SessionRunner(threading.Thread):
         self.stop_event.set()
         self.running.set()  # wake a paused thread so it can see the stop
 
-    def note_outcomes(self, max_seconds: float, count: int = 0) -> None:
+    def note_outcomes(self, max_seconds: float, count: int = 0, seconds: float = 0.0, timed: int = 0) -> None:
         """Called when ``count`` outcomes arrive: progress was made; remember the slowest task (``max_seconds``,
-        s); the start window opens by ``count``."""
+        s); the start window opens by ``count``; ``timed`` of them took ``seconds`` in all (the task time that
+        chooses the samples per message, :mod:`labswarm.sessions.packing`)."""
         self.last_progress = time.monotonic()
+        self.packing.observe(seconds, timed)
         self.max_task_seconds = max(self.max_task_seconds, max_seconds)
         self.window.outcomes(count, max_seconds)
 
@@ -189,8 +193,8 @@ class SessionRunner(threading.Thread):
             if batch:
                 with self._in_flight_lock:  # before the broker has them: a worker may answer at once
                     self._in_flight.update(s.id for _, s in batch)
-                sent = self.context.broker.publish_many(self.session_id, self.experiment,
-                                                        [s for _, s in batch], self.stop_event)
+                sent = self.context.broker.publish_many(self.session_id, self.experiment, [s for _, s in batch],
+                                                        self.stop_event, per_message=self.packing.size())
                 self.window.sent(sent)
                 pend.rows.extend((s.id, "published", None) for _, s in batch[:sent])
                 pend.published += sent
