@@ -51,7 +51,8 @@ class WorkerSettings(_Closed):
     broker: str = Field(description="the broker's URL, its password masked")
     report_interval: float = Field(description="seconds between two outcome reports of a worker")
     max_queue_length: int | None = Field(description="the bound of a queue in samples; null: unbounded")
-    samples_per_message: int = Field(description="samples a task message carries at most")
+    samples_per_message: int = Field(description="the fixed samples per message the queue bound is computed with; 1 "
+                                     "when unset (each session's publisher then packs 1 to 32 by task time)")
 
 
 class Experiment(_Closed):
