@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from labswarm.pipeline.base import Block
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.pipeline.prefetch import PipelineError
 
@@ -131,6 +132,11 @@ class LoopHooks:
     def __init__(self) -> None:
         self._train: Pipeline | None = None
         self._output = ""
+
+    def pipeline_block(self, block: Block[Any]) -> Block[Any]:
+        """A block of the experiment's pipeline as this loop's pipelines run it (the trainer builds both of its
+        pipelines from what this returns); here unchanged."""
+        return block
 
     @property
     def rank(self) -> int:

@@ -150,7 +150,7 @@ class Trainer:
             block = Block.from_spec(spec)
             if block.name == "features" and block.config.outputs is None:
                 block = Block.from_spec({**block.spec(), "outputs": [self.input]})
-            specs.append(block)
+            specs.append(self.loop.pipeline_block(block))
         rank, world = validation_shard
         train = Pipeline(self.experiment, split="train", blocks=specs)
         validation = Pipeline(self.experiment, split="validation", train=False, blocks=specs, rank=rank, world=world)
