@@ -71,6 +71,17 @@ def _epoch_ended(stream_event: dict) -> bool:
     return stream_event["event"] == "metric" and stream_event["data"].get("epoch") == 1
 
 
+def _explained(shown: dict, stream: list[dict]) -> str:
+    """Each attempt's end (exit code, error code, reason, every learner's exit code and kill) and the last log lines
+    of the stream: what a failed assertion about the attempts shows."""
+    ended = [{k: a[k] for k in ("number", "exit_code", "error_code", "reason")}
+             | {"learners": [(lr["rank"], lr["exit_code"], lr["killed"]) for lr in a["learners"]]}
+             for a in shown["attempts"]]
+    lines = [f"{e['data'].get('attempt')}/{e['data'].get('rank')}: {e['data']['line']}" for e in stream
+             if e["event"] == "log"]
+    return f"attempts {ended}; restarts {shown['restarts']}; last log lines:\n" + "\n".join(lines[-40:])
+
+
 def kill_learner_after_first_checkpoint(m: Manager, job_id: str, rank: int = 1) -> tuple[list[dict], dict, list[dict]]:
     """Once epoch 1 ended and a checkpoint is committed, SIGKILL learner ``rank`` of the current attempt, then read
     the event stream to its end: ``(events, the job as shown, its metrics)``."""
@@ -89,7 +100,8 @@ def test_allreduce_with_two_learners_completes_and_its_model_loads(tmp_path: Pat
         shown = m.show(job["id"])
         metrics = _metrics(m, job["id"])
         model, meta = load_model(_model(m, job["id"], tmp_path))
-    assert statuses(stream)[-1] == "completed", shown.get("log_tail")
+    assert statuses(stream)[-1] == "completed", _explained(shown, stream)
+    assert len(shown["attempts"]) == 1, _explained(shown, stream)  # a healthy job needs no restart
     [attempt] = shown["attempts"]
     assert sorted(lr["rank"] for lr in attempt["learners"]) == [0, 1]
     assert all(lr["exit_code"] == 0 for lr in attempt["learners"])
