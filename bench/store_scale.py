@@ -13,9 +13,11 @@ shared: the load average is printed):
 
     .venv/bin/python bench/store_scale.py [--arrays N] [--rounds R] [--endpoint URL]
     .venv/bin/python bench/store_scale.py --learner examples/music_speech_noise.yml [--steps N] [--rounds R]
+    .venv/bin/python bench/store_scale.py --features examples/music_speech_noise.yml [--clips N] [--rounds R]
 
 The second form measures a distributed learner's training inputs (labswarm/train/distributed/data.py) on a
 computed store: features kept in memory against streamed from the store (memory kept, ``batch()`` samples/s).
+The third, feature computation (the local runner, 2 processes) writing to a local store against writing to s3.
 
 The endpoint defaults to moto's server on :9000 (``bash .ci/s3``; any credentials); a bucket is made and removed.
 Goals (issue 24): through a warm cache >= 0.95x the local store's reads, cold >= 0.5x; writing to s3 >= 0.9x
@@ -87,6 +89,43 @@ def learner(experiment: str, steps: int, rounds: int) -> None:
               f"{statistics.median(values) / base:5.2f}x in memory")
 
 
+def features(experiment: str, clips: int, rounds: int, spec: dict) -> None:
+    """Feature computation (labswarm's local runner, 2 worker processes) of ``experiment``'s first ``clips``
+    clips (all its transformations) into a fresh local store and into a fresh prefix of the s3 bucket of ``spec``,
+    ``rounds`` interleaved rounds; samples/s."""
+    import yaml
+
+    from labswarm.config.experiment import load_experiment
+    from labswarm.local import run_local
+
+    config = load_experiment(experiment)
+    work = Path(tempfile.mkdtemp(prefix="store-scale-features-"))
+    try:
+        lines = config.dataset.labels_path.read_text().splitlines()
+        labels = work / "labels.csv"
+        labels.write_text("\n".join(lines[:clips + 1]) + "\n")
+        data = yaml.safe_load(Path(experiment).read_text())
+        rates: dict[str, list[float]] = {}
+        for r in range(rounds):
+            for name in (("local", "s3") if r % 2 == 0 else ("s3", "local")):
+                store: dict = {"root": str(work / f"store-{r}-{name}")}
+                if name == "s3":
+                    store["remote"] = {**spec, "prefix": f"features-{r}"}
+                dataset = {**data["dataset"], "root": str(config.dataset.root), "labels": str(labels)}
+                round_config = config.model_validate({**config.model_dump(mode="json"), "dataset": dataset,
+                                                      "store": store})
+                summary = run_local(round_config, jobs=2)
+                assert summary.failed == 0 and summary.computed == summary.total, summary
+                rates.setdefault(name, []).append(summary.total / summary.seconds)
+                print(f"round {r + 1}: {name} {rates[name][-1]:.1f} samples/s", flush=True)
+        base = statistics.median(rates["local"])
+        for name, values in rates.items():
+            print(f"  features into {name:5s} {statistics.median(values):6.1f} samples/s  "
+                  f"{statistics.median(values) / base:5.2f}x local")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arrays", type=int, default=300)
@@ -95,6 +134,9 @@ def main() -> None:
     parser.add_argument("--learner", metavar="EXPERIMENT", help="measure a learner's inputs on this experiment "
                         "(its store computed) instead of the store")
     parser.add_argument("--steps", type=int, default=30, help="32-sample chunks per round (--learner)")
+    parser.add_argument("--features", metavar="EXPERIMENT", help="measure feature computation into the local "
+                        "store and into s3 on this experiment's first --clips clips instead")
+    parser.add_argument("--clips", type=int, default=20)
     args = parser.parse_args()
     if args.learner:
         learner(args.learner, args.steps, args.rounds)
@@ -113,6 +155,9 @@ def main() -> None:
     keys = sorted(arrays)
     rates: dict[str, list[float]] = {}
     try:
+        if args.features:
+            features(args.features, args.clips, args.rounds, spec)
+            return
         local = FeatureStore(work / "local")
         direct = FeatureStore.open(work / "unused", remote=spec, cache_bytes=0)
         cached = FeatureStore.open(work / "cache", remote=spec, cache_bytes=4 * 2**30)
