@@ -59,6 +59,8 @@ def test_the_endpoint_answers_labswarm_predicts_probabilities_and_refuses_a_long
         only_bad = alice.post(f"/v1/models/{job}/predict", files=_files([tmp_path / "long.wav"]))
         described = alice.get(f"/v1/models/{job}")
         loads = m.server.app.state.models.cache.loads
+        for client in (alice, bob, root):
+            client.close()
 
     assert answer.status_code == 207, answer.text  # some answered, some refused
     body = answer.json()
