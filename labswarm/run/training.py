@@ -4,6 +4,7 @@ held-out result (also ``labswarm train``'s)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +41,13 @@ class JobTraining:
 
 def job_manifest(config: ExperimentConfig) -> dict[str, Any]:
     """The training job ``labswarm run`` submits: the registered experiment ``config.name`` with its own training
-    settings, one learner, results in ``<store root>/../results`` (beside the feature store the workers share,
-    as in ``examples/jobs/music_speech_noise.job.yml``)."""
+    settings, one learner given every core this process may run on (``resources.cpus``: a run's manager is the
+    user's own machine, and the local launcher pins a learner to ``ceil(cpus)`` cores), results in
+    ``<store root>/../results`` (beside the feature store the workers share, as in
+    ``examples/jobs/music_speech_noise.job.yml``)."""
     results = config.store.root.resolve().parent / "results"
     return {"name": config.name, "description": f"labswarm run {config.name}", "experiment": config.name,
+            "resources": {"cpus": len(os.sched_getaffinity(0))},
             "results_store": {"name": "local", "path": str(results)}}
 
 
