@@ -42,8 +42,9 @@ def record_outcomes(db: Session, runner: SessionRunner | None, session_id: str, 
     db.commit()
     if runner is not None and n:
         refused = set(unknown)
-        seconds = [float(o.get("seconds") or 0.0) for o in outcomes if o["sample_id"] not in refused]
-        runner.note_outcomes(max(seconds, default=0.0), n, sum(seconds), len(seconds))
+        timed = [float(o["seconds"]) for o in outcomes
+                 if o["sample_id"] not in refused and o.get("seconds") is not None]
+        runner.note_outcomes(max(timed, default=0.0), n, sum(timed), len(timed))
     if unknown:
         log.warning("session %s: %d outcomes rejected (not samples of the session), e.g. %r", session_id,
                     len(unknown), unknown[0][:200])

@@ -43,7 +43,7 @@ class MemoryBroker:
         pass
 
     def publish_many(self, session_id: str, experiment: str, samples: Sequence[Sample],
-                     stop: threading.Event) -> int:
+                     stop: threading.Event, per_message: int | None = None) -> int:
         if self.gate is not None:
             self.gate.wait(30)
         self.batches.append(len(samples))
@@ -112,7 +112,8 @@ def _outcomes(ids: Sequence[str]) -> list[dict]:
 
 def test_the_window_holds_the_publisher_until_outcomes_open_it_on_the_embedded_broker(
         make_service, experiment: dict) -> None:
-    service = make_service()  # the embedded SQLite broker: the queue really holds the messages
+    # the embedded SQLite broker: the queue really holds the messages, one sample each (its depth counts messages)
+    service = make_service(samples_per_message=1)
     service.registry.register(experiment)
     sid = service.start_session("win", rate=1000.0).id  # far above anything: only the window holds it
     _wait(lambda: _held(service, sid, WINDOW), "the start window to fill")
@@ -253,7 +254,7 @@ class AnsweringBroker(MemoryBroker):
         self.answers: list[tuple[int, list[dict]]] = []
 
     def publish_many(self, session_id: str, experiment: str, samples: Sequence[Sample],
-                     stop: threading.Event) -> int:
+                     stop: threading.Event, per_message: int | None = None) -> int:
         n = super().publish_many(session_id, experiment, samples, stop)
         self.answers.append(self.service.record_outcomes(session_id, _outcomes([s.id for s in samples[:n]])))
         return n
