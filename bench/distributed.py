@@ -116,20 +116,21 @@ def cpu_line(parts: dict[str, tuple[float, float]]) -> str:
 
 
 def distributed(config, broker: str | None, home: Path, workers: int = 2, rate: float = 5000.0,
-                controlled: bool = True, samples_per_message: int = 1, meter: bool = False):
+                controlled: bool = True, samples_per_message: int | None = None, meter: bool = False):
     """Run ``config`` through ``labswarm run``'s machinery; returns (wall s, steady samples/s, progress), and
     with ``meter`` the CPU ms per task of each part (:class:`CpuMeter`) as a fourth item.
 
     ``controlled=False``: no health controller and no start window, the publisher goes flat out at ``rate``: the
     steady rate is then what the path (publisher, broker, workers, reports) can carry, not what a controller chose.
-    ``samples_per_message``: the setting of the same name (samples per task message).
+    ``samples_per_message``: the setting of the same name (samples per task message); ``None``: the default
+    (each session's publisher chooses from the task time).
     """
     from labswarm.run import RunOptions, run_experiment
     from labswarm.sample import iter_samples
     from labswarm.settings import Settings
 
     extra = {} if controlled or "start_window" not in Settings.model_fields else {"start_window": 10**9}
-    if samples_per_message != 1:
+    if samples_per_message is not None:
         extra["samples_per_message"] = samples_per_message
     settings = Settings(home=home, broker_url=broker, default_rate=rate, **extra)
     cpu = CpuMeter(home, sum(1 for _ in iter_samples(config))) if meter else None
@@ -229,8 +230,9 @@ def main() -> None:
     parser.add_argument("--amqp", default="amqp://guest:guest@127.0.0.1:5672//")
     parser.add_argument("--trivial-only", action="store_true", help="only the trivial-task runs")
     parser.add_argument("--real-only", action="store_true", help="only the real-features runs")
-    parser.add_argument("--samples-per-message", default="1,8",
-                        help="comma-separated values of samples_per_message for the trivial-task runs")
+    parser.add_argument("--samples-per-message", default="auto,1,8",
+                        help="comma-separated values of samples_per_message for the trivial-task runs (auto: the "
+                        "default, chosen by the publisher)")
     parser.add_argument("--no-embedded", action="store_true", help="skip the trivial run on the embedded broker")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="labswarm-bench-dist-"))
@@ -276,10 +278,12 @@ def real_features(args: argparse.Namespace, tmp: Path) -> None:
     print(f"local pool (2): {local:.1f} s wall, {local_steady:.2f} samples/s steady; CPU {1000 * local_cpu / n:.1f} "
           "ms/sample over the whole run (pool start included)", flush=True)
 
-    runs = [("labswarm run --workers 2, RabbitMQ", args.amqp, True, 1),
-            ("RabbitMQ, flat out (no controller)", args.amqp, False, 1),
-            ("RabbitMQ, flat out, 8 samples/message", args.amqp, False, 8),
-            ("labswarm run --workers 2, embedded", None, True, 1)]
+    runs: list[tuple[str, str | None, bool, int | None]] = [  # None: samples per message chosen (the default)
+        ("labswarm run --workers 2, RabbitMQ", args.amqp, True, None),
+        ("RabbitMQ, flat out (no controller)", args.amqp, False, None),
+        ("RabbitMQ, flat out, 1 sample/message", args.amqp, False, 1),
+        ("RabbitMQ, flat out, 8 samples/message", args.amqp, False, 8),
+        ("labswarm run --workers 2, embedded", None, True, None)]
     rows = []
     for label, broker, controlled, per_message in runs:
         slug = uuid.uuid4().hex[:6]
@@ -326,10 +330,10 @@ def trivial_tasks(args: argparse.Namespace, tmp: Path) -> None:
     print("|---|---:|---:|---:|---:|---|")
     print(f"| bare Celery no-op (baseline) | 1 | {bare:.0f} | {1000 / bare:.2f} | 1.00x | |")
     runs = [(f"RabbitMQ, store on {where}", args.amqp, store, n)
-            for n in (int(v) for v in args.samples_per_message.split(","))
+            for n in (None if v == "auto" else int(v) for v in args.samples_per_message.split(","))
             for where, store in (("disk", tmp), ("tmpfs", shm))]
     if not args.no_embedded:
-        runs.append(("embedded, store on disk", None, tmp, 1))
+        runs.append(("embedded, store on disk", None, tmp, None))
     for label, broker, store, per_message in runs:
         slug = uuid.uuid4().hex[:6]
         cfg = trivial.model_copy(update={
@@ -339,7 +343,7 @@ def trivial_tasks(args: argparse.Namespace, tmp: Path) -> None:
         ms = {k: v[0] for k, v in cpu.items() if k != "rate"}
         ms["workers"] = ms.pop("worker-main", 0.0) + ms.pop("pool", 0.0)
         parts = ", ".join(f"{ms.get(k, 0.0):.2f}" for k in ("manager", "workers", "rabbitmq"))
-        print(f"| {label} | {per_message} | {rate:.0f} | {1000 / rate:.2f} | {rate / bare:.2f}x | "
+        print(f"| {label} | {per_message or 'auto'} | {rate:.0f} | {1000 / rate:.2f} | {rate / bare:.2f}x | "
               f"{parts} = {sum(ms.values()):.2f} |", flush=True)
     print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"\ncompute alone (no store): {compute_ms:.2f} ms per task; goal: <= 1.5 ms of system wall time per task")
