@@ -212,7 +212,8 @@ def gc(experiment: ExperimentRef = None, store: StorePath = None, manager: Manag
        as_json: Json = False) -> None:
     """Remove the arrays that no registered experiment (nor a --keep file) references. Refuses (exit 2) when the
     keys of an experiment of this store cannot all be derived (a clip unreadable, an invalid configuration): its
-    arrays would go."""
+    arrays would go. Use an admin's token: a user's token lists only that user's experiments, and the arrays of
+    the others' would go."""
     def work() -> Any:
         feature_store, where, config = _target(experiment, store, manager, token_file)
         extra = [load_experiment(path) for path in keep or []] + ([config] if config else [])
@@ -221,14 +222,15 @@ def gc(experiment: ExperimentRef = None, store: StorePath = None, manager: Manag
             raise ConfigError([(name, f"cannot tell which arrays it references ({why}); fix it or delete the "
                                       "experiment, then collect") for name, why in problems.items()])
         require_references(references)
-        return collect_garbage(feature_store, references, dry_run=dry_run)
+        return collect_garbage(feature_store, references, dry_run=dry_run), sorted(references)
 
-    done = _run(work)
+    done, experiments = _run(work)
     if as_json:
-        print(json.dumps(asdict(done), indent=2))
+        print(json.dumps({**asdict(done), "experiments": experiments}, indent=2))
         return
     verb = "would remove" if dry_run else "removed"
-    console.print(f"{verb} {done.arrays:,} arrays ({_mb(done.bytes)}); kept {done.kept:,}")
+    console.print(f"{verb} {done.arrays:,} arrays ({_mb(done.bytes)}); kept {done.kept:,}, the arrays of "
+                  f"{', '.join(experiments)}", highlight=False)
 
 
 @store_app.command("pull")

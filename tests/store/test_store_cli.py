@@ -88,6 +88,7 @@ def test_gc_never_removes_an_array_of_a_registered_experiment(runner: CliRunner,
     dry = runner.invoke(app, ["store", "gc", "--store", str(store), "--manager", url, "--dry-run", "--json"])
     assert dry.exit_code == 0, dry.output
     assert json.loads(dry.output)["arrays"] == len(ORPHANS) and set(FeatureStore(store).sizes()) == before
+    assert json.loads(dry.output)["experiments"] == ["coarse", "tones"]  # not "elsewhere": another store
     done = runner.invoke(app, ["store", "gc", "--store", str(store), "--manager", url])
     assert done.exit_code == 0, done.output
     assert "removed 3 arrays" in done.output
