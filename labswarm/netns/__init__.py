@@ -9,6 +9,7 @@ A :class:`Cluster` of K hosts, for the multi-host tests and the benchmarks (root
         cluster.cut("b")            # b's link down: b is unreachable, and reaches nobody
         cluster.restore("b")
         cluster.partition("a", "c") # a and c drop each other's packets; both still reach b
+        cluster.block("a", GATEWAY, port=5672)  # a drops its traffic with the machine's RabbitMQ only
         tx, rx = cluster.counters("b")
 
 Topology: each host is a namespace ``<name>`` with one interface ``eth0`` at ``198.18.0.<10+i>/24`` (RFC 2544's

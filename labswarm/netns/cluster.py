@@ -234,6 +234,19 @@ class Cluster:
                 self._iptables(me, ["-D", rule[0], rule[1], self.address(peer), "-j", "DROP"], check=False)
         self._partitions.discard((a, b))
 
+    def block(self, name: str, address: str, port: int | None = None) -> None:
+        """Host ``name`` drops its traffic with ``address`` (any host's, or :data:`GATEWAY`: the machine's
+        services), only TCP port ``port`` at that address when given (e.g. 5672: the host is partitioned from
+        RabbitMQ on the gateway while the rest of the machine still reaches it). iptables DROP inside ``name``'s
+        namespace, so gone with it; :meth:`unblock` undoes it."""
+        for args in _block_rules(address, port):
+            self._iptables(name, ["-A", *args])
+
+    def unblock(self, name: str, address: str, port: int | None = None) -> None:
+        """Undo :meth:`block` of ``address`` (and ``port``) on host ``name``."""
+        for args in _block_rules(address, port):
+            self._iptables(name, ["-D", *args], check=False)
+
     def _iptables(self, name: str, args: list[str], check: bool = True) -> None:
         run(self.command(name, ["iptables", "-w", *args]), check=check)
 
@@ -266,6 +279,16 @@ class Cluster:
 
     def __iter__(self) -> Iterator[Host]:
         return iter(self.hosts.values())
+
+
+def _block_rules(address: str, port: int | None) -> list[list[str]]:
+    """iptables rule specs (without ``-A``/``-D``) dropping traffic with ``address``, or only with its TCP
+    ``port``, both ways."""
+    out, into = ["OUTPUT", "-d", address], ["INPUT", "-s", address]
+    if port is not None:
+        out += ["-p", "tcp", "--dport", str(port)]
+        into += ["-p", "tcp", "--sport", str(port)]
+    return [[*out, "-j", "DROP"], [*into, "-j", "DROP"]]
 
 
 def _rate(profile: str) -> int | None:
