@@ -39,7 +39,7 @@ def engine() -> None:
     """A Docker engine answers (``bash .ci/docker`` starts one)."""
     if shutil.which("docker") is None:
         missing("no docker client: bash .ci/docker")
-    if subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0:
+    if subprocess.run(["docker", "info"], capture_output=True, timeout=120).returncode != 0:
         missing("no Docker engine answers: bash .ci/docker (or LABSWARM_DOCKER=1 bash .ci/setup)")
 
 
