@@ -13,7 +13,9 @@ from conftest import STARTUP_TIMEOUT, wait_until
 
 from labswarm.netns import Cluster
 
-pytestmark = pytest.mark.cluster
+#: serial (run after the parallel tests, alone): the gateway 198.18.0.1 is one address of the machine, which
+#: a second cluster with a gateway made meanwhile by another test process would take too
+pytestmark = [pytest.mark.cluster, pytest.mark.serial]
 
 HEARTBEAT = 4.0
 #: How long b's link stays down: well past the broker's heartbeat timeout (it drops b after ~2 heartbeats).
