@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import STARTUP_TIMEOUT, wait_until
+from netns_site import STARTUP_TIMEOUT, wait_until
 
 from labswarm.netns import GATEWAY, Cluster
 
