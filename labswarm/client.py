@@ -88,6 +88,10 @@ class ManagerClient(HTTPClient):
         """The registered experiments the token may see (name, owner, fingerprint, ``valid``, ``problem``, ...)."""
         return self._call("GET", "/experiments")
 
+    def whoami(self) -> dict:
+        """The caller as the token makes it: ``{"name": ..., "role": "admin" | "user"}``."""
+        return self._call("GET", "/v1/whoami")
+
     def experiment_config(self, name: str) -> dict:
         """The validated configuration of an experiment (what a worker fetches once)."""
         return self._call("GET", f"/experiments/{name}/config")

@@ -93,13 +93,21 @@ def _keys(config: ExperimentConfig, store: FeatureStore) -> tuple[dict[str, set[
 
 
 def _references(store: FeatureStore, where: str, manager: str, token_file: Path | None,
-                extra: list[ExperimentConfig]) -> tuple[References, dict[str, str]]:
+                extra: list[ExperimentConfig], *, admin_only: bool = False) -> tuple[References, dict[str, str]]:
     """The keys that the registered experiments whose store is ``where`` (and ``extra``) reference, and the
-    experiments whose keys could not all be derived, with why."""
+    experiments whose keys could not all be derived, with why.
+
+    Raises:
+        ConfigError: ``admin_only`` and the token is not an admin's (it would not see every experiment).
+    """
     references: dict[str, dict[str, set[str]]] = {}
     problems: dict[str, str] = {}
     configs: dict[str, ExperimentConfig] = {}
     with _client(manager, token_file) as client:
+        if admin_only and (who := client.whoami())["role"] != "admin":
+            raise ConfigError([("token", f"{who['name']} is not an admin: a user's token lists only that user's "
+                                         "experiments, so the arrays of the others' would be collected; use an "
+                                         "admin's token")])
         for row in client.experiments():
             name = row["name"]
             try:
@@ -212,12 +220,12 @@ def gc(experiment: ExperimentRef = None, store: StorePath = None, manager: Manag
        as_json: Json = False) -> None:
     """Remove the arrays that no registered experiment (nor a --keep file) references. Refuses (exit 2) when the
     keys of an experiment of this store cannot all be derived (a clip unreadable, an invalid configuration): its
-    arrays would go. Use an admin's token: a user's token lists only that user's experiments, and the arrays of
-    the others' would go."""
+    arrays would go, and when the token is not an admin's (exit 2): a user's token lists only that user's
+    experiments, and the arrays of the others' would go."""
     def work() -> Any:
         feature_store, where, config = _target(experiment, store, manager, token_file)
         extra = [load_experiment(path) for path in keep or []] + ([config] if config else [])
-        references, problems = _references(feature_store, where, manager, token_file, extra)
+        references, problems = _references(feature_store, where, manager, token_file, extra, admin_only=True)
         if problems:
             raise ConfigError([(name, f"cannot tell which arrays it references ({why}); fix it or delete the "
                                       "experiment, then collect") for name, why in problems.items()])

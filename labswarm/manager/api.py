@@ -11,15 +11,17 @@ caller.
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
+from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from labswarm.auth.authenticator import Authenticator, BearerAuth
+from labswarm.auth.authenticator import Authenticator, BearerAuth, current_user
 from labswarm.auth.limits import BodyLimit
 from labswarm.auth.quotas import QuotaExceeded
+from labswarm.auth.tokens import User
 from labswarm.errors import BrokerError, ConfigError, DatasetError, DeployError, LabswarmError, NotFound
 from labswarm.jobs.service import api as jobs_api
 from labswarm.jobs.service.service import JobService
@@ -86,6 +88,13 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
     def health() -> dict[str, str]:
         """Liveness."""
         return {"status": "ok"}
+
+    @app.get("/v1/whoami")
+    def whoami(user: Annotated[User, Depends(current_user)]) -> dict[str, str]:
+        """The caller as its token makes it: ``{"name": ..., "role": "admin" | "user"}`` (what a client checks
+        before an operation only an admin may do safely, e.g. ``labswarm store gc``, which must see every
+        user's experiments)."""
+        return {"name": user.name, "role": user.role}
 
     app.include_router(sessions_router)  # authenticated by the app's dependency; the service: app.state.sessions
     jobs = JobService(sessions)

@@ -155,3 +155,26 @@ def test_pull_warms_the_cache_of_a_remote_store(runner: CliRunner, tmp_path: Pat
     path.with_name("local.yml").write_text(yaml.safe_dump(experiment_dict(dataset, tmp_path / "store")))
     local = runner.invoke(app, ["store", "pull", str(path.with_name("local.yml"))])
     assert local.exit_code == 2 and "nothing to pull" in local.output
+
+
+def test_gc_refuses_a_users_token(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's token lists only that user's experiments: gc with it would collect the others' arrays."""
+    from labswarm.auth.tokens import add_token
+
+    dataset = write_dataset(tmp_path / "data", n_per_label=2)
+    store = tmp_path / "store"
+    spec = experiment_dict(dataset, store)
+    keys = compute(ExperimentConfig.model_validate(spec))
+    tokens = tmp_path / "tokens.yml"
+    alice = add_token(tokens, "alice")
+    settings = Settings(home=tmp_path / "home", api_token=TOKEN, tokens_file=tokens)
+    with EmbeddedServer(create_app(settings)) as server, ManagerClient(server.url, TOKEN) as admin:
+        admin.post_experiment(spec)  # the admin's experiment: alice does not see it
+        with ManagerClient(server.url, alice) as client:
+            assert client.whoami() == {"name": "alice", "role": "user"}
+        assert admin.whoami()["role"] == "admin"
+        monkeypatch.setenv("LABSWARM_API_TOKEN", alice)
+        result = runner.invoke(app, ["store", "gc", "--store", str(store), "--manager", server.url])
+    assert result.exit_code == 2, result.output
+    assert "alice is not an admin" in result.output
+    assert set(FeatureStore(store).sizes()) == keys
