@@ -32,10 +32,11 @@ PUBLIC = {"/health"}
 
 
 def _with_whoami(app: FastAPI) -> FastAPI:
-    """Two routes added after create_app, as a later router would be: the app-wide dependency covers them."""
+    """Two routes added after create_app, as a later router would be: the app-wide dependency covers them (named
+    apart from the manager's own GET /v1/whoami: operation ids are the handlers' names and must be unique)."""
 
     @app.get("/test/whoami")
-    def whoami(user: Annotated[User, Depends(current_user)]) -> dict[str, str]:
+    def caller(user: Annotated[User, Depends(current_user)]) -> dict[str, str]:
         return {"name": user.name, "role": user.role}
 
     @app.get("/test/admin-only")
