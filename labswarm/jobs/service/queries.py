@@ -17,9 +17,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from labswarm.errors import DatasetError, NotFound, StorageError
-from labswarm.jobs.records import events
 from labswarm.jobs.lifecycle.fairshare import queue_order
 from labswarm.jobs.lifecycle.lifecycle import JobLifecycle
+from labswarm.jobs.records import events
 from labswarm.jobs.records.models import AttemptRow, JobEventRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.spec import layout
 from labswarm.jobs.spec.errors import ErrorCode
