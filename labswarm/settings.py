@@ -68,6 +68,13 @@ class Settings(BaseSettings):
             (:mod:`labswarm.queue.tooling`, which gives the measured cost).
         celery_remote_control: workers answer ``celery inspect``/``control`` and Flower; ``None`` (unset): on with
             RabbitMQ; RabbitMQ only (the embedded broker has no broadcast).
+        broker_heartbeat: the AMQP heartbeat timeout, in seconds, of the Celery apps' RabbitMQ connections (the
+            manager's and each worker's: Celery's ``broker_heartbeat``, ``LABSWARM_BROKER_HEARTBEAT``; 30 s).
+            Heartbeats go every half of it and a peer that missed two is taken for dead (RabbitMQ's heartbeats
+            guide): a worker whose link is cut loses its connection, and its unacknowledged messages go back to
+            the queue, about this long after the cut. 0 turns heartbeats off (a cut link is then found by TCP
+            alone, minutes later). The publishers' own connections send none (an idle one must stay open); the
+            embedded broker has none.
         queue_delete_after: seconds after the last session of an experiment ended before the manager deletes the
             experiment's queue, when it is empty and no worker consumes it (:mod:`labswarm.queue.cleanup`; a new
             session declares it again); ``None`` or 0: queues are kept.
@@ -154,6 +161,7 @@ class Settings(BaseSettings):
     max_total_waiting: int | None = Field(2_000, ge=0)
     celery_events: bool | None = None
     celery_remote_control: bool | None = None
+    broker_heartbeat: float = Field(30.0, ge=0)
     queue_delete_after: float | None = Field(3600.0, ge=0)
     job_slots: int | None = Field(None, ge=1)
     fair_share_half_life: float = Field(7 * 24 * 3600.0, gt=0)

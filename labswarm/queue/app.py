@@ -33,7 +33,7 @@ from amqp.exceptions import PreconditionFailed
 from celery import Celery
 
 from labswarm.db.engine import enable_wal
-from labswarm.errors import LabswarmError
+from labswarm.errors import ConfigError, LabswarmError
 from labswarm.queue.embedded import POLL_FAST, install
 from labswarm.queue.names import (
     EXCHANGE,
@@ -72,6 +72,9 @@ PREFETCH_MULTIPLIER = 1
 #: just acked its task waits up to this long before it fetches the next one when it holds no other. An idle worker
 #: backs off to :data:`labswarm.queue.embedded.POLL_MAX` (see :mod:`labswarm.queue.embedded`).
 EMBEDDED_POLLING_INTERVAL = POLL_FAST
+#: The AMQP heartbeat timeout of the app's RabbitMQ connections, in seconds, when none is given: the default of the
+#: setting ``broker_heartbeat`` (:class:`~labswarm.settings.Settings`), the value labswarm always used.
+DEFAULT_HEARTBEAT = 30.0
 
 
 def declare_queue(app: Celery, experiment: str) -> None:
@@ -109,7 +112,7 @@ def prepare_embedded_broker(broker_url: str) -> None:
 
 def make_celery(broker_url: str, max_queue_length: int | None = None, *, role: str = "manager",
                 experiment: str | None = None, events: bool | None = None,
-                remote_control: bool | None = None) -> Celery:
+                remote_control: bool | None = None, heartbeat: float = DEFAULT_HEARTBEAT) -> Celery:
     """A Celery app on ``broker_url`` with labswarm's no-loss settings and its task registered.
 
     Args:
@@ -120,10 +123,15 @@ def make_celery(broker_url: str, max_queue_length: int | None = None, *, role: s
         experiment: the experiment the app serves, if one.
         events, remote_control: Celery's task events and remote control (``None``: on with RabbitMQ, off with
             the embedded broker; :mod:`labswarm.queue.tooling`).
+        heartbeat: the AMQP heartbeat timeout of the app's RabbitMQ connections, in seconds (the setting
+            ``broker_heartbeat``, :class:`~labswarm.settings.Settings`); 0: no heartbeats. Unused by the embedded
+            broker.
 
     Raises:
-        ConfigError: remote control asked of the embedded broker.
+        ConfigError: remote control asked of the embedded broker; a negative ``heartbeat``.
     """
+    if heartbeat < 0:
+        raise ConfigError([("broker_heartbeat", f"must be 0 (off) or a positive number of seconds, got {heartbeat}")])
     app = Celery("labswarm", broker=broker_url, set_as_current=False)
     app.conf.update(
         task_serializer="json",
@@ -157,7 +165,7 @@ def make_celery(broker_url: str, max_queue_length: int | None = None, *, role: s
             "confirm_publish": role != "worker",
             "client_properties": {"connection_name": connection_name(role, experiment)},
         }
-        app.conf.broker_heartbeat = 30
+        app.conf.broker_heartbeat = heartbeat
     from labswarm.queue.task import register
 
     register(app)

@@ -81,7 +81,7 @@ def run_worker(
     app = make_celery(broker_url or _broker_url(settings),
                       message_bound(settings.get("max_queue_length"), settings.get("samples_per_message", 1)),
                       role="worker", experiment=label, events=own.celery_events,
-                      remote_control=own.celery_remote_control)
+                      remote_control=own.celery_remote_control, heartbeat=own.broker_heartbeat)
     app.conf.task_queues = [app_queue(app, name) for name in names]
     if is_embedded(app.conf.broker_url):
         for name in names:
