@@ -184,7 +184,8 @@ class SessionRunner(threading.Thread):
             wanted = self._wait_allowance(pend, BATCH - len(pend.rows))
             if wanted == 0:
                 break  # stopped
-            tokens = self._take_tokens(pend, wanted)
+            per_message = self.packing.size()
+            tokens = self._take_tokens(pend, wanted, min(per_message, wanted))
             if tokens == 0:
                 break  # stopped
             if not self.running.is_set():
@@ -194,7 +195,7 @@ class SessionRunner(threading.Thread):
                 with self._in_flight_lock:  # before the broker has them: a worker may answer at once
                     self._in_flight.update(s.id for _, s in batch)
                 sent = self.context.broker.publish_many(self.session_id, self.experiment, [s for _, s in batch],
-                                                        self.stop_event, per_message=self.packing.size())
+                                                        self.stop_event, per_message=per_message)
                 self.window.sent(sent)
                 pend.rows.extend((s.id, "published", None) for _, s in batch[:sent])
                 pend.published += sent
@@ -241,8 +242,9 @@ class SessionRunner(threading.Thread):
             self.window.wait(0.25)
         return 0
 
-    def _take_tokens(self, pend: _Pending, wanted: int) -> int:
-        """Up to ``wanted`` tokens: those there now, else block for one; 0 if stopped.
+    def _take_tokens(self, pend: _Pending, wanted: int, least: int = 1) -> int:
+        """Up to ``wanted`` tokens: those there now, else block until there are ``least`` (<= ``wanted``: the
+        samples of one message, so that a message is not cut short by the rate); 0 if stopped.
 
         Before blocking, the rows held are committed when the wait is long (over :data:`BATCH_SECONDS`) or they
         have waited that long already: not before every token. At a publish rate of tens per second a commit per
@@ -253,11 +255,16 @@ class SessionRunner(threading.Thread):
         taken, wait = 0, 0.0
         while taken < wanted and (wait := self.bucket.try_acquire()) == 0.0:
             taken += 1
-        if taken:
+        if taken >= least:
             return taken
+        wait += (least - taken - 1) / max(self.bucket.rate, 1e-9)
         if wait > BATCH_SECONDS or time.monotonic() - pend.last_commit > BATCH_SECONDS:
             self._flush(pend)
-        return 1 if self.bucket.acquire(self.stop_event) else 0
+        while taken < least:
+            if not self.bucket.acquire(self.stop_event):
+                return 0
+            taken += 1
+        return taken
 
     def _next_batch(self, stream, block: FeaturesBlock, pend: _Pending,
                     size: int) -> tuple[list[tuple[int, Sample]], bool]:
