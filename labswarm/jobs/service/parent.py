@@ -2,6 +2,10 @@
 must be one the submitter may read (their own; an admin: any) and completed with a model; the manifest then
 records where that model is (the parent's results store) and its SHA-256, which the learner checks after its
 download (:mod:`labswarm.jobs.learner.parent`) and the job's bundle reports (``versions.json``: ``parent_model``).
+
+``init_from: {model: PATH}`` names a file the learner opens as the manager's OS user, with no owner to check
+(another user's job results, any readable ``.pt``): like ``model: {code: ...}`` it is an admin's only (403
+naming ``training.init_from.model``); a user fine-tunes from a job of theirs with ``{job: ID}``.
 """
 
 from __future__ import annotations
@@ -18,10 +22,12 @@ from labswarm.errors import ConfigError, NotFound, StorageError
 from labswarm.jobs.records.models import JobRow
 from labswarm.jobs.service.queries import JobQueries
 from labswarm.jobs.spec import layout
+from labswarm.jobs.spec.errors import AdminOnly
 from labswarm.jobs.spec.states import JobState
 from labswarm.storage.base import MissingObject
 
 FIELD = "training.init_from.job"
+MODEL_FIELD = "training.init_from.model"
 
 
 def resolve_parent(service: JobQueries, manifest: JobManifest, experiment: ExperimentConfig, owner: str,
@@ -36,10 +42,16 @@ def resolve_parent(service: JobQueries, manifest: JobManifest, experiment: Exper
         owner: the submitter; admin: whether they are an admin.
 
     Raises:
+        AdminOnly: ``init_from: {model: PATH}`` from a user who is not an admin (a file read as the manager's OS
+            user, whoever owns it).
         ConfigError: ``store`` or ``sha256`` given by the user; no such job (or another user's: the same
             answer); the job is not completed; it has no model; its results store cannot be read.
     """
     source = manifest.training_config(experiment).init_from
+    if source is not None and source.model is not None and not admin:
+        raise AdminOnly(f"{MODEL_FIELD}: a model file is read by the learner as the manager's OS user, whoever's "
+                        f"it is: only an admin may submit it ({owner} is a user); fine-tune from a job of yours "
+                        "with training.init_from: {job: ID} instead")
     if source is None or source.job is None:
         return manifest
     if source.store is not None or source.sha256 is not None:
