@@ -38,8 +38,10 @@ negative answers are kept: a token revoked (its digest cleared in the database) 
 token issued after its digest was remembered as unknown (presented before the row that holds it was committed)
 opens its route once the entry expires: a learner's reporter retries a refused report. A flood of *different*
 wrong tokens is bounded per client address instead (:class:`~labswarm.auth.failures.FailureBudget`): past its
-budget of wrong tokens a client is answered 429 with ``Retry-After``, and what it presents is compared with the
-configured tokens only, never looked up; its valid tokens still open.
+budget of wrong tokens a client is answered 429 with ``Retry-After``; its configured tokens still open, and its
+issued-shape tokens are still looked up (all local learners report from 127.0.0.1, so one stale learner must
+not lock the others out) within a second, smaller bucket of lookups per address
+(:func:`~labswarm.auth.failures.lookup_budget`), which only wrong tokens found by a lookup drain.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from fastapi.openapi.models import HTTPBearer as HTTPBearerModel
 from fastapi.security.base import SecurityBase
 
 from labswarm.auth.cookie import cookie_token
-from labswarm.auth.failures import FailureBudget, retry_after
+from labswarm.auth.failures import FailureBudget, lookup_budget, retry_after
 from labswarm.auth.tokens import TokenEntry, User, check_token, hash_token, load_tokens, new_token
 from labswarm.errors import ManagerError
 from labswarm.settings import Settings
@@ -161,16 +163,19 @@ class Authenticator:
         unknown: the digests the hooks did not know, remembered a while (default: a fresh :class:`UnknownTokens`).
         failures: the wrong tokens each client address may still present (default: a fresh
             :class:`~labswarm.auth.failures.FailureBudget`).
+        lookups: the lookups of issued-shape tokens an address past ``failures`` may still cause (default:
+            :func:`~labswarm.auth.failures.lookup_budget` of ``failures``).
     """
 
     def __init__(self, entries: Iterable[TokenEntry] = (), scrape: Iterable[bytes] = (),
                  scoped: Iterable[ScopedTokens] = (), unknown: UnknownTokens | None = None,
-                 failures: FailureBudget | None = None) -> None:
+                 failures: FailureBudget | None = None, lookups: FailureBudget | None = None) -> None:
         self.entries = list(entries)
         self.scrape = list(scrape)
         self.scoped = list(scoped)
         self.unknown = unknown or UnknownTokens()
         self.failures = failures or FailureBudget()
+        self.lookups = lookups or lookup_budget(self.failures)
 
     def add_scoped(self, hook: ScopedTokens) -> None:
         """Also accept the tokens ``hook`` issued: it gets the SHA-256 of a token that no configured token
@@ -209,7 +214,11 @@ class Authenticator:
     def user(self, token: bytes, metrics: bool = False, lookup: bool = True) -> User | None:
         """Who ``token`` is (``None``: nobody). Every digest is compared, in constant time, whatever matches; the
         scoped hooks are asked only about a token that none matched, of the issued shape, not known as unknown
-        (see :meth:`add_scoped`), and not at all without ``lookup`` (a client past its budget of wrong tokens)."""
+        (see :meth:`add_scoped`), and not at all without ``lookup``."""
+        return self.find(token, metrics, lookup)[0]
+
+    def find(self, token: bytes, metrics: bool = False, lookup: bool = True) -> tuple[User | None, bool]:
+        """:meth:`user`, and whether the scoped hooks were asked (a lookup, perhaps a database query, was made)."""
         digest = hash_token(token)
         found = None
         for entry in self.entries:
@@ -220,13 +229,37 @@ class Authenticator:
                 found = SCRAPER
         if found is not None or not self.scoped or not lookup or not ISSUED_TOKEN.match(token) \
                 or digest in self.unknown:
-            return found
+            return found, False
         for hook in self.scoped:
             if found is None:
                 found = hook(digest)
         if found is None:
             self.unknown.add(digest)
-        return found
+        return found, True
+
+    def identify(self, token: bytes, client: str, metrics: bool = False) -> User:
+        """Who ``token`` presented by the address ``client`` is, within the address's budgets: a wrong token
+        charges :attr:`failures`; past it, a token is still looked up while :attr:`lookups` is not empty, and a
+        wrong token so looked up charges that too.
+
+        Raises:
+            HTTPException: 401 (``WWW-Authenticate: Bearer``) for a wrong token; 429 with ``Retry-After`` for a
+                wrong token past the failure budget, or any unknown token past both budgets.
+        """
+        wait = self.failures.wait(client)
+        lookup_wait = None if wait is None else self.lookups.wait(client)
+        found, looked = self.find(token, metrics=metrics, lookup=lookup_wait is None)
+        if found is not None:
+            return found
+        if wait is None:
+            self.failures.charge(client)
+            raise _unauthorized("wrong API token", invalid=True)
+        if looked:
+            self.lookups.charge(client)
+        seconds = wait if lookup_wait is None else max(wait, lookup_wait)
+        raise HTTPException(429, f"too many wrong API tokens from {client or 'this client'}: try again in "
+                                 f"{retry_after(seconds)} s (auth_failure_burst, auth_failure_rate)",
+                            headers={"Retry-After": retry_after(seconds)})
 
 
 class BearerAuth(SecurityBase):
@@ -258,17 +291,7 @@ class BearerAuth(SecurityBase):
             token = cookie_token(request)  # the dashboard's cookie (labswarm.auth.cookie), when there is no header
             token = bearer_token(request.scope["headers"]) if token is None else token
             client = request.client.host if request.client else ""
-            failures = self.authenticator.failures
-            wait = failures.wait(client)
-            found = self.authenticator.user(token, metrics=path in METRICS_PATHS, lookup=wait is None)
-            if found is None and wait is not None:
-                raise HTTPException(429, f"too many wrong API tokens from {client or 'this client'}: try again in "
-                                         f"{retry_after(wait)} s (auth_failure_burst, auth_failure_rate)",
-                                    headers={"Retry-After": retry_after(wait)})
-            if found is None:
-                failures.charge(client)
-                raise _unauthorized("wrong API token", invalid=True)
-            user = found
+            user = self.authenticator.identify(token, client, metrics=path in METRICS_PATHS)
             if user.scope is not None and user.scope != f"{request.method} {request.scope['path']}":
                 raise _unauthorized("this token is scoped to one request (a learner's report route): not this one",
                                     invalid=True)

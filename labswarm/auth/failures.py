@@ -1,5 +1,7 @@
-"""The wrong tokens a client may present before it is answered 429 (:class:`FailureBudget`), so that a flood of
-wrong tokens cannot cost the manager a database lookup each (:mod:`labswarm.auth.authenticator`).
+"""The wrong tokens a client may present before it is answered 429 (:class:`FailureBudget`), and the database
+lookups of issued-shape tokens it may still cause past that (:func:`lookup_budget`), so that a flood of wrong
+tokens cannot cost the manager a database lookup each (:mod:`labswarm.auth.authenticator`), while a valid token
+from the same address (every local learner reports from 127.0.0.1) is still looked up and accepted.
 """
 
 from __future__ import annotations
@@ -15,15 +17,25 @@ from collections.abc import Callable
 #: 200: a client that tries every route once with a wrong token (a misconfigured script, the API's own sweep test)
 #: stays under it; 10/s: a flooding address costs at most 10 lookups of the attempts' digests a second.
 FAILURE_BURST, FAILURE_RATE, FAILURE_CLIENTS = 200, 10.0, 10_000
+#: The lookup budget past the failure budget, as a fraction of it (burst and rate): 200 and 10/s give 50
+#: lookups in a burst and 2.5/s, enough for 12 distinct stale tokens (revoked attempts' learners still reporting:
+#: each is looked up once per :data:`~labswarm.auth.authenticator.UNKNOWN_TTL`, 5 s) from one address at once.
+LOOKUP_SHARE = 0.25
 
 
 class FailureBudget:
     """The wrong tokens each client address may still present: a token bucket per address (``burst`` at most,
     ``rate`` regained per second), as fail2ban or nginx's ``limit_req`` bound a client's failed logins. A client
-    whose bucket is empty is answered 429 with ``Retry-After`` instead of 401, and its tokens are compared with
-    the configured ones only (no database lookup: :meth:`labswarm.auth.authenticator.Authenticator.user`), so
-    a flood of wrong tokens from one address costs at most ``burst`` lookups plus ``rate`` a second; a valid token
-    from that address is still accepted. Safe to share between threads.
+    whose bucket is empty is answered 429 with ``Retry-After`` instead of 401 for a wrong token. Its tokens are
+    still compared with the configured ones, and a token of the issued shape is still looked up (through the
+    negative cache, :class:`~labswarm.auth.authenticator.UnknownTokens`) while the address's second bucket,
+    :func:`lookup_budget`, is not empty: a wrong token found unknown by a lookup past the budget costs one of that
+    bucket. So a flood of *different* wrong issued-shape tokens from one address costs at most ``burst`` plus the
+    lookup bucket's burst lookups, then both rates a second; the same wrong token repeated (a revoked attempt's
+    learner still reporting) costs one lookup per TTL; a valid configured token is always accepted, and a valid
+    scoped token (a learner's report) is accepted unless that address has also emptied its lookup bucket with
+    distinct wrong issued-shape tokens (then 429 with ``Retry-After`` until it refills: the learner's reporter
+    retries). Safe to share between threads.
 
     Args:
         burst: wrong tokens a client may present at once (default :data:`FAILURE_BURST`).
@@ -57,6 +69,13 @@ class FailureBudget:
             self._buckets.move_to_end(client)
             while len(self._buckets) > self.clients:
                 self._buckets.popitem(last=False)
+
+
+def lookup_budget(failures: FailureBudget, share: float = LOOKUP_SHARE) -> FailureBudget:
+    """The lookups of issued-shape tokens an address past ``failures`` may still cause: a bucket of ``share`` of
+    its burst (at least 1) and rate, over as many addresses (default :data:`LOOKUP_SHARE`)."""
+    return FailureBudget(max(1, int(failures.burst * share)), failures.rate * share, failures.clients,
+                         failures.clock)
 
 
 def retry_after(seconds: float) -> str:

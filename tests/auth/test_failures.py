@@ -1,8 +1,10 @@
 """A flood of wrong tokens (labswarm.auth.failures): on the manager's real app and real SQLite engine, 300
 different wrong tokens of the issued shape from one address cost exactly ``auth_failure_burst`` database lookups
-(counted by a SQLAlchemy event listener on the statement the scoped-token hook runs), the rest are answered 429
-with Retry-After; the admin's valid token from the same address and another address's wrong token still get
-their usual answers during the flood; the bucket refills at its rate."""
+plus the lookup budget's burst (a quarter of it) (counted by a SQLAlchemy event listener on the statement the
+scoped-token hook runs), the rest are answered 429 with Retry-After; the admin's valid token from the same address
+and another address's wrong token still get their usual answers during the flood; the bucket refills at its rate.
+A learner's valid attempt token from 127.0.0.1 is accepted after that address presented 600 stale (revoked)
+attempt tokens, which cost one lookup each (the negative cache), not one per request."""
 
 from __future__ import annotations
 
@@ -14,9 +16,11 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import event
+from sqlalchemy.orm import Session
 
-from labswarm.auth.failures import FailureBudget, retry_after
-from labswarm.auth.tokens import new_token
+from labswarm.auth.failures import FailureBudget, lookup_budget, retry_after
+from labswarm.auth.tokens import hash_token, new_token
+from labswarm.jobs.records.models import AttemptRow, JobRow
 from labswarm.manager.api import create_app
 from labswarm.settings import Settings
 
@@ -24,6 +28,7 @@ ADMIN = "admin-token-for-the-failures-test"
 #: What the scoped-token hook's statement selects (labswarm.jobs.records.credentials.attempt_user).
 LOOKUP = "job_attempts.token_sha256 FROM job_attempts"
 BURST = 20
+LOOKUP_BURST = lookup_budget(FailureBudget(BURST, 0.001)).burst  # 5
 
 
 @pytest.fixture
@@ -47,14 +52,18 @@ def manager(tmp_path: Path) -> Iterator[tuple[FastAPI, list[str]]]:
         engine.dispose()
 
 
-def _flood(app: FastAPI, requests: list[tuple[str, str]]) -> list[httpx.Response]:
-    """GET /v1/jobs with each (client address, token) in turn, over the app's ASGI interface."""
+def _flood(app: FastAPI, requests: list[tuple[str, str]], route: str = "/v1/jobs") -> list[httpx.Response]:
+    """GET ``route`` (or POST it, given as ``"POST /path"``) with each (client address, token) in turn, over the
+    app's ASGI interface."""
+    method, _, path = route.rpartition(" ")
+
     async def main() -> list[httpx.Response]:
         answers = []
         for address, token in requests:
             transport = httpx.ASGITransport(app=app, client=(address, 40000))
             async with httpx.AsyncClient(transport=transport, base_url="http://manager") as http:
-                answers.append(await http.get("/v1/jobs", headers={"Authorization": f"Bearer {token}"}))
+                answers.append(await http.request(method or "GET", path, json={} if method else None,
+                                                  headers={"Authorization": f"Bearer {token}"}))
         return answers
 
     return asyncio.run(main())
@@ -74,7 +83,8 @@ def test_a_flood_of_wrong_tokens_costs_burst_lookups_and_valid_users_still_get_i
     wrong = [a.status_code for (address, token), a in zip(requests, answers, strict=True)
              if address == attacker and token != ADMIN]
     assert wrong[:BURST] == [401] * BURST and wrong[BURST:] == [429] * (300 - BURST)
-    assert len(lookups) == BURST + 1, len(lookups)  # the attacker's budget, and the other client's one try
+    # the attacker's budget, its lookup budget past it, and the other client's one try
+    assert len(lookups) == BURST + LOOKUP_BURST + 1, len(lookups)
     assert [a.status_code for (_, token), a in zip(requests, answers, strict=True) if token == ADMIN] == [200] * 6
     assert codes[-1] == 401  # another address has its own budget
     refused = next(a for a in answers if a.status_code == 429)
@@ -98,3 +108,27 @@ def test_the_budget_refills_at_its_rate_and_forgets_the_oldest_clients() -> None
     budget.charge("c")  # three clients, two remembered: "a" (the least recently charged) starts afresh
     assert budget.wait("a") is None
     assert retry_after(0.01) == "1" and retry_after(2.2) == "3"
+
+
+def test_a_learner_is_accepted_from_an_address_that_presented_many_stale_attempt_tokens(manager) -> None:
+    app, lookups = manager
+    learner = new_token()
+    digest = hash_token(learner).hex()
+    with Session(app.state.sessions.engine) as db:  # a live attempt, its token's digest as deploy stores it
+        db.add(JobRow(id="j1", name="j1", status="failed", experiment="e", manifest={}, owner="alice"))
+        db.flush()
+        db.add(AttemptRow(job_id="j1", number=1, token_sha256=digest))
+        db.commit()
+    route = "POST /v1/jobs/j1/attempts/1/reports"
+    stale = [new_token() for _ in range(3)]  # three revoked attempts' learners, still reporting from loopback
+    flood = [("127.0.0.1", stale[i % 3]) for i in range(600)]
+    answers = _flood(app, [*flood, ("127.0.0.1", learner)], route)
+    assert [a.status_code for a in answers[:BURST]] == [401] * BURST
+    assert {a.status_code for a in answers[BURST:-1]} == {429}  # past the budget: told to back off
+    assert answers[-1].status_code not in (401, 429), answers[-1].text  # the valid learner's report gets in
+    assert len(lookups) == 3 + 1, len(lookups)  # each stale token once (negative cache), and the learner's
+    # a flood of *different* issued-shape tokens drains the lookup budget too: then even a valid token waits
+    before = len(lookups)
+    answers = _flood(app, [("127.0.0.1", new_token()) for _ in range(50)] + [("127.0.0.1", learner)], route)
+    assert len(lookups) - before == LOOKUP_BURST
+    assert answers[-1].status_code == 429 and int(answers[-1].headers["Retry-After"]) >= 1
