@@ -234,6 +234,9 @@ def main() -> None:
                         help="comma-separated values of samples_per_message for the trivial-task runs (auto: the "
                         "default, chosen by the publisher)")
     parser.add_argument("--no-embedded", action="store_true", help="skip the trivial run on the embedded broker")
+    parser.add_argument("--trivial-controlled", action="store_true",
+                        help="trivial runs with the default settings (start window, health controller) instead of "
+                        "flat out: flat out publishes every sample before any task time is measured (one a message)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="labswarm-bench-dist-"))
     if not args.trivial_only:
@@ -338,8 +341,8 @@ def trivial_tasks(args: argparse.Namespace, tmp: Path) -> None:
         slug = uuid.uuid4().hex[:6]
         cfg = trivial.model_copy(update={
             "name": f"trivial-{slug}", "store": trivial.store.model_copy(update={"root": store / f"store-{slug}"})})
-        _, rate, _, cpu = distributed(cfg, broker, tmp / f"home-trivial-{slug}", rate=100_000.0, controlled=False,
-                                      samples_per_message=per_message, meter=True)
+        _, rate, _, cpu = distributed(cfg, broker, tmp / f"home-trivial-{slug}", rate=100_000.0,
+                                      controlled=args.trivial_controlled, samples_per_message=per_message, meter=True)
         ms = {k: v[0] for k, v in cpu.items() if k != "rate"}
         ms["workers"] = ms.pop("worker-main", 0.0) + ms.pop("pool", 0.0)
         parts = ", ".join(f"{ms.get(k, 0.0):.2f}" for k in ("manager", "workers", "rabbitmq"))
