@@ -1,0 +1,75 @@
+"""Sessions whose workers are a real swarm service (``launcher: swarm``), against the engine of ``.ci/docker``:
+the manager on the host asks the engine for the service, swarm runs the worker containers (host network, the
+host's RabbitMQ, the shared folder bind-mounted), and what tests/deploy/test_swarm.py asserts against a fake
+engine holds against the real one: a killed worker container is replaced and nothing is lost or done twice;
+scaling through ``PUT /sessions/{id}/workers`` changes the service's replicas and the consumers on the queue; the
+session's end removes the service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from engine import docker, wait_for
+from helpers import missing
+from host_manager import HostManager, task_states
+
+from labswarm.deploy.swarm import LABEL_SESSION
+
+
+@pytest.fixture
+def swarm(engine: None) -> None:
+    state = docker("info", "-f", "{{.Swarm.LocalNodeState}}").stdout.strip()
+    if state != "active":
+        missing(f"the engine is not in a swarm ({state}): bash .ci/docker swarm")
+
+
+@pytest.fixture
+def host_manager(swarm: None, image: str, shared: Path) -> Iterator[HostManager]:
+    manager = HostManager(shared, image)
+    try:
+        yield manager
+    finally:
+        manager.close()
+
+
+def test_a_killed_worker_container_is_replaced_and_the_session_loses_nothing(host_manager: HostManager) -> None:
+    m = host_manager
+    session = m.start(workers=2)
+    labels = docker("service", "inspect", "-f", "{{json .Spec.Labels}}", m.service).stdout
+    assert session["id"] in labels and LABEL_SESSION in labels
+    assert m.replicas() == 2
+    assert docker("service", "inspect", "-f", "{{.Spec.TaskTemplate.ContainerSpec.Env}}", m.service).stdout.count(
+        "guest:guest") == 0, "the broker's password is a secret, never in the service's environment"
+    m.wait_workers(2)
+    at_kill = m.wait_progress("6 outcomes", lambda p: p["finished"] >= 6)
+    victim = m.containers()[0]
+    docker("kill", victim)
+    assert at_kill["finished"] < m.total, "the session ended before the kill: nothing was mid-session"
+
+    # swarm replaces it (restart policy on-failure: the killed task exited 137); the session goes on meanwhile
+    wait_for("a new container replacing the killed one",
+             lambda: len(m.containers()) == 2 and victim not in m.containers(), 300, interval=1.0)
+    failed = [t for t in task_states(m.service) if t["DesiredState"] == "Shutdown" and "137" in t["Error"]]
+    assert len(failed) == 1, task_states(m.service)
+
+    progress = m.wait_progress("the end of the session", lambda p: p["status"] == "completed")
+    m.assert_every_sample_done_once(progress)
+    # the session's end removed its service (the manager's launcher)
+    wait_for(f"{m.service} removed at the session's end", m.service_gone, 120, interval=1.0)
+
+
+def test_put_workers_scales_the_service_and_the_queues_consumers(host_manager: HostManager) -> None:
+    m = host_manager
+    m.start(workers=1)
+    m.client.pause(m.session_id)  # nothing more published: the session stays active while it is scaled
+    m.wait_workers(1)
+    for workers in (3, 1):
+        assert m.client.set_workers(m.session_id, workers)["workers"] == workers
+        assert m.replicas() == workers
+        m.wait_workers(workers)
+    m.client.cancel(m.session_id)
+    wait_for(f"{m.service} removed when the session is cancelled", m.service_gone, 120, interval=1.0)
+    wait_for("no consumer left on the queue", lambda: m.consumers() == 0, 120, interval=1.0)
