@@ -137,3 +137,37 @@ def test_the_tokens_file_s_weights_and_quotas_are_read_checked_and_kept(tmp_path
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"tokens\[0\]\.quotas\.queued_jobs"):
         Policies.from_settings(settings)
+
+
+def test_a_job_that_could_never_start_is_refused_at_submission_naming_the_field(tmp_path: Path) -> None:
+    """More learners than the owner's running_learners quota or the manager's job_slots, more GPUs than the
+    owner's gpus quota: a 422 naming the field and the quota (it would wait forever, past job_slots holding the
+    queue's head for every user); nothing queued. A job queued before job_slots shrank fails at the next pass."""
+    tokens = _tokens(tmp_path, {"alice": {"running_learners": 1, "gpus": 1}})
+    two = tiny_manifest(tmp_path, learners=2, framework={"name": "allreduce"})
+    gpus = tiny_manifest(tmp_path, resources={"gpus": 2})
+    three = {**tiny_manifest(tmp_path, learners=3, framework={"name": "allreduce"}, resources={"gpus": 1}),
+             "experiment": {**two["experiment"], "name": "bobs"}}
+    with manager(tmp_path, tokens_file=tmp_path / "tokens.yaml", job_slots=3, job_gpus=0) as m:
+        alice, bob = _client(m.server.url, tokens["alice"]), _client(m.server.url, tokens["bob"])
+        refused = [alice.post("/v1/jobs", json=body) for body in (two, gpus)]
+        held = bob.post("/v1/jobs", json=three)  # fits 3 slots; no GPU free (job_gpus 0): stays queued
+        listed = alice.get("/v1/jobs").json()["total"]
+        alice.close()
+        bob.close()
+    assert [r.status_code for r in refused] == [422, 422], [r.text for r in refused]
+    assert [d["path"] for r in refused for d in r.json()["detail"]] == ["learners", "resources.gpus"]
+    reasons = [d["reason"] for r in refused for d in r.json()["detail"]]
+    assert "more than the running_learners quota of alice (1)" in reasons[0]
+    assert "more than the gpus quota of alice (1)" in reasons[1]
+    assert listed == 0 and held.status_code == 201, held.text
+    with manager(tmp_path, tokens_file=tmp_path / "tokens.yaml", job_slots=2, job_gpus=0) as m:
+        bob = _client(m.server.url, tokens["bob"])
+        over = bob.post("/v1/jobs", json=three)
+        ends = statuses(read_events(bob, held.json()["id"]))
+        job = bob.get(f"/v1/jobs/{held.json()['id']}").json()
+        bob.close()
+    assert over.status_code == 422 and over.json()["detail"][0]["path"] == "learners", over.text
+    assert "more than this manager's 2 learner slots (job_slots" in over.json()["detail"][0]["reason"]
+    assert ends[-1] == "failed" and job["error_code"] == "C104", job
+    assert "job_slots" in job["reason"], job

@@ -37,6 +37,7 @@ from labswarm.jobs.records import events
 from labswarm.jobs.records.credentials import new_attempt_token
 from labswarm.jobs.records.models import AttemptRow, JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.spec import layout
+from labswarm.jobs.spec.errors import ErrorCode
 from labswarm.jobs.spec.states import JobState
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,8 @@ class Deployer:
     def schedule(self, db: Session) -> None:
         """Move queued jobs to PENDING and deploy them in weighted fair-share order between users
         (:mod:`labswarm.jobs.lifecycle.fairshare`), while their learners fit in :attr:`slots` and their GPUs in
-        the free ones (strict order: the job chosen holds the others when it does not fit). A user at their
+        the free ones (strict order: the job chosen holds the others when it does not fit; a job that could never fit,
+        :meth:`never_fits`, fails instead, C104). A user at their
         ``running_learners`` or ``gpus`` quota (:mod:`labswarm.auth.quotas`) is passed over; the quota is written
         as the ``reason`` of their queued jobs (cleared when it no longer holds them back)."""
         if self.runtime.manager_url() is None:
@@ -93,6 +95,12 @@ class Deployer:
                          self.policies.weight)
         blocked: dict[str, str] = {}
         while (job := fair.peek()) is not None:
+            if never := self.never_fits(job):  # queued before job_slots or a quota shrank: it would hold the head
+                fair.take(job)
+                fair.held[job.owner] -= job.learners
+                events.transition(db, job, _S.FAILED, reason=str(ConfigError(never)),
+                                  error_code=ErrorCode.INVALID_MANIFEST)
+                continue
             reason = self._over_quota(job, fair.held, gpus)
             if reason is not None:
                 blocked[job.owner] = reason
@@ -110,19 +118,46 @@ class Deployer:
             if job.status == _S.QUEUED.value:
                 self._waiting_reason(job, blocked.get(job.owner))
 
-    def admit(self, db: Session, owner: str) -> None:
+    def admit(self, db: Session, owner: str, job: JobRow | None = None) -> None:
         """Check that ``owner`` may queue one more job under their ``queued_jobs`` quota (a submission; the
-        caller holds the jobs' lock, so two submissions of one user are counted one after the other).
+        caller holds the jobs' lock, so two submissions of one user are counted one after the other), and that
+        ``job`` (when given) could ever start (:meth:`never_fits`).
 
         Raises:
+            ConfigError: ``job`` could never start (HTTP 422, the field and the quota or setting named).
             QuotaExceeded: the user has as many jobs queued as their quota allows (HTTP 429, the quota named).
         """
+        if job is not None and (never := self.never_fits(job)):
+            raise ConfigError(never)
         policy = self.policies.of(owner)
         if policy.queued_jobs is None:
             return
         queued = db.scalar(select(func.count()).select_from(JobRow)
                            .where(JobRow.owner == owner, JobRow.status == _S.QUEUED.value))
         policy.check(owner, "queued_jobs", int(queued or 0))
+
+    def never_fits(self, job: JobRow) -> list[tuple[str, str]]:
+        """Why ``job`` could never start, as ``(field, reason)`` pairs (empty: it may, once slots are free): more
+        learners than its owner's ``running_learners`` quota or than the learner slots (:attr:`slots`), more GPUs
+        (``resources.gpus`` x learners) than its owner's ``gpus`` quota. Such a job would wait in the queue
+        forever, and past the slots it would hold the queue's head for every user. (More GPUs than the manager
+        has is not refused here: tests and users queue such jobs on purpose to hold them.)"""
+        policy, owner, n = self.policies.of(job.owner), job.owner, job.learners
+        gpus = fairshare.job_gpus(n, job.manifest)
+        why = []
+        if policy.running_learners is not None and n > policy.running_learners:
+            why.append(("learners", f"{n} learners, more than the running_learners quota of {owner} "
+                                    f"({policy.running_learners}): the job could never start "
+                                    "(LABSWARM_QUOTA_RUNNING_LEARNERS, or 'quotas: {running_learners: N}' in the "
+                                    "tokens file)"))
+        if n > self.slots:
+            why.append(("learners", f"{n} learners, more than this manager's {self.slots} learner slots "
+                                    "(job_slots, default the CPU cores): the job could never start"))
+        if policy.gpus is not None and gpus > policy.gpus:
+            why.append(("resources.gpus", f"{gpus} GPUs ({n} learners x resources.gpus), more than the gpus quota "
+                                          f"of {owner} ({policy.gpus}): the job could never start "
+                                          "(LABSWARM_QUOTA_GPUS, or 'quotas: {gpus: N}' in the tokens file)"))
+        return why
 
     def _over_quota(self, job: JobRow, learners: dict[str, int], gpus: dict[str, int]) -> str | None:
         """Why ``job`` may not start now under its owner's quotas (the :class:`QuotaExceeded` message), or

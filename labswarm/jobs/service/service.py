@@ -150,6 +150,8 @@ class JobService(JobQueries):
             AdminOnly: see :meth:`validate`.
             Conflict: an inline experiment's name is another user's.
             QuotaExceeded: the owner's ``queued_jobs`` quota is reached (:mod:`labswarm.auth.quotas`; HTTP 429).
+            ConfigError: also a job that could never start: more learners or GPUs than the owner's quota or than
+                the manager has (:meth:`~labswarm.jobs.lifecycle.deployer.Deployer.never_fits`; HTTP 422).
         """
         manifest, experiment = self.validate(data, owner, admin=admin)
         resolved = manifest.resolved(experiment)
@@ -165,7 +167,7 @@ class JobService(JobQueries):
                      updated_at=now, next_seq=1, attempt=0, restarts_user=0, restarts_platform=0, owner=owner,
                      fingerprint=fingerprint)
         with self.lock, self.db() as db:
-            self.lifecycle.deployer.admit(db, owner)  # the owner's queued_jobs quota (labswarm.auth.quotas)
+            self.lifecycle.deployer.admit(db, owner, job)  # queued_jobs quota; a job that could never start
             db.add(job)
             db.flush()  # the job's row before its first event (no relationship tells the order)
             events.append(db, job, "status", {"status": "queued", "previous": None, "reason": "submitted"})
