@@ -6,6 +6,11 @@ train with it) and into its event stream as a ``change`` event ``{training, prev
 ``from_epoch`` is the epoch after the furthest one the current attempt's learners reported (``None``: none began,
 the change holds from the start). The learners learn of it from the answers to their reports (:func:`latest`) and
 apply it at the start of that epoch (:mod:`labswarm.jobs.learner.live`), each reporting its own ``change`` event.
+
+The job's reuse fingerprint (:mod:`labswarm.train.provenance`) follows: a job no attempt of which started yet
+trains wholly with the changed manifest, so its fingerprint is recomputed from it; a job that began training
+under the old settings matches no manifest (its epochs before the change used them), so its fingerprint is
+cleared and it is never reused (``POST /v1/jobs?reuse=true``).
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from labswarm.config.experiment import ExperimentConfig
 from labswarm.config.training import TrainingConfig
 from labswarm.errors import ConfigError, Conflict, format_loc
 from labswarm.jobs.records import events
 from labswarm.jobs.records.models import JobEventRow, JobRow, LearnerRow
-from labswarm.jobs.service.queries import JobQueries
+from labswarm.jobs.service.queries import JobQueries, job_fingerprint
 from labswarm.jobs.spec.states import JobState
 from labswarm.plugin import field_errors
 
@@ -70,9 +76,22 @@ def change_training(service: JobQueries, job_id: str, changes: dict[str, Any], o
                                for loc, why in field_errors(exc, TrainingConfig)]) from None
         payload = {"training": changes, "previous": previous, "from_epoch": _next_epoch(db, job), "by": by}
         job.manifest = {**job.manifest, "training": training}  # a new dict: the JSON column sees the change
+        job.fingerprint = _fingerprint(job)
         row = events.append(db, job, "change", payload)
         db.commit()
         return {**payload, "seq": row.seq}
+
+
+def _fingerprint(job: JobRow) -> str | None:
+    """The reuse fingerprint of ``job`` after a change of its manifest (see the module): recomputed while no
+    attempt started (``attempt`` 0), else ``None`` (never reused); ``None`` too when it cannot be computed."""
+    if job.attempt != 0 or not isinstance(job.manifest.get("experiment"), dict):
+        return None
+    try:
+        experiment = ExperimentConfig.model_validate(job.manifest["experiment"])
+    except ValidationError:
+        return None
+    return job_fingerprint(job.manifest, experiment)
 
 
 def _next_epoch(db: Session, job: JobRow) -> int | None:
