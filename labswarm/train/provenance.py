@@ -8,6 +8,10 @@ item 4): the hash of its configuration, the fingerprint of its data and the vers
   file a transformation reads (noise), its path, size in bytes and modification time in nanoseconds: a file
   rewritten, even with the same bytes, counts as changed. The audio is not read (a quick check, as ``make`` and
   ``rsync`` do: ~3 ms per 1,000 files), so a change that keeps a file's size and time is not seen.
+* **files**: a 16-hex-digit BLAKE2b hash of the bytes of the files the configuration names by path and whose
+  content decides the model: a model's Python file (``model: {code: FILE.py:Class}``) and the model file a
+  training starts from (``training.init_from: {model: PATH}``); editing either is another training. Modules the
+  model's file imports are not followed. A missing file counts as such (the training would fail anyway).
 * **code**: the labswarm distribution's version with a hash of its Python sources (an edited working tree is
   another code), and the versions of the libraries that compute the numbers (torch, numpy, librosa, scipy).
 
@@ -43,20 +47,22 @@ class Provenance:
     Attributes:
         configuration: the configuration's hash (16 hex digits).
         data: the data fingerprint (16 hex digits).
+        files: the hash of the bytes of the files the configuration names (16 hex digits; see the module).
         code: the code version, e.g. ``labswarm 0.1.0 (sources 04b2631209991e06); torch 2.13.0; numpy 2.1.3; ...``.
     """
 
     configuration: str
     data: str
+    files: str
     code: str
 
     @property
     def key(self) -> str:
-        """The three together as one 32-hex-digit hash: equal keys, the same training."""
+        """The four together as one 32-hex-digit hash: equal keys, the same training."""
         return _hash(json.dumps(asdict(self), sort_keys=True).encode(), 16)
 
     def as_dict(self) -> dict[str, str]:
-        """``{configuration, data, code, key}``."""
+        """``{configuration, data, files, code, key}``."""
         return {**asdict(self), "key": self.key}
 
 
@@ -66,19 +72,28 @@ def of_experiment(experiment: ExperimentConfig) -> Provenance:
     Raises:
         DatasetError: the labels CSV cannot be read.
     """
-    return Provenance(experiment.fingerprint(), data_fingerprint(experiment), code_version())
+    init = experiment.training.init_from if experiment.training is not None else None
+    return Provenance(experiment.fingerprint(), data_fingerprint(experiment),
+                      files_fingerprint(experiment, init.model if init is not None else None), code_version())
 
 
 def of_job(manifest: Mapping[str, Any], experiment: ExperimentConfig) -> Provenance:
     """The provenance of a training job: its resolved ``manifest`` (the experiment inline) less
-    :data:`NOT_CONFIGURATION`, and ``experiment``'s data.
+    :data:`NOT_CONFIGURATION`, ``experiment``'s data, and the files both name (the model's code; the
+    ``init_from`` model of the manifest's merged training, else of the experiment's).
 
     Raises:
         DatasetError: the labels CSV cannot be read.
     """
     decisive = {k: v for k, v in manifest.items() if k not in NOT_CONFIGURATION}
     configuration = _hash(json.dumps(decisive, sort_keys=True, default=str).encode(), 8)
-    return Provenance(configuration, data_fingerprint(experiment), code_version())
+    training = manifest.get("training")
+    init = training.get("init_from") if isinstance(training, Mapping) else None
+    if init is None and experiment.training is not None and experiment.training.init_from is not None:
+        init = {"model": experiment.training.init_from.model}
+    model = init.get("model") if isinstance(init, Mapping) else None
+    return Provenance(configuration, data_fingerprint(experiment), files_fingerprint(experiment, model),
+                      code_version())
 
 
 def data_fingerprint(experiment: ExperimentConfig) -> str:
@@ -98,6 +113,35 @@ def data_fingerprint(experiment: ExperimentConfig) -> str:
     for file in files:
         digest.update(_stat_line(file))
     return digest.hexdigest()
+
+
+def files_fingerprint(experiment: ExperimentConfig, init_model: str | None = None) -> str:
+    """The hash of the bytes of ``experiment``'s model code file (``model: {code: FILE.py:Class}``) and of the
+    model file ``init_model`` a training starts from (see the module): 16 hex digits, of nothing when neither.
+    Each file is named with its role and path before its bytes; one that cannot be read counts as ``missing``."""
+    files = []
+    code = getattr(experiment.model, "code", None)
+    if isinstance(code, str):
+        files.append(("model.code", code.rpartition(":")[0] or code))
+    if init_model is not None:
+        files.append(("training.init_from.model", init_model))
+    digest = hashlib.blake2b(digest_size=8)
+    for role, file in files:
+        digest.update(f"{role} {file}\n".encode())
+        digest.update(_file_digest(file))
+    return digest.hexdigest()
+
+
+def _file_digest(file: str) -> bytes:
+    """The BLAKE2b digest of ``file``'s bytes (read in 1 MiB blocks), or ``b"missing"``."""
+    digest = hashlib.blake2b(digest_size=16)
+    try:
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return b"missing"
+    return digest.digest()
 
 
 @lru_cache(maxsize=1)
