@@ -6,6 +6,12 @@ into one forward pass and gives each caller its rows back. A lone caller waits f
 at once; under load the requests that arrive during a pass go through together in the next (dynamic batching
 without a timer, as in NVIDIA Triton's dynamic batcher with no queue delay). Rows are independent (the model in
 evaluation mode), so a row's probabilities do not depend on its batch, up to float rounding (~1e-7).
+
+Closing (the model evicted from the cache while requests still hold it) takes a lock that :meth:`submit` holds
+from its check to its put, so every array is queued before the stop sentinel or sees the model closed: none is
+left behind the sentinel with a future that never resolves. After the close an array goes through alone in a
+short-lived thread of its own: :meth:`submit` never runs the model in its caller's thread (the server's event
+loop).
 """
 
 from __future__ import annotations
@@ -40,30 +46,46 @@ class BatchedModel:
         self.rows = 0
         self._queue: queue.SimpleQueue[tuple[np.ndarray, Future[np.ndarray]] | None] = queue.SimpleQueue()
         self._closed = False
+        self._lock = threading.Lock()  # held across submit's check-and-put and close's flag-and-sentinel
+        self._name = name
         self._thread = threading.Thread(target=self._run, name=f"labswarm-serve-{name}", daemon=True)
         self._thread.start()
 
     def submit(self, inputs: np.ndarray) -> Future[np.ndarray]:
         """Queue ``inputs`` (float32 ``(n, *input_shape)``); the future gives their softmax, float64
-        ``(n, n_classes)``, or the model's exception. Once the model is closed (evicted from the cache while a
-        request still held it), the pass runs at once in the caller's thread, alone."""
+        ``(n, n_classes)``, or the model's exception. Never blocks on the model: once the model is closed
+        (evicted from the cache while a request still held it), the pass runs alone in a thread of its own."""
         done: Future[np.ndarray] = Future()
-        if self._closed:
-            done.set_running_or_notify_cancel()
-            try:
-                done.set_result(self.forward(inputs))
-            except Exception as exc:
-                done.set_exception(exc)
-            return done
-        self._queue.put((inputs, done))
+        with self._lock:
+            if not self._closed:
+                self._queue.put((inputs, done))
+                return done
+        threading.Thread(target=self._pass, args=([(inputs, done)],), name=f"labswarm-serve-{self._name}-closed",
+                         daemon=True).start()
         return done
 
     def close(self) -> None:
-        """Stop the thread once what is queued has gone through; later :meth:`submit` calls run unbatched."""
-        self._closed = True
-        self._queue.put(None)
+        """Stop the thread once what is queued has gone through; later :meth:`submit` calls run unbatched, each
+        in a thread of its own. Closing twice does nothing more."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(None)
 
     def _run(self) -> None:
+        """The thread: :meth:`_serve`, then what is still queued (nothing, as :meth:`submit` puts under the lock
+        that :meth:`close` takes; kept so that no future is ever left unresolved), each array alone."""
+        self._serve()
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                self._pass([item])
+
+    def _serve(self) -> None:
         held: list[tuple[np.ndarray, Future[np.ndarray]]] = []  # queued arrays of another shape than the last pass
         stopping = False
         while True:
