@@ -104,7 +104,7 @@ class HeldBroker:
         pass
 
     def publish_many(self, session_id: str, experiment: str, samples: Sequence[Sample],
-                     stop: threading.Event) -> int:
+                     stop: threading.Event, per_message: int | None = None) -> int:
         stop.wait(30)
         return 0
 
