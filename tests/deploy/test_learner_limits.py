@@ -1,13 +1,16 @@
 """A local learner's resources enforced (labswarm.deploy.resource_limits) on a real manager with real learner
 processes: a ``command`` learner's program runs pinned to ceil(cpus) cores under an address-space limit of
-memory_mb; a training learner whose memory_mb is below what it needs fails with the user error C107 and says so
-in its log, not as an unexplained kill."""
+memory_mb (plus the threads' allowance); a training learner whose memory_mb is below what it needs fails with the
+user error C107 and says so in its log, not as an unexplained kill. In real processes with 256 PyTorch threads:
+the threads' allowance lets them start under memory_mb 3000, and without it libgomp's exit(1) ("Thread creation
+failed") becomes the over-memory exit with its message; Python's own exit keeps its status under the watch."""
 
 from __future__ import annotations
 
 import json
 import os
 import resource
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,7 +18,7 @@ import pytest
 from jobs.manager import manager, read_events, statuses
 from jobs.tiny import tiny_manifest
 
-from labswarm.deploy.resource_limits import MEMORY_ENV, apply_memory_limit, out_of_memory, pick_cores
+from labswarm.deploy.resource_limits import MEMORY_ENV, THREAD_MIB, apply_memory_limit, out_of_memory, pick_cores
 from labswarm.jobs.spec.errors import EXIT_MEMORY, ErrorCode, classify_exit
 
 _REPORT = ("import json, os, resource; print('limits', json.dumps({'cores': sorted(os.sched_getaffinity(0)), "
@@ -38,7 +41,7 @@ def test_a_command_learner_runs_pinned_to_its_cpus_under_its_memory_limit(tmp_pa
     [line] = [line for line in lines if line.startswith("limits ")]
     seen = json.loads(line.removeprefix("limits "))
     assert len(seen["cores"]) == 1 and set(seen["cores"]) <= os.sched_getaffinity(0)
-    assert seen["as"] == 3000 * 1024 * 1024
+    assert seen["as"] == (3000 + THREAD_MIB) * 1024 * 1024  # memory_mb and one thread's allowance (1 core)
     assert seen["arenas"] == "2"
 
 
@@ -79,7 +82,7 @@ def test_the_memory_limit_makes_a_large_allocation_fail_in_a_child(tmp_path: Pat
     if pid == 0:  # the child limits itself as a learner does, then asks for more than the limit
         code = 1
         try:
-            limit = apply_memory_limit({MEMORY_ENV: "1024"})
+            limit = apply_memory_limit({MEMORY_ENV: "1024"}, threads=0)  # no threads' allowance
             assert limit == 1024 * 1024 * 1024 and resource.getrlimit(resource.RLIMIT_AS)[0] == limit
             try:
                 bytearray(2 * 1024 * 1024 * 1024)
@@ -89,3 +92,42 @@ def test_the_memory_limit_makes_a_large_allocation_fail_in_a_child(tmp_path: Pat
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+#: A learner's start: PyTorch's pool of argv[1] threads, the limit (argv[2]: the threads allowed for, "" the
+#: default), the watch (its handler prints the message and returns EXIT_MEMORY), then a parallel convolution.
+_THREADS = f"""
+import os, sys, torch
+from labswarm.deploy.resource_limits import apply_memory_limit, watch_native_exit
+torch.set_num_threads(int(sys.argv[1]))
+apply_memory_limit(threads=int(sys.argv[2]) if sys.argv[2] else None)
+watch_native_exit(lambda message: print("over memory:", message, file=sys.stderr, flush=True) or {EXIT_MEMORY})
+if sys.argv[3] == "exit":
+    sys.exit(3)
+m = torch.nn.Conv2d(1, 64, 3)
+for _ in range(2):
+    m(torch.randn(32, 1, 128, 128)).sum().backward()
+print("trained", flush=True)
+"""
+
+
+def _threads(threads: int, allowed: str, then: str = "train") -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, MEMORY_ENV: "3000", "MALLOC_ARENA_MAX": "2"}
+    env.pop("OMP_NUM_THREADS", None)
+    return subprocess.run([sys.executable, "-c", _THREADS, str(threads), allowed, then], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_many_threads_start_under_the_limit_and_a_native_exit_past_it_is_the_over_memory_exit() -> None:
+    pytest.importorskip("torch")
+    allowed = _threads(256, "")  # the default allowance: 256 threads x THREAD_MIB over memory_mb
+    assert allowed.returncode == 0 and "trained" in allowed.stdout, allowed.stderr[-2000:]
+    starved = _threads(256, "1")  # an allowance of one thread: the reviewer's failure (exit 1, reported S101)
+    assert starved.returncode == EXIT_MEMORY, (starved.returncode, starved.stderr[-2000:])
+    assert "Thread creation failed" in starved.stderr and "over memory: a native library ended the process " \
+        "(exit status 1) with its address space full" in starved.stderr, starved.stderr[-2000:]
+    assert classify_exit(starved.returncode, killed_by_platform=False, user_exit_codes=()).code \
+        is ErrorCode.LEARNER_OVER_MEMORY
+    plain = _threads(1, "", then="exit")  # Python's own exit under the watch: its status, no crash
+    assert plain.returncode == 3, plain.stderr[-2000:]

@@ -50,7 +50,13 @@ from typing import TYPE_CHECKING
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.config.manifest import CommandFramework, DistributedFramework
 from labswarm.deploy.learners import CHUNKS_FILE, EXIT_FILE
-from labswarm.deploy.resource_limits import MEMORY_ENV, apply_memory_limit, lift_memory_limit, out_of_memory
+from labswarm.deploy.resource_limits import (
+    MEMORY_ENV,
+    apply_memory_limit,
+    lift_memory_limit,
+    out_of_memory,
+    watch_native_exit,
+)
 from labswarm.errors import ConfigError, DatasetError, StorageError
 from labswarm.jobs.learner.command import run_command
 from labswarm.jobs.learner.context import LearnerContext, LearnerSpec, load_spec
@@ -160,7 +166,8 @@ class Learner(LearnerContext):
                  self.spec.job_id, self.spec.attempt, os.getpid(),
                  f"from checkpoint {self.spec.checkpoint['key']}" if self.spec.checkpoint else "from scratch")
         try:
-            apply_memory_limit()  # resources.memory_mb, once the modules are imported
+            if apply_memory_limit() is not None:  # resources.memory_mb, once the modules are imported
+                watch_native_exit(self._native_exit)  # libgomp's exit(1) when a thread's stack does not fit
             code = self._train()
         except (ConfigError, DatasetError) as exc:
             log.error("the experiment cannot be trained: %s", exc)
@@ -177,12 +184,25 @@ class Learner(LearnerContext):
             else:
                 log.exception("the learner failed")
                 code = EXIT_PLATFORM
+        return self._finish(code)
+
+    def _finish(self, code: int) -> int:
+        """Log ``code``, stop capturing, store the log, close the reporter; returns ``code``."""
         log.info("learner exits with code %d", code)
         self.capture.stop()
         with contextlib.suppress(StorageError):
             self.upload_log()
         self.reporter.close()
         return code
+
+    def _native_exit(self, message: str) -> int:
+        """A native library ended the process with the address space full (see
+        :func:`~labswarm.deploy.resource_limits.watch_native_exit`): the over-memory exit, C107."""
+        log.error("the learner went over its memory limit (resources.memory_mb: %s MiB): %s",
+                  os.environ.get(MEMORY_ENV), message)
+        with contextlib.suppress(OSError):
+            (self.workdir / EXIT_FILE).write_text(json.dumps({"code": EXIT_MEMORY}))
+        return self._finish(EXIT_MEMORY)
 
     def _train(self) -> int:
         if isinstance(self.manifest.framework, CommandFramework):
