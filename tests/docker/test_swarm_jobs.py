@@ -1,0 +1,113 @@
+"""Training jobs whose learners are real swarm services (``LABSWARM_JOB_LAUNCHER=swarm``), against the engine of
+``.ci/docker``: the manager on the host creates one service per learner (the image's learner command, the
+attempt's token in a docker secret, its spec in a docker config), the learner trains the tiny three-class
+experiment in its container (host network, the shared folder bind-mounted at the same path) and reports to the
+manager on the loopback; what tests/jobs/test_swarm_learners.py asserts against a fake engine holds against the
+real one: the job completes, its model downloads, and halt, resume and delete leave no service, secret or config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from engine import docker, free_port, wait_for
+from helpers import missing
+from jobs.tiny import tiny_manifest
+
+from labswarm.manager.api import create_app
+from labswarm.manager.server import EmbeddedServer
+from labswarm.settings import Settings
+
+#: Seconds a job may take here (a learner's container starts Python and torch on a loaded machine).
+JOB_TIMEOUT = 600.0
+
+
+@pytest.fixture
+def swarm(engine: None) -> None:
+    state = docker("info", "-f", "{{.Swarm.LocalNodeState}}").stdout.strip()
+    if state != "active":
+        missing(f"the engine is not in a swarm ({state}): bash .ci/docker swarm")
+
+
+@pytest.fixture
+def jobs_http(swarm: None, image: str, shared: Path) -> Iterator[httpx.Client]:
+    """A manager on the host whose learners are swarm services of ``image``; the tiny manifest's data, store
+    and results store live in ``shared`` (writable by the image's user)."""
+    for folder in ("store", "results"):
+        (shared / folder).mkdir(mode=0o777)
+        (shared / folder).chmod(0o777)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    settings = Settings(home=shared / "home", data_roots=[str(shared)], job_launcher="swarm",
+                        swarm_image=image, swarm_network="host", swarm_manager_url=url,
+                        swarm_data_volume=str(shared), swarm_data_target=str(shared))
+    server = EmbeddedServer(create_app(settings), port=port).start()
+    try:
+        with httpx.Client(base_url=url, timeout=60) as http:
+            yield http
+    finally:
+        server.stop()
+        for kind in ("service", "secret", "config"):
+            left = docker(kind, "ls", "-q", "--filter", "name=labswarm-job-").stdout.split()
+            if left:
+                docker(kind, "rm", *left, check=False)
+
+
+def leftovers(job_id: str) -> dict[str, list[str]]:
+    """The engine's services, secrets and configs of ``job_id`` (``labswarm-job-<id>-...``)."""
+    return {kind: docker(kind, "ls", "--filter", f"name=labswarm-job-{job_id}", "--format", "{{.Name}}").stdout.split()
+            for kind in ("service", "secret", "config")}
+
+
+def status(http: httpx.Client, job_id: str) -> dict[str, Any]:
+    response = http.get(f"/v1/jobs/{job_id}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def wait_status(http: httpx.Client, job_id: str, wanted: str, timeout: float = JOB_TIMEOUT) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        job = status(http, job_id)
+        if job["status"] == wanted:
+            return job
+        if job["status"] in ("completed", "failed", "cancelled") and job["status"] != wanted:
+            logs = http.get(f"/v1/jobs/{job_id}/logs").text[-4000:]
+            pytest.fail(f"job {job_id} ended {job['status']} while waiting for {wanted}: {job}\n{logs}")
+        return None
+    return wait_for(f"job {job_id} {wanted}", check, timeout, interval=1.0)  # type: ignore[return-value]
+
+
+def test_one_learner_as_a_service_completes_and_its_model_downloads(jobs_http: httpx.Client, shared: Path) -> None:
+    job = jobs_http.post("/v1/jobs", json=tiny_manifest(shared, epochs=2))
+    assert job.status_code == 201, job.text
+    job_id = job.json()["id"]
+    wait_for("the learner's service", lambda: leftovers(job_id)["service"], 120, interval=1.0)
+    assert leftovers(job_id)["secret"] and leftovers(job_id)["config"]  # its token and its spec travel beside it
+    done = wait_status(jobs_http, job_id, "completed")
+    assert done["attempts"][0]["exit_code"] == 0, done
+    model = jobs_http.get(f"/v1/jobs/{job_id}/model")
+    assert model.status_code == 200, model.text
+    assert len(model.content) > 1000
+    wait_for("no service, secret or config of the job left",
+             lambda: not any(leftovers(job_id).values()), 120, interval=1.0)
+
+
+def test_halt_resume_and_delete_leave_no_service_secret_or_config(jobs_http: httpx.Client, shared: Path) -> None:
+    job = jobs_http.post("/v1/jobs", json=tiny_manifest(shared, epochs=500))
+    assert job.status_code == 201, job.text
+    job_id = job.json()["id"]
+    wait_status(jobs_http, job_id, "running")
+    assert jobs_http.patch(f"/v1/jobs/{job_id}", json={"status": "halt"}).status_code == 200
+    wait_status(jobs_http, job_id, "halted")
+    wait_for(f"no service, secret or config once halted: {leftovers(job_id)}",
+             lambda: not any(leftovers(job_id).values()), 120, interval=1.0)
+    assert jobs_http.patch(f"/v1/jobs/{job_id}", json={"status": "resume"}).status_code == 200
+    wait_status(jobs_http, job_id, "running")
+    assert leftovers(job_id)["service"], "the resumed attempt runs as a service"
+    assert jobs_http.delete(f"/v1/jobs/{job_id}").status_code == 204
+    wait_for(f"no service, secret or config once deleted: {leftovers(job_id)}",
+             lambda: not any(leftovers(job_id).values()), 120, interval=1.0)
