@@ -104,7 +104,7 @@ class HostManager:
                 pytest.fail(f"the session ended {progress['status']} while waiting for {what}: {progress}\n"
                             f"{self.logs()}")
             return None
-        return wait_for(what, check, timeout, interval=1.0)  # type: ignore[return-value]
+        return wait_for(what, check, timeout, interval=0.5)  # type: ignore[return-value]
 
     # the service
     def replicas(self) -> int | None:
@@ -175,6 +175,9 @@ class HostManager:
                 time.sleep(1)
             if not self.service_gone():
                 docker("service", "rm", self.service, check=False)
+            # its containers stop after the service is gone: one still connected would declare the queue again
+            wait_for(f"{self.service}'s containers gone", lambda: not docker(
+                "ps", "-aq", "--filter", f"label=com.docker.swarm.service.name={self.service}").stdout.strip(), 120)
         finally:
             self.client.close()
             self.server.stop()
