@@ -36,7 +36,8 @@ def test_bad_environment_names_the_variable(env: dict[str, str], field: str) -> 
 
 
 def test_framework_parameters_are_validated_by_name() -> None:
-    with pytest.raises(ConfigError, match="known: allreduce, distributed_hogwild, downpour, easgd, model_averaging, sandblaster"):
+    known = "known: allreduce, distributed_hogwild, downpour, easgd, model_averaging, sandblaster"
+    with pytest.raises(ConfigError, match=known):
         Framework.from_spec({"name": "hogwild"})
     with pytest.raises(ConfigError, match="period"):
         Framework.from_spec({"name": "model_averaging", "period": 1})
