@@ -112,6 +112,8 @@ def test_poison_sample_in_a_multi_sample_message_fails_alone(make_cluster, rabbi
     # its own deliveries, counted from the split on: failed by the redelivery past max_attempts (2), or by
     # reconciliation when it runs first (its last message given back while its worker restarts)
     assert failures[0]["attempts"] >= 2, failures
-    assert progress["done"] == len(ids) - 1
+    # its mates: none failed; a mate computed before the crash had its arrays stored but its outcome not reported,
+    # so its redelivery (alone, after the split) finds them: cached, not computed again (the store holds each once)
+    assert progress["done"] + progress["cached"] == len(ids) - 1 and progress["cached"] <= 3, progress
     computed = (tmp_path / "computed.txt").read_text().split()
     assert computed.count(poison) >= 2  # in its message of 4, then alone after the split
