@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,28 @@ class OutsideDataRoots(ConfigError, DatasetError):
     field) that is also a :class:`~labswarm.errors.DatasetError`, so that the readers of a dataset that catch
     those (a worker failing one message) handle a row of a labels CSV outside the roots as they handle a bad CSV.
     """
+
+
+@dataclass(frozen=True, slots=True)
+class FileIdentity:
+    """What tells that a file changed without reading it (one ``os.stat``): its device, inode, size in bytes and
+    modification time in ns. Equal identities: the same file, not rewritten (to the file system's time
+    resolution); another device or inode: the file was replaced."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, path: str | Path) -> FileIdentity:
+        """The identity of ``path`` now.
+
+        Raises:
+            OSError: the file cannot be stat'ed (missing, no permission).
+        """
+        st = os.stat(path)
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def resolve(path: str | Path) -> Path:

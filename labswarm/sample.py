@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -19,6 +18,7 @@ from typing import Any
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.datasets.folder import Clip, clip_path, iter_clips, label_rows
 from labswarm.errors import LabswarmError
+from labswarm.paths import FileIdentity
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,15 +109,14 @@ class ExperimentSamples:
         self._specs = [t.model_dump(mode="json") for t in config.transformations]
         self._rows: dict[str, tuple[str, str | None]] | None = None  # clip id: label, source (None: the id)
         self._read_at = 0.0
-        self._read_signature: tuple[int, int, int] | None = None  # the CSV's signature when it was read
+        self._read_signature: FileIdentity | None = None  # the CSV's signature when it was read
 
-    def _signature(self) -> tuple[int, int, int] | None:
-        """The labels CSV's (inode, size, mtime in ns); ``None`` when it cannot be read."""
+    def _signature(self) -> FileIdentity | None:
+        """The labels CSV's identity (device, inode, size, mtime); ``None`` when it cannot be read."""
         try:
-            st = os.stat(self.config.dataset.labels_path)
+            return FileIdentity.of(self.config.dataset.labels_path)
         except OSError:
             return None
-        return st.st_ino, st.st_size, st.st_mtime_ns
 
     def _clip(self, clip_id: str) -> Clip | None:
         if self._rows is None or (clip_id not in self._rows and (

@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import csv
 import logging
-import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -43,7 +41,7 @@ from sqlalchemy import case, update
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.datasets.folder import REQUIRED_COLUMNS, Clip, clip_path
 from labswarm.errors import DatasetError, LabswarmError
-from labswarm.paths import DataRoots, PathCheck
+from labswarm.paths import DataRoots, FileIdentity, PathCheck
 from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import Sample, sample_seed
 from labswarm.sessions import ledger
@@ -56,16 +54,6 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 1.0
 #: Rows read from the labels CSV per ledger lookup and publish call.
 ROWS = 1_000
-
-
-@dataclass(frozen=True, slots=True)
-class _Identity:
-    """What a poll compares: the file's device, inode, size in bytes and modification time in ns."""
-
-    device: int
-    inode: int
-    size: int
-    mtime_ns: int
 
 
 class LabelsTail:
@@ -84,12 +72,12 @@ class LabelsTail:
         self.offset = 0  # bytes of the file read: the end of the last complete line
         self.line = 0  # lines read (the header is line 1)
         self._columns: dict[str, int] | None = None
-        self._identity: _Identity | None = None
+        self._identity: FileIdentity | None = None  # what a poll compares
         self._missing = False
 
-    def _stat(self) -> _Identity | None:
+    def _stat(self) -> FileIdentity | None:
         try:
-            st = os.stat(self.labels)
+            identity = FileIdentity.of(self.labels)
         except OSError as exc:
             if not self._missing:
                 log.warning("followed labels CSV %s cannot be read (%s); waiting for it", self.labels,
@@ -97,7 +85,7 @@ class LabelsTail:
             self._missing = True
             return None
         self._missing = False
-        return _Identity(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        return identity
 
     def changed(self) -> bool:
         """Whether the file may hold rows not read yet (one ``stat``): it is new, grew, shrank or was replaced.
