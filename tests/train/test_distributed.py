@@ -9,9 +9,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
 from helpers import require
-from three_classes import training_experiment
+from three_classes import write_learner_experiment
 
 from labswarm.config.experiment import parse_experiment
 from labswarm.pipeline.pipeline import Pipeline
@@ -26,16 +25,11 @@ from distributed_run import logs, run_attempt  # noqa: E402 (imports torch)
 pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).with_name("halt_worker.py")
-PIPELINE = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
-            {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]
 
 
 def test_allreduce_learners_halted_mid_epoch_resume_the_pass_train_each_sample_once_and_stay_equal(
         three_classes: Path, tmp_path: Path) -> None:
-    data = training_experiment(three_classes, tmp_path / "store", pipeline=PIPELINE,
-                               training={"epochs": 2, "learning_rate": 0.01, "validation": 0.25, "threads": 1})
-    experiment, home = tmp_path / "experiment.yml", tmp_path / "home"
-    experiment.write_text(yaml.safe_dump(data))
+    data, experiment, home = write_learner_experiment(three_classes, tmp_path, epochs=2)
     # 36 training samples in chunks of 4: 9 chunks a pass, 5 lockstep steps; rank 1 alone asks to stop after its
     # 2nd step: both stop there (4 chunks done), the 2 chunks claimed for step 3 go back
     codes = run_attempt(1, lambda rank: [sys.executable, str(WORKER), str(experiment), str(home),

@@ -11,9 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
 from helpers import require
-from three_classes import training_experiment
+from three_classes import write_learner_experiment
 
 from labswarm.config.experiment import parse_experiment
 from labswarm.pipeline.pipeline import Pipeline
@@ -27,16 +26,11 @@ from learners.tiny import kill_all, shard_port, start_shard  # noqa: E402
 pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).with_name("async_halt_worker.py")
-PIPELINE = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
-            {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]
 
 
 def test_a_halt_between_passes_waits_for_the_peer_still_training_the_next_pass(three_classes: Path,
                                                                                tmp_path: Path) -> None:
-    data = training_experiment(three_classes, tmp_path / "store", pipeline=PIPELINE,
-                               training={"epochs": 2, "learning_rate": 0.01, "validation": 0.25, "threads": 1})
-    experiment, home = tmp_path / "experiment.yml", tmp_path / "home"
-    experiment.write_text(yaml.safe_dump(data))
+    data, experiment, home = write_learner_experiment(three_classes, tmp_path, epochs=2)
     shard = start_shard(0, 2, tmp_path)
     try:
         addresses = [("127.0.0.1", shard_port(0, tmp_path, shard))]

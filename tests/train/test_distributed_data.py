@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 from helpers import require
-from three_classes import training_experiment
+from three_classes import LEARNER_PIPELINE, training_experiment
 
 from labswarm.config.experiment import parse_experiment
 from labswarm.pipeline.pipeline import Pipeline
@@ -16,13 +16,10 @@ torch = require("torch")  # skips here, fails in CI (tests/helpers.py)
 from labswarm.pipeline.torch_data import StoreDataset  # noqa: E402 (imports torch)
 from labswarm.train.distributed.data import TrainingSamples  # noqa: E402
 
-PIPELINE = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
-            {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]
-
 
 def test_a_learners_crops_are_the_single_process_crops_of_the_epoch_whatever_its_chunk(
         three_classes: Path, tmp_path: Path) -> None:
-    config = parse_experiment(training_experiment(three_classes, tmp_path / "store", pipeline=PIPELINE))
+    config = parse_experiment(training_experiment(three_classes, tmp_path / "store", pipeline=LEARNER_PIPELINE))
     samples = TrainingSamples(config, Pipeline(config, split="train"), "mel")
     positions = samples.load()
     reference = StoreDataset(config, "train", "mel", frames=24, random_crop=True)  # what single-process reads

@@ -118,20 +118,14 @@ def test_two_hogwild_learners_of_the_trainer_train_every_sample_once_per_pass(th
     import sys
     from collections import Counter
 
-    import yaml
     from distributed_run import logs, run_attempt
-    from three_classes import training_experiment
+    from three_classes import write_learner_experiment
 
     from labswarm.config.experiment import parse_experiment
     from labswarm.pipeline.pipeline import Pipeline
     from labswarm.train import checkpoint
 
-    pipeline = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
-                {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]
-    data = training_experiment(three_classes, tmp_path / "store", pipeline=pipeline,
-                               training={"epochs": 2, "learning_rate": 0.01, "validation": 0.25, "threads": 1})
-    experiment, home = tmp_path / "experiment.yml", tmp_path / "home"
-    experiment.write_text(yaml.safe_dump(data))
+    data, experiment, home = write_learner_experiment(three_classes, tmp_path, epochs=2)
     spec = json.dumps({"name": "distributed_hogwild", "sync_period": 1})
     codes = run_attempt(1, lambda _rank: [sys.executable, "-m", "labswarm.train.distributed.learner", str(experiment),
                                           "--home", str(home), "--framework", spec], tmp_path,
@@ -158,22 +152,16 @@ def test_a_hogwild_learner_killed_9_restarts_alone_and_every_sample_trains_once_
     import sys
     from collections import Counter
 
-    import yaml
     from distributed_run import logs
     from learners.tiny import kill_all, wait_for
-    from three_classes import training_experiment
+    from three_classes import write_learner_experiment
 
     from labswarm.config.experiment import parse_experiment
     from labswarm.pipeline.pipeline import Pipeline
     from labswarm.train.distributed import record
     from labswarm.train.distributed.launch import JobCoordinator, plan_attempt
 
-    pipeline = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
-                {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]
-    data = training_experiment(three_classes, tmp_path / "store", pipeline=pipeline,
-                               training={"epochs": 8, "learning_rate": 0.01, "validation": 0.25, "threads": 1})
-    experiment, home = tmp_path / "experiment.yml", tmp_path / "home"
-    experiment.write_text(yaml.safe_dump(data))
+    data, experiment, home = write_learner_experiment(three_classes, tmp_path, epochs=8)
     spec = {"name": "distributed_hogwild", "sync_period": 1}
     coordinator = JobCoordinator()
     plans = {p.index: p for p in plan_attempt(spec, 2, 1, ("127.0.0.1", coordinator.port), (), None)

@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from helpers import require
-from three_classes import training_experiment
+from three_classes import write_learner_experiment
 
 from labswarm.config.manifest import parse_manifest
 from labswarm.errors import ConfigError
@@ -100,12 +99,7 @@ def test_two_allreduce_learners_of_the_trainer_ramp_over_the_first_epoch(three_c
                                                                           tmp_path: Path) -> None:
     from distributed_run import logs, run_attempt
 
-    pipeline = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
-                {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]
-    data = training_experiment(three_classes, tmp_path / "store", pipeline=pipeline,
-                               training={"epochs": 2, "learning_rate": 0.01, "validation": 0.25, "threads": 1})
-    experiment, home = tmp_path / "experiment.yml", tmp_path / "home"
-    experiment.write_text(yaml.safe_dump(data))
+    _data, experiment, home = write_learner_experiment(three_classes, tmp_path, epochs=2)
     codes = run_attempt(1, lambda _rank: [sys.executable, "-m", "labswarm.train.distributed.learner", str(experiment),
                                           "--home", str(home), "--framework", '{"name": "allreduce"}'], tmp_path)
     assert codes == {0: 0, 1: 0}, logs(tmp_path)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import require
-from three_classes import training_experiment
+from three_classes import LEARNER_PIPELINE, training_experiment
 
 from labswarm.config.experiment import parse_experiment
 from labswarm.errors import ConfigError
@@ -29,12 +29,9 @@ from labswarm.train.distributed.data import (  # noqa: E402
     keep_bytes_default,
 )
 
-PIPELINE = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
-            {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]
-
 
 def test_streamed_crops_are_the_single_process_crops_and_nothing_is_kept(three_classes: Path, tmp_path: Path) -> None:
-    config = parse_experiment(training_experiment(three_classes, tmp_path / "store", pipeline=PIPELINE))
+    config = parse_experiment(training_experiment(three_classes, tmp_path / "store", pipeline=LEARNER_PIPELINE))
     kept = TrainingSamples(config, Pipeline(config, split="train"), "mel")
     streamed = TrainingSamples(config, Pipeline(config, split="train"), "mel", keep_bytes=0)
     assert streamed.load() == kept.load() == list(range(36))
@@ -63,7 +60,7 @@ def retained_by_load(samples: TrainingSamples) -> int:
 
 
 def test_streaming_starts_when_the_budget_is_exceeded_and_keeps_nothing(three_classes: Path, tmp_path: Path) -> None:
-    config = parse_experiment(training_experiment(three_classes, tmp_path / "store", pipeline=PIPELINE))
+    config = parse_experiment(training_experiment(three_classes, tmp_path / "store", pipeline=LEARNER_PIPELINE))
     whole = TrainingSamples(config, Pipeline(config, split="train"), "mel")
     kept_bytes = retained_by_load(whole)
     per_sample = whole.nbytes // 36

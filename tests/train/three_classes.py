@@ -6,7 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+import yaml
 from helpers import SR
+
+#: The learner processes' tests' pipeline: batches of 4 crops of 24 frames from one prefetch producer (36 training
+#: samples: 9 chunks a pass).
+LEARNER_PIPELINE = [{"name": "source"}, {"name": "shuffle"}, {"name": "features"},
+                    {"name": "batch", "size": 4, "frames": 24}, {"name": "prefetch", "producers": 1}]
 
 
 def write_three_classes(root: Path, per_class: int = 8, seconds: float = 1.0) -> Path:
@@ -45,3 +51,14 @@ def training_experiment(root: Path, store: Path, **overrides) -> dict:
     }
     data.update(overrides)
     return data
+
+
+def write_learner_experiment(root: Path, tmp_path: Path, epochs: int) -> tuple[dict, Path, Path]:
+    """:func:`training_experiment` over ``root`` for learner processes (:data:`LEARNER_PIPELINE`, ``epochs``,
+    learning rate 0.01, a quarter for validation, one torch thread; the store in ``tmp_path/store``), written to
+    ``tmp_path/experiment.yml``: ``(the experiment, that file, the learners' home tmp_path/home)``."""
+    data = training_experiment(root, tmp_path / "store", pipeline=LEARNER_PIPELINE,
+                               training={"epochs": epochs, "learning_rate": 0.01, "validation": 0.25, "threads": 1})
+    experiment = tmp_path / "experiment.yml"
+    experiment.write_text(yaml.safe_dump(data))
+    return data, experiment, tmp_path / "home"
