@@ -7,9 +7,11 @@ from __future__ import annotations
 import importlib
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import numpy as np
 import pytest
@@ -109,3 +111,26 @@ def promtool_check(exposition: str) -> None:
     done = subprocess.run([promtool, "check", "metrics"], input=exposition, capture_output=True, text=True,
                           timeout=30)
     assert done.returncode == 0 and not done.stdout.strip(), f"promtool check metrics: {done.stdout}{done.stderr}"
+
+
+#: What the statement that looks up a learner's attempt token holds (once its whitespace is collapsed).
+ATTEMPT_TOKEN_LOOKUP = "job_attempts.token_sha256 FROM job_attempts"
+
+
+@contextmanager
+def attempt_token_lookups(engine: Any) -> Iterator[list[str]]:
+    """The statements ``engine`` (a SQLAlchemy engine) runs meanwhile that look up an attempt token: a list that
+    grows as they run (a count of database lookups, not a timing)."""
+    from sqlalchemy import event
+
+    lookups: list[str] = []
+
+    def count(_conn, _cursor, statement: str, *_args) -> None:
+        if ATTEMPT_TOKEN_LOOKUP in " ".join(statement.split()):  # compiled with a line break before FROM
+            lookups.append(statement)
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        yield lookups
+    finally:
+        event.remove(engine, "before_cursor_execute", count)

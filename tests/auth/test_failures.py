@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event
+from helpers import attempt_token_lookups
 from sqlalchemy.orm import Session
 
 from labswarm.auth.failures import FailureBudget, lookup_budget, retry_after
@@ -25,8 +25,6 @@ from labswarm.manager.api import create_app
 from labswarm.settings import Settings
 
 ADMIN = "admin-token-for-the-failures-test"
-#: What the scoped-token hook's statement selects (labswarm.jobs.records.credentials.attempt_user).
-LOOKUP = "job_attempts.token_sha256 FROM job_attempts"
 BURST = 20
 LOOKUP_BURST = lookup_budget(FailureBudget(BURST, 0.001)).burst  # 5
 
@@ -38,17 +36,10 @@ def manager(tmp_path: Path) -> Iterator[tuple[FastAPI, list[str]]]:
     app = create_app(Settings(home=tmp_path / "home", api_token=ADMIN, data_roots=[tmp_path],
                               auth_failure_burst=BURST, auth_failure_rate=0.001))
     engine = app.state.sessions.engine
-    lookups: list[str] = []
-
-    def count(_conn, _cursor, statement: str, *_args) -> None:
-        if LOOKUP in " ".join(statement.split()):
-            lookups.append(statement)
-
-    event.listen(engine, "before_cursor_execute", count)
     try:
-        yield app, lookups
+        with attempt_token_lookups(engine) as lookups:
+            yield app, lookups
     finally:
-        event.remove(engine, "before_cursor_execute", count)
         engine.dispose()
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import event
+from helpers import attempt_token_lookups
 
 from labswarm.auth.authenticator import ISSUED_TOKEN, UNKNOWN_SIZE, UnknownTokens
 from labswarm.auth.tokens import new_token
@@ -22,8 +22,6 @@ from labswarm.manager.api import create_app
 from labswarm.settings import Settings
 
 ADMIN = "admin-token-for-the-unknown-tokens-test"
-#: What the scoped-token hook's statement selects (labswarm.jobs.records.credentials.attempt_user).
-LOOKUP = "job_attempts.token_sha256 FROM job_attempts"
 
 
 @pytest.fixture
@@ -32,17 +30,10 @@ def manager(tmp_path: Path) -> Iterator[tuple[FastAPI, list[str]]]:
     runs that look up an attempt token."""
     app = create_app(Settings(home=tmp_path / "home", api_token=ADMIN, data_roots=[tmp_path]))
     engine = app.state.sessions.engine
-    lookups: list[str] = []
-
-    def count(_conn, _cursor, statement: str, *_args) -> None:
-        if LOOKUP in " ".join(statement.split()):  # compiled with a line break before FROM
-            lookups.append(statement)
-
-    event.listen(engine, "before_cursor_execute", count)
     try:
-        yield app, lookups
+        with attempt_token_lookups(engine) as lookups:
+            yield app, lookups
     finally:
-        event.remove(engine, "before_cursor_execute", count)
         engine.dispose()
 
 
