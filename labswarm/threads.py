@@ -10,6 +10,15 @@ from __future__ import annotations
 import os
 
 
+def usable_cores() -> list[int]:
+    """The CPU cores this process may run on, in order, at least one: ``os.sched_getaffinity`` (which honours
+    ``taskset`` and cgroup cpusets), or every core ``os.cpu_count()`` counts where it does not exist (not Linux)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
 def limit_threads(n: int = 1) -> None:
     """Limit the BLAS / OpenMP / numba thread pools of this process to ``n`` threads.
 

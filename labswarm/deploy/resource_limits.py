@@ -36,6 +36,8 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from labswarm.threads import usable_cores
+
 #: The variable through which the local launcher gives a learner its memory limit, in MiB.
 MEMORY_ENV = "LABSWARM_MEMORY_LIMIT_MB"
 #: glibc arenas a limited learner may create (``MALLOC_ARENA_MAX``; glibc's default is 8 per core).
@@ -47,11 +49,6 @@ THREAD_MIB = 16
 #: A native ``exit`` while the address space is within this many MiB of the limit counts as out of memory
 #: (:func:`watch_native_exit`): a thread's stack (8 MiB) or a large block (a tensor) did not fit.
 EXIT_HEADROOM_MIB = 64
-
-
-def usable_cores() -> list[int]:
-    """The cores this process may run on, in order."""
-    return sorted(os.sched_getaffinity(0))
 
 
 def pick_cores(cpus: float, busy: Iterable[Iterable[int]], cores: list[int] | None = None) -> list[int] | None:

@@ -4,13 +4,13 @@ held-out result (also ``labswarm train``'s)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from labswarm.config.experiment import ExperimentConfig
+from labswarm.threads import usable_cores
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -47,7 +47,7 @@ def job_manifest(config: ExperimentConfig) -> dict[str, Any]:
     ``examples/jobs/music_speech_noise.job.yml``)."""
     results = config.store.root.resolve().parent / "results"
     return {"name": config.name, "description": f"labswarm run {config.name}", "experiment": config.name,
-            "resources": {"cpus": len(os.sched_getaffinity(0))},
+            "resources": {"cpus": len(usable_cores())},
             "results_store": {"name": "local", "path": str(results)}}
 
 

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+from labswarm.threads import usable_cores
 
 
 class ServeSettings(BaseSettings):
@@ -41,5 +34,5 @@ class ServeSettings(BaseSettings):
     max_request_bytes: int = Field(256 * 1024 * 1024, ge=1024)
     cache_models: int = Field(4, ge=1)
     max_batch: int = Field(64, ge=1)
-    workers: int = Field(default_factory=_cores, ge=1)
+    workers: int = Field(default_factory=lambda: len(usable_cores()), ge=1)
     threads: int = Field(1, ge=1)

@@ -26,7 +26,6 @@ Usage is read from the attempts of the jobs in the database: a deleted job's usa
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
@@ -35,18 +34,16 @@ from sqlalchemy.orm import Session
 
 from labswarm.jobs.records.models import AttemptRow, JobRow
 from labswarm.jobs.spec.states import HOLDS_SLOTS, JobState
+from labswarm.threads import usable_cores
 
 #: Past this many half-lives an attempt's usage (< 2^-30 of it) is not read.
 FORGOTTEN_AFTER = 30
 
 
 def machine_slots() -> int:
-    """The default ``job_slots``: the CPU cores this process may run on (``os.sched_getaffinity``, which honours
-    ``taskset`` and cgroup cpusets; ``os.cpu_count()`` where it does not exist), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    """The default ``job_slots``: the CPU cores this process may run on (:func:`~labswarm.threads.usable_cores`),
+    at least 1."""
+    return len(usable_cores())
 
 
 def decayed_seconds(started: datetime, ended: datetime | None, now: datetime, half_life: float) -> float:
