@@ -37,9 +37,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from labswarm.config.frameworks import DISTRIBUTED_FRAMEWORKS
+
 ROOT = Path(__file__).resolve().parents[1]
-#: All the frameworks, each with its documented default parameters.
-ALL = ("allreduce", "model_averaging", "sandblaster", "downpour", "easgd")
+#: All the frameworks, each with its documented default parameters: the manifest's list of distributed frameworks
+#: (``labswarm compare`` accepts the same names), ``distributed_hogwild`` included.
+ALL = DISTRIBUTED_FRAMEWORKS
 #: The issue's goal: allreduce's samples/s with 2 learners of 1 thread over one learner of 1 thread.
 ALLREDUCE_SCALING_GOAL = 1.6
 #: The issue's goal: allreduce's bytes over model_averaging's, for the same samples.
