@@ -116,6 +116,8 @@ class Settings(BaseSettings):
             names the quota (``None``: no quota).
         quota_active_sessions: default per-user quota of sessions running or paused at once; a start over it is a
             429 that names the quota (``None``: no quota).
+        quota_workers: default per-user quota of workers the manager runs for the user's sessions at once (their
+            launchers' ``workers``); a start or a scale over it is a 429 that names the quota (``None``: no quota).
         auth_failure_burst: wrong tokens one client address may present in a burst before its failures are
             answered 429 (token bucket, :mod:`labswarm.auth.failures`); valid tokens are never refused by it.
         auth_failure_rate: wrong tokens per second one client address regains (the bucket's refill).
@@ -170,6 +172,7 @@ class Settings(BaseSettings):
     quota_gpus: int | None = Field(None, ge=0)
     quota_queued_jobs: int | None = Field(None, ge=0)
     quota_active_sessions: int | None = Field(None, ge=0)
+    quota_workers: int | None = Field(None, ge=0)
     auth_failure_burst: int = Field(200, ge=1)
     auth_failure_rate: float = Field(10.0, gt=0)
     job_gpus: int | None = Field(None, ge=0)
