@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from labswarm.config.optim import (
     CosineSchedule,
@@ -38,6 +46,10 @@ class TrainingConfig(BaseModel):
             (see :mod:`labswarm.pipeline.split`).
         device: ``auto`` (CUDA when available, else CPU), ``cpu``, ``cuda`` or ``cuda:N``.
         threads: torch intra-op threads on CPU; ``None`` keeps torch's default.
+        keep_bytes: bytes of full-length training features a distributed learner keeps in memory; a split whose
+            features take more is streamed from the store, one chunk read ahead of the step (0: always stream).
+            ``None``: the learner's environment variable ``LABSWARM_LEARNER_KEEP_BYTES``, else 1 GiB
+            (:mod:`labswarm.train.distributed.data`). The crops trained are the same either way.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -53,6 +65,16 @@ class TrainingConfig(BaseModel):
     validation: float = Field(0.2, ge=0.0, lt=1.0)
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     threads: int | None = Field(None, ge=1)
+    keep_bytes: int | None = Field(None, ge=0)  # issue 24
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without ``keep_bytes`` while unset, so that the fingerprints of experiments written before it existed
+        do not change."""
+        data = handler(self)
+        if self.keep_bytes is None:
+            data.pop("keep_bytes", None)
+        return data
 
     @field_validator("schedule", mode="before")
     @classmethod
