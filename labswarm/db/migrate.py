@@ -43,7 +43,7 @@ from labswarm.errors import LabswarmError
 
 #: The modules that define tables on :class:`Base`; each table needs a migration too (a revision
 #: in labswarm/db/migrations/versions, see the module docstring).
-TABLE_MODULES = ("labswarm.sessions.models", "labswarm.jobs.records.models")
+TABLE_MODULES = ("labswarm.sessions.models", "labswarm.jobs.records.models", "labswarm.auth.models")
 
 
 def import_tables() -> None:
