@@ -9,6 +9,7 @@ its management API (consumers by peer address), as an operator would; a queue's 
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -63,10 +64,11 @@ class Site:
         user: the RabbitMQ user and password (:func:`broker_user`).
         heartbeat: every process's AMQP heartbeat timeout (``LABSWARM_BROKER_HEARTBEAT``), in s.
         tones: 10-s clips in the dataset (three samples each).
+        env: more environment for every process of the site (e.g. ``LABSWARM_SAMPLES_PER_MESSAGE``).
     """
 
     def __init__(self, cluster: Cluster, tmp_path: Path, user: tuple[str, str], heartbeat: float = 4.0,
-                 tones: int = 24) -> None:
+                 tones: int = 24, env: dict[str, str] | None = None) -> None:
         self.cluster, self.tmp_path = cluster, tmp_path
         self.name = f"n-{uuid.uuid4().hex[:10]}"
         self.queue = queue_name(self.name)
@@ -81,7 +83,7 @@ class Site:
         self.env = {**os.environ, "LABSWARM_API_TOKEN": self.token, "LABSWARM_BROKER_URL": self.broker_url,
                     "LABSWARM_BROKER_HEARTBEAT": str(heartbeat), "LABSWARM_HOME": str(self.home),
                     "LABSWARM_RECONCILE_AFTER": "2", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-                    "MKL_NUM_THREADS": "1"}
+                    "MKL_NUM_THREADS": "1", **(env or {})}
         self.manager_url: str | None = None
         self.client: ManagerClient | None = None
         self.session_id: str | None = None
@@ -159,6 +161,18 @@ class Site:
         # a consumer whose channel is closing has its channel_details as an empty list: not counted
         return {c["channel_details"]["peer_host"] for c in self._api("/consumers/%2F")
                 if c["queue"]["name"] == self.queue and isinstance(c.get("channel_details"), dict)}
+
+    def unacknowledged(self, address: str) -> int | None:
+        """Messages the broker has delivered to the consumers of the host at ``address`` and not yet had
+        acknowledged, counted now by the broker itself (``rabbitmqctl list_channels``: the channel processes'
+        own counts, where the management API's lag by its statistics interval); ``None`` when that host has no
+        consuming channel open at the broker (it was dropped already: nothing can be said of what it held)."""
+        out = subprocess.run([RABBITMQCTL, "list_channels", "name", "consumer_count", "messages_unacknowledged",
+                              "--formatter", "json", "-q"], check=True, capture_output=True, text=True,
+                             timeout=120).stdout
+        # a channel's name is "PEER:PORT -> BROKER:PORT (N)"
+        mine = [c for c in json.loads(out) if c["name"].startswith(f"{address}:") and c["consumer_count"] > 0]
+        return sum(int(c["messages_unacknowledged"]) for c in mine) if mine else None
 
     def backlog(self) -> int:
         """Messages waiting in the queue now, none of them delivered (a passive declare: the broker's count at
