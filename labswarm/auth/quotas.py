@@ -14,6 +14,11 @@ a user of the tokens file (:mod:`labswarm.auth.tokens`) may carry their own::
           gpus: 2                    # GPUs held by running learners at once: the same
           queued_jobs: 20            # jobs waiting in the queue: a submission past it is a 429
           active_sessions: 1         # sessions running or paused: a start past it is a 429
+          workers: 8                 # workers the manager runs for the user's sessions: a start or a scale
+                                     # past it is a 429
+
+An admin may also set a user's weight and quotas at run time over the API (``/v1/quotas/{user}``,
+:mod:`labswarm.auth.overrides`): those win over the tokens file and the settings.
 
 Quotas bound what a user *holds* (admission control, as the per-user limits of Slurm's associations or YARN's
 ``maxRunningApps``); weights share what is free between those who wait (weighted fair share:
@@ -34,7 +39,8 @@ from labswarm.settings import Settings
 
 #: The quotas a user may have, each with what it counts (used in messages).
 QUOTAS: dict[str, str] = {"running_learners": "learners holding slots", "gpus": "GPUs held by running learners",
-                          "queued_jobs": "jobs queued", "active_sessions": "sessions running or paused"}
+                          "queued_jobs": "jobs queued", "active_sessions": "sessions running or paused",
+                          "workers": "workers the manager runs for their sessions"}
 
 
 class QuotaExceeded(LabswarmError):
@@ -50,7 +56,8 @@ class QuotaExceeded(LabswarmError):
     def __init__(self, user: str, quota: str, limit: int, used: int) -> None:
         self.user, self.quota, self.limit, self.used = user, quota, limit, used
         super().__init__(f"quota {quota} of {user} reached: {used} {QUOTAS[quota]} of {limit} allowed "
-                         f"(LABSWARM_QUOTA_{quota.upper()}, or 'quotas: {{{quota}: N}}' in the tokens file)")
+                         f"(LABSWARM_QUOTA_{quota.upper()}, 'quotas: {{{quota}: N}}' in the tokens file, or an admin's "
+                         f"PUT /v1/quotas/{user})")
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,8 @@ class Policy:
         gpus: GPUs held by the user's running learners at once (``resources.gpus`` x learners).
         queued_jobs: the user's jobs in the queue at once.
         active_sessions: the user's sessions running or paused at once.
+        workers: workers the manager runs for the user's sessions at once (the ``workers`` a session was started
+            or last scaled with, over its launcher; workers started outside the manager are not counted).
     """
 
     weight: float = 1.0
@@ -71,6 +80,7 @@ class Policy:
     gpus: int | None = None
     queued_jobs: int | None = None
     active_sessions: int | None = None
+    workers: int | None = None
 
     def check(self, user: str, quota: str, used: int, adding: int = 1) -> None:
         """Raise :class:`QuotaExceeded` when ``used + adding`` passes the quota ``quota`` (one of :data:`QUOTAS`).
@@ -91,6 +101,7 @@ class _Quotas(BaseModel):
     gpus: int | None = Field(None, ge=0)
     queued_jobs: int | None = Field(None, ge=0)
     active_sessions: int | None = Field(None, ge=0)
+    workers: int | None = Field(None, ge=0)
 
 
 class _Entry(BaseModel):
@@ -131,7 +142,8 @@ class Policies:
             ConfigError: an invalid ``weight`` or ``quotas`` (the field named ``tokens[i].quotas.key``).
         """
         default = Policy(running_learners=settings.quota_running_learners, gpus=settings.quota_gpus,
-                         queued_jobs=settings.quota_queued_jobs, active_sessions=settings.quota_active_sessions)
+                         queued_jobs=settings.quota_queued_jobs, active_sessions=settings.quota_active_sessions,
+                         workers=settings.quota_workers)
         users = {name: replace(default, weight=weight) for name, weight in settings.user_weights.items()}
         if settings.tokens_file is not None:
             for i, item in enumerate(raw_entries(settings.tokens_file)):

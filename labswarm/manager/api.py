@@ -28,6 +28,7 @@ from labswarm.jobs.service.service import JobService
 from labswarm.manager.docs import offline_docs
 from labswarm.manager.metrics import metrics_registry
 from labswarm.manager.queues import queue_cleaner
+from labswarm.manager.quotas import router as quotas_router
 from labswarm.manager.schema import contract_openapi, operation_id
 from labswarm.serve import routes as models_api
 from labswarm.serve.server import ModelServer
@@ -111,6 +112,7 @@ def create_app(settings: Settings, sessions: SessionService | None = None) -> Fa
     app.include_router(jobs_api.router)  # authenticated by the app's dependency
     models_api.mount(app, ModelServer(JobModels(jobs), serving))  # issue 25: /v1/models/{job}/predict
     app.include_router(session_stream_router)  # GET /sessions/{id}/events (labswarm.sessions.stream)
+    app.include_router(quotas_router)  # issue 26: /v1/quotas, an admin's (labswarm.manager.quotas)
     app.mount("/ui", ui_app(app))  # the dashboard (labswarm.ui), authenticated on the same tokens
     return app
 

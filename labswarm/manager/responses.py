@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from labswarm.manager.quotas import QuotaList, UserPolicy
+
 #: A session's status (:class:`labswarm.sessions.states.SessionState`'s values).
 SessionStatus = Literal["running", "paused", "completed", "cancelled", "failed"]
 #: A job's status (:class:`labswarm.jobs.spec.states.JobState`'s values).
@@ -281,4 +283,5 @@ RESPONSES: dict[str, Any] = {
     "failures": list[Failure], "outcomes": OutcomesAnswer, "redeliveries": RedeliveryAnswer,
     "create": Job, "validate": ValidManifest, "list_jobs": JobPage, "show": Job, "change": JobSummary,
     "attempts": Attempts, "logs": LogPage, "metrics": JobMetrics, "report": ReportAnswer,
+    "list_quotas": QuotaList, "show_quotas": UserPolicy, "set_quotas": UserPolicy, "clear_quotas": UserPolicy,
 }

@@ -51,10 +51,13 @@ BODIES = {
 EXTRA = {
     "post_experiment": {409: "the name is another user's"},
     "start_session": {409: "the experiment has a session running, or its configuration no longer validates",
-                      429: "the user's active_sessions quota is reached (the message names it), or too many wrong "
-                           "tokens"},
+                      429: "the user's active_sessions or workers quota is reached (the message names it), or too "
+                           "many wrong tokens"},
     "put_rate": {409: "the session has ended"}, "put_weight": {409: "the session has ended"},
-    "put_workers": {409: "the session has ended, or the manager runs no workers for it"},
+    "put_workers": {409: "the session has ended, or the manager runs no workers for it",
+                    429: "the session owner's workers quota is reached (the message names it), or too many wrong "
+                         "tokens"},
+    **{op: {403: "an admin's only"} for op in ("list_quotas", "show_quotas", "set_quotas", "clear_quotas")},
     "pause": {409: "refused in the session's state"}, "resume": {409: "refused in the session's state"},
     "cancel": {409: "the session has ended"},
     "create": {403: "framework: command is for admins", 429: "the user's queued_jobs quota is reached (the message "

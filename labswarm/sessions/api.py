@@ -162,7 +162,10 @@ def get_config(name: str, user: Caller, service: Service) -> dict[str, Any]:
 def start_session(name: str, user: Caller, service: Service, body: SessionBody | None = None) -> dict[str, Any]:
     """Start a session: publish every sample of the experiment to its queue (with ``follow``, and every sample
     of the rows appended to its labels CSV later, until cancelled). The caller owns the session; unless an
-    admin, the experiment must be theirs."""
+    admin, the experiment must be theirs. Workers asked of a launcher count against the caller's ``workers``
+    quota (429 past it, before anything starts)."""
+    if body is not None and body.launcher != "none":
+        service.launchers.admit(user.name, body.workers)
     row = service.start_session(name, body.rate if body else None, weight=body.weight if body else 1.0,
                                 owner=user.name, admin=user.is_admin, follow=body.follow if body else False)
     if body is not None and body.launcher != "none":
@@ -206,7 +209,8 @@ def put_weight(session_id: str, body: WeightBody, user: Caller, service: Service
 
 @router.put("/sessions/{session_id}/workers")
 def put_workers(session_id: str, body: WorkersBody, user: Caller, service: Service) -> dict[str, Any]:
-    """Scale the workers of a session started with a launcher (e.g. its swarm service's replicas)."""
+    """Scale the workers of a session started with a launcher (e.g. its swarm service's replicas); past the
+    session owner's ``workers`` quota, a 429 naming it and nothing changes."""
     service.session(session_id, scope(user))
     service.launchers.scale(session_id, body.workers)
     return {**service.progress(session_id), "workers": body.workers}

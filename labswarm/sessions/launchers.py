@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from sqlalchemy import select
 
+from labswarm.auth.overrides import PolicyStore
+from labswarm.auth.quotas import QuotaExceeded
 from labswarm.deploy.base import Host, Launcher
 from labswarm.deploy.sessions import NONE, session_launcher
 from labswarm.errors import ConfigError, Conflict, DeployError, LabswarmError, NotFound
@@ -23,6 +26,8 @@ class SessionLaunchers:
         context: the runtime of the sessions (database, settings).
         fail_session: called with a session's id and the reason when its launcher cannot start its workers: the
             session fails (:meth:`SessionService.fail_session`).
+        policies: the users' quotas: a session's owner may not have more workers run by the manager for their
+            sessions together than their ``workers`` quota (:mod:`labswarm.auth.quotas`).
 
     Attributes:
         host: what the process serving the manager knows about itself (its URL from this machine, the local
@@ -30,11 +35,15 @@ class SessionLaunchers:
             (:func:`~labswarm.manager.server.advertise`) and given to each launcher (``Launcher.bind``).
     """
 
-    def __init__(self, context: SessionContext, fail_session: Callable[[str, str], None]) -> None:
+    def __init__(self, context: SessionContext, fail_session: Callable[[str, str], None],
+                 policies: PolicyStore | None = None) -> None:
         self.context = context
         self._fail_session = fail_session
+        self.policies = policies
         self.host = Host()
         self._launchers: dict[str, Launcher] = {}
+        self._asked: dict[str, int] = {}  # the workers each session was started or last scaled with
+        self._quota_lock = threading.Lock()  # a quota's check and the change it admits, one user's at a time
         self._stopping: dict[str, Launcher] = {}  # launchers being stopped now (by a session's end)
 
     def get(self, session_id: str) -> Launcher | None:
@@ -55,6 +64,8 @@ class SessionLaunchers:
             Conflict: the session already has a launcher.
             ConfigError: unknown launcher name, or invalid ``swarm_*`` settings; the session is then failed.
             DeployError: the workers could not be started; the session is then failed with that reason.
+            QuotaExceeded: ``workers`` would take the session's owner past their ``workers`` quota (HTTP 429);
+                the session is then failed with that reason (the API checks first: :meth:`admit`).
             ValueError: ``workers`` < 0.
         """
         if workers < 0:
@@ -67,11 +78,15 @@ class SessionLaunchers:
         if session_id in self._launchers:
             raise Conflict(f"session {session_id} already has its launcher")
         try:
+            with self._quota_lock:
+                self.admit(row.owner, workers, session_id)
+                self._asked[session_id] = workers
             instance = session_launcher(launcher, row.experiment, session_id, self.context.settings)
             assert instance is not None, f"a launcher other than {NONE!r} is made"
             instance.bind(self.host)
             instance.start(workers)
-        except (ConfigError, DeployError) as exc:
+        except (ConfigError, DeployError, QuotaExceeded) as exc:
+            self._asked.pop(session_id, None)
             self._fail_session(session_id, f"{launcher} launcher: {exc}")
             raise
         # registered before the status is read again: a session that ends from now on finds its launcher in
@@ -92,6 +107,8 @@ class SessionLaunchers:
             NotFound: no such session.
             Conflict: the session has ended, or its workers are not the manager's (launcher ``none``).
             DeployError: the launcher failed (e.g. the Docker engine refused).
+            QuotaExceeded: ``workers`` would take the session's owner past their ``workers`` quota (HTTP 429);
+                nothing changes.
             ValueError: ``workers`` < 0.
         """
         if workers < 0:
@@ -103,7 +120,40 @@ class SessionLaunchers:
         if launcher is None:
             raise Conflict(f"session {session_id} has no launcher (started with launcher {row.launcher!r}): its "
                            "workers are started outside the manager (labswarm worker ...)")
-        launcher.scale(workers)
+        with self._quota_lock:
+            self.admit(row.owner, workers, session_id)
+            before, self._asked[session_id] = self._asked.get(session_id), workers
+        try:
+            launcher.scale(workers)
+        except LabswarmError:
+            if before is not None:
+                self._asked[session_id] = before
+            raise
+
+    def admit(self, owner: str, workers: int, session_id: str | None = None) -> None:
+        """Check that the manager may run ``workers`` workers for a session of ``owner`` (``session_id``: the
+        session scaled, whose workers now are replaced; ``None``: a session about to start) under their ``workers``
+        quota: the workers it runs for their other active sessions (as started or last scaled; after a manager
+        restart, those running) plus ``workers``.
+
+        Raises:
+            QuotaExceeded: over the quota (HTTP 429, the quota named).
+        """
+        policy = self.policies.of(owner) if self.policies is not None else None
+        if policy is None or policy.workers is None:
+            return
+        with self.context.db() as db:
+            mine = list(db.scalars(select(SessionRow.id).where(
+                SessionRow.owner == owner, SessionRow.status.in_([state.value for state in ACTIVE]))))
+        used = 0
+        for sid in mine:
+            if sid == session_id:
+                continue
+            asked = self._asked.get(sid)
+            if asked is None and (launcher := self._launchers.get(sid)) is not None:
+                asked = launcher.workers  # restored after a restart: what runs
+            used += asked or 0
+        policy.check(owner, "workers", used, workers)
 
     def restore(self) -> None:
         """Rebuild the launchers of the active sessions that have one (after a manager restart)."""
@@ -150,6 +200,7 @@ class SessionLaunchers:
         if launcher is None:
             return
         self._stopping[session_id] = launcher  # before the pop: close() sees it in one of the two at any time
+        self._asked.pop(session_id, None)
         if self._launchers.pop(session_id, None) is None:
             return  # another thread stops it
         try:

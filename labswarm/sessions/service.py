@@ -27,7 +27,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from labswarm.auth.quotas import Policies
+from labswarm.auth.overrides import PolicyStore
 from labswarm.db import make_engine, make_sessionmaker, utcnow
 from labswarm.errors import Conflict, LabswarmError, NotFound
 from labswarm.paths import DataRoots
@@ -74,11 +74,11 @@ class SessionService:
         self.registry = ExperimentRegistry(self.db, DataRoots.from_settings(settings))
         #: What the service's parts share (runners, reconciliation, launchers), instead of the service itself.
         self.context = SessionContext(db=self.db, settings=settings, broker=broker or BrokerClient(settings, self.db))
-        self.launchers = SessionLaunchers(self.context, self.fail_session)
+        #: the users' quotas (labswarm.auth.overrides): active_sessions checked at a start, workers by launchers
+        self.policies = PolicyStore.from_settings(settings, self.db)
+        self.launchers = SessionLaunchers(self.context, self.fail_session, self.policies)
         self._runners: dict[str, SessionRunner] = {}
         self._lock = threading.Lock()
-        #: the users' quotas (labswarm.auth.quotas): active_sessions is checked when a session starts
-        self.policies = Policies.from_settings(settings)
         self.history = HistoryRecorder(self.db, self.progress_of)  # runs from start(): every session's history
 
     @property

@@ -50,6 +50,10 @@ def test_every_typed_answer_is_what_the_server_sends(tmp_path: Path) -> None:
         check = contract.check
         check("health", httpx.get(f"{m.server.url}/health"))
         check("worker_settings", m.http.get("/settings"))
+        check("set_quotas", m.http.put("/v1/quotas/alice", json={"weight": 2, "quotas": {"workers": 1}}))
+        check("show_quotas", m.http.get("/v1/quotas/alice"))
+        check("list_quotas", m.http.get("/v1/quotas"))
+        check("clear_quotas", m.http.delete("/v1/quotas/alice"))
         check("post_experiment", m.http.post("/experiments",
                                              json=experiment_dict(dataset, tmp_path / "store", name="tones")))
         check("list_experiments", m.http.get("/experiments"))

@@ -25,6 +25,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from labswarm.auth.overrides import PolicyStore
 from labswarm.auth.quotas import Policies, QuotaExceeded
 from labswarm.config.manifest import parse_manifest
 from labswarm.deploy.learners import LearnerLaunch, LearnerLauncher
@@ -67,8 +68,8 @@ class Deployer:
         self.host = socket.gethostname()
         self._gpus: list[str] | None = None
         self._machine_slots = fairshare.machine_slots()
-        #: the users' fair-share weights and quotas (labswarm.auth.quotas: settings and tokens file)
-        self.policies = Policies.from_settings(self.settings)
+        #: the users' fair-share weights and quotas (labswarm.auth.overrides: settings, tokens file, an admin's)
+        self.policies: PolicyStore | Policies = runtime.policies or Policies.from_settings(self.settings)
 
     @property
     def slots(self) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from labswarm.auth.overrides import PolicyStore
 from labswarm.jobs.records.models import JobRow
 from labswarm.jobs.spec import layout
 from labswarm.settings import Settings
@@ -30,6 +31,8 @@ class JobRuntime:
         home: the jobs' local folder, ``<home>/jobs``: each attempt's learner specs, raw output, working folders.
         manager_url: the manager's URL as learners on this machine reach it, asked at each deploy (the serving
             process sets it); ``None`` while it is not served.
+        policies: the users' weights and quotas (:mod:`labswarm.auth.overrides`: the settings', the tokens file's
+            and an admin's), shared with the sessions' service; ``None``: the settings' and the tokens file's only.
     """
 
     settings: Settings
@@ -37,6 +40,7 @@ class JobRuntime:
     lock: AbstractContextManager[Any]
     home: Path
     manager_url: Callable[[], str | None]
+    policies: PolicyStore | None = None
 
     def storage(self, job: JobRow) -> Storage:
         """The job's folder of its results store."""

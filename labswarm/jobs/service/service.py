@@ -54,7 +54,7 @@ class JobService(JobQueries):
         self.lock = threading.RLock()
         #: what the lifecycle is handed instead of this service (labswarm.jobs.lifecycle.runtime)
         self.runtime = JobRuntime(settings=self.settings, db=self.db, lock=self.lock, home=self.home,
-                                  manager_url=lambda: self.manager_url)
+                                  manager_url=lambda: self.manager_url, policies=sessions.policies)
         self.lifecycle = JobLifecycle(self.runtime)
 
     @property
