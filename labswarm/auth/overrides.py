@@ -61,7 +61,8 @@ class PolicyStore:
         weight, quotas = found
         if weight is not None:
             policy = replace(policy, weight=weight)
-        return replace(policy, **{k: v for k, v in quotas.items() if k in QUOTAS})
+        changes: dict[str, Any] = {k: v for k, v in quotas.items() if k in QUOTAS}
+        return replace(policy, **changes)
 
     def weight(self, user: str) -> float:
         """``user``'s fair-share weight now (> 0)."""
