@@ -2,9 +2,10 @@
 simultaneously", "over 200 jobs in three hours").
 
     .venv/bin/python bench/tenants.py [--users 8] [--jobs-per-user 4] [--greedy-jobs 16] [--slots 2]
-                                      [--job-seconds 1.0] [--database sqlite|postgres]
+                                      [--job-seconds 1.0] [--sessions 0] [--session-every 30]
+                                      [--database sqlite|postgres]
 
-    full scale: --users 45 --jobs-per-user 4 --greedy-jobs 24   (45 users, 200 jobs)
+    full scale: --users 44 --jobs-per-user 4 --greedy-jobs 24 --sessions 10   (44 + greedy = 45 users, 200 jobs)
 
 A manager in a process of its own (SQLite, or a fresh schema on the PostgreSQL test server) with a tokens file of
 ``--users`` users, each with their own token, equal weights and no quotas. Every user, in a thread of its own,
@@ -22,6 +23,11 @@ queue waits (queued -> pending); Jain's fairness index of the users' shares of s
 the instants at which every user had a job waiting (the contended window: with equal weights each is due the
 same share there); the manager's RSS at the start and end of the run and
 its peak; the flood's answers (401 then 429) and its rate. The machine may be shared: latencies are this run's.
+
+With ``--sessions N``, N feature sessions too, one every ``--session-every`` seconds from the start, each by the
+next user in turn on an experiment of their own over the same clips (mel features), its workers run by the
+manager (``launcher: local``, 1 worker); reported: each session's end state and time to it, and the 429s of
+quotas if any (none: no quotas here).
 """
 
 from __future__ import annotations
@@ -133,6 +139,44 @@ def user(url: str, token: str, name: str, submissions: list[tuple[float, int]], 
             follower.join(timeout=5)
 
 
+def sessions(url: str, tokens: dict[str, str], names: list[str], count: int, every: float, data: Path,
+             record: Record, t0: float, out: list[dict]) -> None:
+    """Start ``count`` feature sessions, one every ``every`` s, by ``names`` in turn, each on an experiment of its
+    user's; then wait for each to end (at most 600 s after the last start). ``out``: one ``{user, status,
+    seconds}`` a session (``status`` ``refused``: its start was not a 201)."""
+    started: list[tuple[str, str, float, httpx.Client]] = []
+    try:
+        for i in range(count):
+            time.sleep(max(0.0, t0 + i * every - time.monotonic()))
+            name = names[i % len(names)]
+            http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens[name]}"}, timeout=120)
+            experiment = {**manifest(data, data, name, "x", 0)["experiment"], "name": f"feat-{name}-{i}"}
+            experiment["store"] = {"root": str(data.parent / "feature-store")}
+            record.call("register", lambda h=http, e=experiment: h.post("/experiments", json=e))
+            answer = record.call("session", lambda h=http, e=experiment: h.post(
+                f"/experiments/{e['name']}/sessions", json={"launcher": "local", "workers": 1}))
+            if answer is None or answer.status_code != 201:
+                out.append({"user": name, "status": "refused", "seconds": float("nan")})
+                http.close()
+                continue
+            started.append((name, answer.json()["id"], time.monotonic(), http))
+        deadline = time.monotonic() + 600
+        while started and time.monotonic() < deadline:
+            for entry in list(started):
+                name, sid, at, http = entry
+                shown = record.call("show", lambda h=http, s=sid: h.get(f"/sessions/{s}"))
+                if shown is not None and shown.status_code == 200 and shown.json()["status"] not in ("running",
+                                                                                                    "paused"):
+                    out.append({"user": name, "status": shown.json()["status"], "seconds": time.monotonic() - at})
+                    started.remove(entry)
+                    http.close()
+            time.sleep(1.0)
+    finally:
+        for name, _, _, http in started:
+            out.append({"user": name, "status": "not ended", "seconds": float("nan")})
+            http.close()
+
+
 def all_ended(http: httpx.Client, ids: list[str]) -> bool:
     page = http.get("/v1/jobs", params={"status": list(TERMINAL), "limit": 500}).json()["jobs"]
     ended = {job["id"] for job in page}
@@ -209,6 +253,8 @@ def main() -> None:
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--job-seconds", type=float, default=1.0)
     parser.add_argument("--spread", type=float, default=10.0, help="seconds over which the users submit")
+    parser.add_argument("--sessions", type=int, default=0, help="feature sessions over the run (local workers)")
+    parser.add_argument("--session-every", type=float, default=30.0, help="seconds between two session starts")
     parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file (the CI-sized test)")
     args = parser.parse_args()
@@ -219,7 +265,8 @@ def main() -> None:
         names = [f"u{i:02d}" for i in range(args.users)] + ["greedy"]
         tokens = {name: add_token(root / "tokens.yaml", name, "admin") for name in [*names, "observer"]}
         env = {**os.environ, "LABSWARM_HOME": str(root / "home"), "LABSWARM_TOKENS_FILE": str(root / "tokens.yaml"),
-               "LABSWARM_JOB_SLOTS": str(args.slots), "LABSWARM_DATA_ROOTS": str(root)}
+               "LABSWARM_JOB_SLOTS": str(args.slots), "LABSWARM_DATA_ROOTS": str(root),
+               "LABSWARM_API_TOKEN": new_token()}  # the token of the local workers of the feature sessions
         schema = None
         if args.database == "postgres":
             from sqlalchemy import create_engine, text
@@ -272,6 +319,10 @@ def run(args, url: str, tokens: dict[str, str], names: list[str], manager: subpr
         threads.append(threading.Thread(target=user, args=(url, tokens[name], name, plan, job, record, t0, done,
                                                            owned[name]), daemon=True))
     flooder = threading.Thread(target=flood, args=(url, stop, flooded), daemon=True)
+    ended: list[dict] = []
+    if args.sessions:
+        threads.append(threading.Thread(target=sessions, daemon=True, args=(
+            url, tokens, names[:-1] or names, args.sessions, args.session_every, root / "data", record, t0, ended)))
     for thread in [*threads, flooder]:
         thread.start()
     while any(thread.is_alive() for thread in threads):
@@ -282,13 +333,14 @@ def run(args, url: str, tokens: dict[str, str], names: list[str], manager: subpr
     flooder.join(timeout=30)
     with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens['observer']}"}, timeout=120) as http:
         result = analyse(http, names)
+    result["sessions"] = ended
     report(args, wall, record, flooded, result, rss, names)
     if args.json is not None:
         errors = sum(n for code, n in record.codes.items() if code >= 500 or code < 0)
         args.json.write_text(json.dumps({
             "wall_s": wall, "codes": record.codes, "errors": errors, "jobs": result["jobs"],
             "states": result["states"], "jain": jain(list(result["used"].values())), "window_s": result["window"],
-            "flood": flooded, "rss": [rss[0], rss[-1], max(rss)],
+            "flood": flooded, "rss": [rss[0], rss[-1], max(rss)], "sessions": ended,
             "latency_ms": {kind: {"p50": 1000 * pct(v, 50), "p99": 1000 * pct(v, 99), "n": len(v)}
                            for kind, v in record.seconds.items()}}, indent=1))
 
@@ -302,7 +354,7 @@ def report(args, wall: float, record: Record, flooded: dict[int, int], result: d
     total = args.users * args.jobs_per_user + args.greedy_jobs
     print(f"{len(names)} users ({args.users} + greedy), {total} jobs of {args.job_seconds:.1f} s, {args.slots} slots, "
           f"{args.database}: {wall:.0f} s wall")
-    for kind in ("list", "show", "submit", "page"):
+    for kind in ("list", "show", "submit", "page", "register", "session"):
         values = record.seconds.get(kind, [])
         print(f"  {kind:7s} n={len(values):5d}  p50 {1000 * pct(values, 50):7.1f} ms  "
               f"p99 {1000 * pct(values, 99):7.1f} ms")
@@ -319,6 +371,13 @@ def report(args, wall: float, record: Record, flooded: dict[int, int], result: d
           f"max {max(used.values()):.1f} (greedy {used['greedy']:.1f}); Jain's index {jain(list(used.values())):.3f}")
     print(f"  manager RSS: start {rss[0] / 2**20:.0f} MiB, end {rss[-1] / 2**20:.0f} MiB, "
           f"peak {max(rss) / 2**20:.0f} MiB")
+    if result["sessions"]:
+        states = {}
+        for entry in result["sessions"]:
+            states[entry["status"]] = states.get(entry["status"], 0) + 1
+        seconds = [e["seconds"] for e in result["sessions"] if e["status"] == "completed"]
+        print(f"  feature sessions: {len(result['sessions'])}, states {states}; start to end "
+              f"median {pct(seconds, 50):.0f} s, max {max(seconds, default=float('nan')):.0f} s")
     print(f"  wrong-token flood: {sum(flooded.values())} requests ({sum(flooded.values()) / wall:.0f}/s), "
           f"answers {dict(sorted(flooded.items()))}")
 
