@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 
 from celery import signals
 
@@ -94,7 +95,11 @@ def run_worker(
         FeaturesBlock(config).warm_up()
     signals.worker_process_init.connect(_process_init, weak=False)
     signals.worker_process_shutdown.connect(_process_shutdown, weak=False)
-    name = f"labswarm-{label}-{os.getpid()}@{socket.gethostname()}"
+    # unique per worker, not only per host and pid: containers on the host network (swarm services, compose) share
+    # the host's name and often the same pid (7 behind docker-init), and Celery's remote-control queue
+    # (<name>.celery.pidbox) is exclusive: a second worker of the same name failed to declare it and its
+    # consumer restarted in a loop, off the experiment's queue (tests/docker's scale test: 3 containers, 1 consumer)
+    name = f"labswarm-{label}-{os.getpid()}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
     # worker heartbeats are events (Flower's "online"): sent with the task events (labswarm.queue.tooling)
     quiet = [] if app.conf.worker_send_task_events else ["--without-heartbeat"]
     app.worker_main([
