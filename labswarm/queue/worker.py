@@ -97,8 +97,8 @@ def run_worker(
     signals.worker_process_shutdown.connect(_process_shutdown, weak=False)
     # unique per worker, not only per host and pid: containers on the host network (swarm services, compose) share
     # the host's name and often the same pid (7 behind docker-init), and Celery's remote-control queue
-    # (<name>.celery.pidbox) is exclusive: a second worker of the same name failed to declare it and its
-    # consumer restarted in a loop, off the experiment's queue (tests/docker's scale test: 3 containers, 1 consumer)
+    # (<name>.celery.pidbox) is exclusive: a second worker of the same name failed to declare it (405
+    # RESOURCE_LOCKED) and exited, so the queue had fewer consumers than containers (tests/docker's scale test)
     name = f"labswarm-{label}-{os.getpid()}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
     # worker heartbeats are events (Flower's "online"): sent with the task events (labswarm.queue.tooling)
     quiet = [] if app.conf.worker_send_task_events else ["--without-heartbeat"]
