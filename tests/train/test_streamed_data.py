@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from helpers import require
-from three_classes import LEARNER_PIPELINE, training_experiment
+from three_classes import LEARNER_PIPELINE, training_experiment, write_learner_experiment
 
 from labswarm.config.experiment import parse_experiment
 from labswarm.errors import ConfigError
@@ -76,9 +77,20 @@ def test_streaming_starts_when_the_budget_is_exceeded_and_keeps_nothing(three_cl
 def test_halted_learners_train_each_sample_exactly_once_when_streaming(three_classes: Path, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """tests/train/test_distributed.py's halt-and-resume test (real learner processes, exactly once across a
-    halt, learners equal) with every learner streaming its features (the variable reaches their environment)."""
-    monkeypatch.setenv(KEEP_BYTES_ENV, "0")
-    _exactly_once(three_classes, tmp_path)  # the learners read the variable: test_the_budget_variable below
+    halt, learners equal) with every learner streaming its features (the experiment's training.keep_bytes: 0),
+    each step's chunk claimed and read one step ahead (steps.py): the halt gives the chunk held ahead back."""
+    import test_distributed
+
+    def streaming(root: Path, tmp: Path, epochs: int) -> tuple[dict, Path, Path]:
+        data, experiment, home = write_learner_experiment(root, tmp, epochs)
+        data["training"] = {**data["training"], "keep_bytes": 0}
+        experiment.write_text(yaml.safe_dump(data))
+        return data, experiment, home
+
+    # the setting reaches the learners and wins: the variable, invalid here, is not read (it would fail them)
+    monkeypatch.setenv(KEEP_BYTES_ENV, "not-a-number")
+    monkeypatch.setattr(test_distributed, "write_learner_experiment", streaming)
+    _exactly_once(three_classes, tmp_path)
 
 
 def test_the_budget_variable(monkeypatch: pytest.MonkeyPatch) -> None:

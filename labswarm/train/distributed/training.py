@@ -7,11 +7,13 @@ the trainer trains as a single process, through the default hooks). With it, the
 1. joins the process group (synchronous frameworks: ``allreduce``, ``model_averaging``, ``sandblaster``; the
    lockstep below needs it) and calls ``framework.attach(model, optimizer, context)`` once, training through
    the module it returns;
-2. reads the training split's full-length features once into memory (:mod:`labswarm.train.distributed.data`)
-   and trains on random crops re-drawn every epoch, each sample's positioned by (experiment seed, epoch, sample
-   index) exactly as :class:`~labswarm.pipeline.torch_data.StoreDataset` with ``random_crop`` positions it (it
-   is that class), so a sample's crop does not depend on which learner trains it; samples indexed in dataset
-   order, the same on every learner;
+2. reads the training split's full-length features once into memory (:mod:`labswarm.train.distributed.data`),
+   up to ``training.keep_bytes``, beyond which it streams them from the store, each step's chunk claimed and read
+   one step ahead (:mod:`labswarm.train.distributed.steps`), and trains on random crops re-drawn every epoch,
+   each sample's positioned by (experiment seed, epoch, sample index) exactly as
+   :class:`~labswarm.pipeline.torch_data.StoreDataset` with ``random_crop`` positions it (it is that class), so
+   a sample's crop does not depend on which learner trains it; samples indexed in dataset order, the same on every
+   learner;
 3. each epoch is a pass of the global cursor (:mod:`labswarm.train.distributed.cursor`) over those samples, cut into
    chunks of the pipeline's per-learner batch size: a learner claims a chunk, takes one optimizer step on it,
    marks it done. Synchronous frameworks claim in **lockstep** (one fresh chunk per learner per step, then an
@@ -70,6 +72,7 @@ from labswarm.train.distributed.data import TrainingSamples
 from labswarm.train.distributed.frameworks.base import CommStats, Framework
 from labswarm.train.distributed.producers import unforked
 from labswarm.train.distributed.record import ChunkRecord
+from labswarm.train.distributed.steps import CursorSteps
 from labswarm.train.loop import EpochSteps, LoopHooks
 
 log = logging.getLogger(__name__)
@@ -78,8 +81,6 @@ log = logging.getLogger(__name__)
 CLAIM_TIMEOUT_S = 300.0
 #: Store prefix of the marks of learners that stopped (a halt): ``<prefix>/<attempt>/<rank>``.
 HALTED = "labswarm/halted"
-#: The cursor index of a lockstep filler's one sample (it trains nothing: module docstring, point 3).
-_FILLER = np.zeros(1, dtype=np.int64)
 
 
 class DistributedTraining(LoopHooks):
@@ -199,10 +200,12 @@ class DistributedTraining(LoopHooks):
             self._joined = True
         module = self.framework.attach(model, optimizer, self.context)
         experiment = train.context.experiment
-        self.samples = TrainingSamples(experiment, train, output)
+        settings = experiment.training
+        self.samples = TrainingSamples(experiment, train, output,
+                                       keep_bytes=settings.keep_bytes if settings is not None else None)
         n = len(self.samples.load())
-        log.info("rank %d: %d training samples, %.0f MB of features in memory", self.rank, n,
-                 self.samples.nbytes / 1e6)
+        log.info("rank %d: %d training samples, %.0f MB of features in memory%s", self.rank, n,
+                 self.samples.nbytes / 1e6, " (streamed from the store)" if self.samples.streaming else "")
         chunk = next((b.config.size for b in train.blocks if b.name == "batch"), 32)  # the per-learner batch
         self.cursor = GlobalCursor(self.context.store(), n, chunk,
                                    owner=f"{self.rank}:{self.context.attempt}:{os.getpid()}", lease_s=self.lease_s,
@@ -236,9 +239,12 @@ class DistributedTraining(LoopHooks):
             torch.distributed.DistError: a peer failed or hung in a collective (synchronous frameworks).
         """
         assert self.cursor is not None and self._chunks_path is not None, "attach() first"
-        steps = _CursorSteps(self, torch, epoch, device, partial)
-        with ChunkRecord(self._chunks_path, self.cursor.owner) as steps.trained:
-            yield steps
+        steps = CursorSteps(self, torch, epoch, device, partial)  # steps.py: a streaming learner reads ahead
+        try:
+            with ChunkRecord(self._chunks_path, self.cursor.owner) as steps.trained:
+                yield steps
+        finally:
+            steps.close()
 
     def comm(self) -> CommStats:
         """This rank's communication over the whole run: the framework's :class:`CommStats` of this process added
@@ -247,20 +253,22 @@ class DistributedTraining(LoopHooks):
         return CommStats(bytes_sent=before.bytes_sent + now.bytes_sent, syncs=before.syncs + now.syncs,
                          staleness=[*before.staleness, *now.staleness], divergence=now.divergence)
 
-    def _claim(self, torch: Any, epoch: int, stop: bool) -> tuple[Chunk | None, str]:
+    def _claim(self, torch: Any, epoch: int, stop: bool, ahead: Chunk | None = None) -> tuple[Chunk | None, str]:
         """The next step's chunk and what to do: ``"train"`` (a ``None`` chunk: a lockstep filler), ``"end"``
         (the pass is done) or ``"halt"`` (``stop``: this learner's hooks asked; in lockstep any learner's, folded
         into the all-reduce of "who has a chunk", so all stop at the same step; a chunk claimed for it goes
-        back)."""
+        back). ``ahead``: the chunk claimed for this step during the last one (steps.py), else it is claimed now."""
         import torch.distributed as dist
 
         assert self.cursor is not None
         if not self.lockstep:
             if stop:
+                if ahead is not None:
+                    self.cursor.release(ahead)
                 return None, "halt"  # before claiming: nothing held
-            chunk = self.cursor.claim(epoch, timeout_s=CLAIM_TIMEOUT_S)
+            chunk = ahead if ahead is not None else self.cursor.claim(epoch, timeout_s=CLAIM_TIMEOUT_S)
             return chunk, "train" if chunk is not None else "end"
-        chunk = None if stop else self.cursor.claim_fresh(epoch)
+        chunk = ahead if ahead is not None else None if stop else self.cursor.claim_fresh(epoch)
         has, stops = chunk is not None, int(stop)
         if self._joined:
             flags = torch.tensor([int(has), stops])
@@ -339,61 +347,3 @@ class DistributedTraining(LoopHooks):
             dist.destroy_process_group()
             self._joined = False
 
-
-class _CursorSteps(EpochSteps):
-    """A pass of the global cursor: one claimed chunk a step (module docstring, points 3 and 4)."""
-
-    def __init__(self, learner: DistributedTraining, torch: Any, epoch: int, device: Any,
-                 partial: Mapping[str, Any] | None) -> None:
-        sums = {"loss_sum": 0.0, "correct": 0, "seen": 0, "steps": 0, "chunks": 0, "seconds": 0.0}
-        if partial is not None and partial.get("rank") == learner.rank:  # an asynchronous rank may get rank 0's
-            sums.update({k: v for k, v in partial.items() if k in sums})
-        super().__init__(epoch, sums)
-        assert learner.cursor is not None and learner.samples is not None
-        self.learner, self.cursor, self.samples = learner, learner.cursor, learner.samples
-        self.torch, self.device = torch, device
-        self.trained: ChunkRecord | None = None  # the chunk record, open for the pass
-        self.chunk: Chunk | None = None
-        self.index = _FILLER
-        self.peer_wait_s = 0.0
-        self._first = True
-
-    def before_step(self, stop: bool) -> tuple[Any, Any] | None:
-        chunk, verdict = self.learner._claim(self.torch, self.epoch, stop)
-        if self._first and self.learner._joined:  # after the first collective every peer has begun the epoch
-            now = time.perf_counter()
-            self.peer_wait_s, self.started = now - self.started, now
-        self._first = False
-        if verdict != "train":
-            self.halted = verdict == "halt"
-            return None
-        self.chunk, self.filler = chunk, chunk is None
-        self.index = chunk.samples if chunk is not None else _FILLER
-        x, y = self.samples.batch(self.epoch, self.index.tolist())
-        return x.to(self.device), y.to(self.device)
-
-    def after_step(self) -> bool:
-        """``True`` when this learner's chunk is marked done: a filler, or a lost lease (its new holder trains it),
-        does not count. The chunk's line is in the record before the done mark (a kill between the two leaves a
-        line whose chunk is not done under its owner: :func:`labswarm.train.distributed.record.counted`)."""
-        chunk = self.chunk
-        if chunk is None:
-            return False
-        assert self.trained is not None
-        self.trained.trained(self.epoch, chunk.index, self.samples.ids(self.index.tolist()))
-        if not self.cursor.done(chunk):
-            self.trained.lost(self.epoch, chunk.index)
-            return False
-        self.sums["chunks"] += 1
-        return True
-
-    def after_epoch(self, record: dict[str, Any]) -> None:
-        learner = self.learner
-        record.update(peer_wait_s=self.peer_wait_s, respawns=0, failed_samples=0, rank=learner.rank,
-                      world_size=learner.context.world_size, chunks=self.sums["chunks"], steps=self.sums["steps"],
-                      elapsed_s=time.perf_counter() - learner.started, comm=learner.comm().as_dict(),
-                      lr_scale=getattr(learner.lr_scaling, "last", 1.0))  # the last step's (lr_scaling.py)
-
-    def halt(self) -> dict[str, Any]:
-        self.learner._halt(self.epoch, self.sums)
-        return {**self.sums, "rank": self.learner.rank}
