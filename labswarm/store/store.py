@@ -18,13 +18,15 @@ object appear whole): workers write there and learners read through a bounded lo
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
 import mmap
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -42,6 +44,8 @@ T = TypeVar("T")
 LAYOUT_VERSION = 1
 #: Marker file at the store root.
 MARKER = "labswarm-store.json"
+#: Requests at once when :meth:`FeatureStore.fetch` fills a cache (``labswarm store pull`` uses 8 as well).
+FETCH_THREADS = 8
 _KEY = re.compile(r"^[0-9a-f]{40}$")
 _ENTRY = re.compile(rf"^v{LAYOUT_VERSION}/[0-9a-f]{{2}}/[0-9a-f]{{2}}/([0-9a-f]{{40}})\.npy$")
 
@@ -75,6 +79,7 @@ class FeatureStore:
         self.root = Path(root) if root is not None else None
         #: where the store is, for messages (a folder, ``s3://bucket/prefix at URL (cached in FOLDER)``)
         self.where = str(root) if root is not None else storage.describe()
+        self._fetcher: tuple[int, ThreadPoolExecutor] | None = None  # fetch()'s (process, threads), at first use
         self._check_layout()
 
     @classmethod
@@ -173,6 +178,31 @@ class FeatureStore:
             raise StoreError(f"cannot read entry {key} of feature store {self.where}: {exc}") from exc
         except (OSError, ValueError, EOFError) as exc:
             raise StoreError(f"corrupt entry {key} in feature store {self.where}: {exc}") from exc
+
+    def fetch(self, keys: Iterable[str], threads: int = FETCH_THREADS) -> int:
+        """Bring the entries ``keys`` into the local cache of a remote store, up to ``threads`` requests at once
+        (a cold read waits on one request at a time; a learner's chunk of 32 arrays costs one request's latency
+        per ``threads`` arrays instead). Nothing to do without a cache, or for entries cached already. Errors are
+        left to the reads that follow (a missing entry is reported by :meth:`get`).
+
+        Returns:
+            The number of entries requested.
+        """
+        storage = self.storage
+        if not isinstance(storage, CachedStorage):
+            return 0
+        missing = [rel for key in keys if not storage.cached_path(rel := self.relpath(key)).is_file()]
+        if len(missing) < 2:  # one read costs what one fetch does
+            return 0
+
+        def one(rel: str) -> None:
+            with contextlib.suppress(StorageError):
+                storage.warm(rel)
+
+        if self._fetcher is None or self._fetcher[0] != os.getpid():  # a forked child has none of the threads
+            self._fetcher = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix="store-fetch"))
+        list(self._fetcher[1].map(one, missing))
+        return len(missing)
 
     def put(self, key: str, array: np.ndarray) -> None:
         """Store ``array`` under ``key`` atomically (an existing entry is replaced by equal values).
