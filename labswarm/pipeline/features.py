@@ -22,6 +22,7 @@ from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import LabswarmError
 from labswarm.sample import Sample
 from labswarm.store.keys import IdentityCache, feature_key
+from labswarm.store.listing import KeyListing
 from labswarm.store.store import FeatureStore
 
 Status = Literal["computed", "cached", "failed"]
@@ -70,6 +71,8 @@ class FeaturesBlock:
         self.extractors: list[FeatureExtractor] = [FeatureExtractor.from_spec(f) for f in config.features]
         self._transformations: dict[str, Transformation] = {}
         self._identity = IdentityCache()
+        #: which keys the store holds: one listing of a remote store, not a request per key (store/listing.py)
+        self.present = KeyListing(self.store)
 
     def transformation(self, spec: dict[str, Any]) -> Transformation:
         """The (cached) transformation for a sample's spec."""
@@ -143,7 +146,7 @@ class FeaturesBlock:
     def is_cached(self, sample: Sample) -> bool:
         """Whether every feature of ``sample`` is in the store (``False`` when its keys cannot be derived)."""
         try:
-            return all(self.store.contains(k) for k in self.keys(sample).values())
+            return all(self.present.contains(k) for k in self.keys(sample).values())
         except LabswarmError:
             return False
 
@@ -159,11 +162,12 @@ class FeaturesBlock:
         keys: dict[str, str] = {}
         try:
             keys = self.keys(sample)
-            missing = {name for name, key in keys.items() if not self.store.contains(key)}
+            missing = {name for name, key in keys.items() if not self.present.contains(key)}
             if not missing:
                 return SampleResult(sample.id, "cached", None, time.perf_counter() - started, keys)
             for name, values in self.compute(sample, missing).items():
                 self.store.put(keys[name], values)
+                self.present.added(keys[name])
             status: Status = "computed"
             reason = None
         except LabswarmError as exc:

@@ -8,10 +8,14 @@ every epoch, positioned by (experiment seed, epoch, sample index)) over the trai
 ``i`` in epoch ``e`` is ``StoreDataset(..., random_crop=True).set_epoch(e)[i]`` exactly, whichever learner takes
 it (``tests/train/test_distributed_data.py``). Only where the features come from differs: each sample's
 full-length features are read from the store (computed and stored if missing, as the features block does) once,
-when the learner starts, and kept in memory while they fit ``keep_bytes`` (default :data:`KEEP_BYTES`). When the
-split's features do not fit, the learner **streams** them instead (issue 24): it keeps only each sample's store
-key and, every step, memory-maps the chunk's arrays from the store (a local folder, or the cache of a remote
-store) and copies out their crops, so its memory does not grow with the data set.
+when the learner starts, and kept in memory while they fit ``keep_bytes`` (the experiment's
+``training.keep_bytes``, else :func:`keep_bytes_default`). When the split's features do not fit, the learner
+**streams** them instead (issue 24): it keeps only each sample's store key and, every step, memory-maps the
+chunk's arrays from the store (a local folder, or the cache of a remote store, whose missing arrays are first
+fetched with parallel requests: :meth:`~labswarm.store.store.FeatureStore.fetch`) and copies out their crops, so
+its memory does not grow with the data set. The learner reads the next step's chunk while the current one trains
+(:mod:`labswarm.train.distributed.steps`). Whether a remote store holds a key is answered from one listing
+(:mod:`labswarm.store.listing`), not a request per key.
 
 Memory kept: the full-length features of the training split, up to ``keep_bytes``. On the demo set
 (``examples/music_speech_noise.yml``: 2,124 training samples, mel ``(128, 431)`` float32) that is 469 MB per
@@ -88,9 +92,15 @@ class _StoreFeatures(Features):
         if self._compute is None:
             self._compute = FeaturesBlock(self.experiment)
         key = self._compute.keys(sample)[self.output]
-        if not self._compute.store.contains(key):
+        if not self._compute.present.contains(key):  # a remote store is listed once, not asked per key
             super().load(sample)  # computes and stores it, or raises SampleError
         self.keys[sample.id] = key
+
+    def fetch(self, ids: Sequence[str]) -> None:
+        """Bring the arrays of samples ``ids`` into a remote store's cache with parallel requests
+        (:meth:`~labswarm.store.store.FeatureStore.fetch`; nothing for a local store or cached arrays)."""
+        if self._compute is not None:
+            self._compute.store.fetch([self.keys[i] for i in ids if i in self.keys])
 
     def load(self, sample: Sample) -> dict[str, np.ndarray]:
         features = self.kept.get(sample.id)
@@ -209,6 +219,8 @@ class TrainingSamples(StoreDataset):
         import torch
 
         self.set_epoch(epoch)
+        if self.streaming:  # a cold cache is filled with parallel requests, not one at a time
+            self._block.fetch(self.ids(indices))
         items = [self[self.positions[j]] for j in indices]
         xs = [x for x, _ in items]
         if self.frames is None:  # whole clips: padded to the chunk's longest, as the batch block pads
