@@ -3,7 +3,7 @@ simultaneously", "over 200 jobs in three hours").
 
     .venv/bin/python bench/tenants.py [--users 8] [--jobs-per-user 4] [--greedy-jobs 16] [--slots 2]
                                       [--job-seconds 1.0] [--sessions 0] [--session-every 30]
-                                      [--database sqlite|postgres]
+                                      [--database sqlite|postgres] [--amqp URL]
 
     full scale: --users 44 --jobs-per-user 4 --greedy-jobs 24 --sessions 10   (44 + greedy = 45 users, 200 jobs)
 
@@ -256,6 +256,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=0, help="feature sessions over the run (local workers)")
     parser.add_argument("--session-every", type=float, default=30.0, help="seconds between two session starts")
     parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
+    parser.add_argument("--amqp", help="the sessions' broker (e.g. amqp://guest:guest@127.0.0.1:5672//); default: "
+                        "the embedded SQLite broker")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file (the CI-sized test)")
     args = parser.parse_args()
 
@@ -267,6 +269,8 @@ def main() -> None:
         env = {**os.environ, "LABSWARM_HOME": str(root / "home"), "LABSWARM_TOKENS_FILE": str(root / "tokens.yaml"),
                "LABSWARM_JOB_SLOTS": str(args.slots), "LABSWARM_DATA_ROOTS": str(root),
                "LABSWARM_API_TOKEN": new_token()}  # the token of the local workers of the feature sessions
+        if args.amqp:
+            env["LABSWARM_BROKER_URL"] = args.amqp
         schema = None
         if args.database == "postgres":
             from sqlalchemy import create_engine, text
@@ -353,7 +357,7 @@ def report(args, wall: float, record: Record, flooded: dict[int, int], result: d
            names: list[str]) -> None:
     total = args.users * args.jobs_per_user + args.greedy_jobs
     print(f"{len(names)} users ({args.users} + greedy), {total} jobs of {args.job_seconds:.1f} s, {args.slots} slots, "
-          f"{args.database}: {wall:.0f} s wall")
+          f"{args.database}, {'RabbitMQ' if args.amqp else 'embedded broker'}: {wall:.0f} s wall")
     for kind in ("list", "show", "submit", "page", "register", "session"):
         values = record.seconds.get(kind, [])
         print(f"  {kind:7s} n={len(values):5d}  p50 {1000 * pct(values, 50):7.1f} ms  "
