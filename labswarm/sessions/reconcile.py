@@ -45,6 +45,8 @@ class Publisher(Protocol):
     max_task_seconds: float
     #: ``time.monotonic()`` of the last outcome that arrived (reconciliation resets it after each walk).
     last_progress: float
+    #: Set when outcomes arrive or the runner stops (reconciliation clears it before each look at the ledger).
+    outcomes_arrived: threading.Event
 
     def wait_running(self) -> bool:
         """Block while paused; ``False`` once stopped."""
@@ -60,8 +62,9 @@ def reconcile(runner: Publisher, block: FeaturesBlock) -> None:
 
     Progress is what :meth:`~labswarm.sessions.runner.SessionRunner.note_outcomes` sees arrive; the ledger is
     asked only whether any sample is still pending (one index seek per poll, whatever the session's size).
-    Returns once the session completed (:meth:`Publisher.finish`) or the runner was stopped; waits while the
-    session is paused.
+    The ledger is looked at when outcomes arrive (the session's end is seen as soon as its last outcome is
+    recorded), and at least every 0.25 s. Returns once the session completed (:meth:`Publisher.finish`) or the
+    runner was stopped; waits while the session is paused.
 
     Args:
         runner: the session's publisher (the thread calling this).
@@ -72,6 +75,7 @@ def reconcile(runner: Publisher, block: FeaturesBlock) -> None:
     while not runner.stop_event.is_set():
         if not runner.wait_running():
             return
+        runner.outcomes_arrived.clear()  # before the look: outcomes recorded after it wake the wait below
         with runner.context.db() as db:
             waiting = ledger.has_pending(db, runner.session_id)
         if not waiting:
@@ -82,7 +86,7 @@ def reconcile(runner: Publisher, block: FeaturesBlock) -> None:
         if idle and runner.context.broker.queue_depth(runner.experiment) == 0:
             republish_missing(runner, block)
             runner.last_progress = time.monotonic()
-        runner.stop_event.wait(0.25)
+        runner.outcomes_arrived.wait(0.25)
 
 
 def republish_missing(runner: Publisher, block: FeaturesBlock) -> bool:

@@ -96,6 +96,8 @@ class SessionRunner(threading.Thread):
         self.phase = "publish"
         self.max_task_seconds = 0.0
         self.last_progress = time.monotonic()
+        #: set when outcomes arrive (or on stop): reconciliation looks at the ledger then, not at its next poll
+        self.outcomes_arrived = threading.Event()
         self._forgiven = 0  # outstanding samples the window stopped counting (lost messages or reports)
         # ids handed to the broker whose ledger rows are not yet committed: their outcomes are the session's
         self._in_flight: set[str] = set()
@@ -115,6 +117,7 @@ class SessionRunner(threading.Thread):
 
     def stop(self) -> None:
         self.stop_event.set()
+        self.outcomes_arrived.set()
         self.running.set()  # wake a paused thread so it can see the stop
 
     def note_outcomes(self, max_seconds: float, count: int = 0, seconds: float = 0.0, timed: int = 0) -> None:
@@ -125,6 +128,7 @@ class SessionRunner(threading.Thread):
         self.packing.observe(seconds, timed)
         self.max_task_seconds = max(self.max_task_seconds, max_seconds)
         self.window.outcomes(count, max_seconds)
+        self.outcomes_arrived.set()
 
     def in_flight(self, sample_ids: list[str]) -> set[str]:
         """Those of ``sample_ids`` that this publisher has handed to the broker and not yet written to the ledger
