@@ -68,7 +68,7 @@ def health(
                       RabbitMQMonitor(rabbitmq_api) if rabbitmq_api else None,
                       controller={"name": controller}, period=period, log_dir=log_dir,
                       max_total_waiting=settings.max_total_waiting,
-                      user_weight=weights)
+                      user_weight=weights, weights_from_manager=True)  # with an admin's overrides, when told
     if metrics_port:
         from labswarm.health.metrics_server import serve_metrics
 

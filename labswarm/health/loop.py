@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from labswarm import strictjson
+from labswarm.errors import ManagerError
 from labswarm.health.controllers import Controller, Observation, make_controller
 from labswarm.health.monitors import ManagerMonitor, QueueStats, RabbitMQMonitor
 from labswarm.health.share import steer
@@ -38,6 +39,10 @@ from labswarm.queue.app import PREFETCH_MULTIPLIER
 from labswarm.timeseries import TimeSeries
 
 log = logging.getLogger(__name__)
+
+#: Seconds between two readings of the users' weights from the manager (``weights_from_manager``): an admin's
+#: change of a weight (``PUT /v1/quotas/{user}``) reaches the shares within this.
+WEIGHTS_EVERY_S = 10.0
 
 
 @dataclass
@@ -74,16 +79,22 @@ class HealthLoop:
         clock: monotonic clock in seconds (tests).
         user_weight: a user's fair-share weight (:meth:`labswarm.auth.quotas.Policies.weight`): each user's
             running sessions share it by their own weights (:mod:`labswarm.health.users`); default 1 for everyone.
+        weights_from_manager: read the users' weights from the manager instead (``GET /v1/quotas``, an admin's
+            token: with the overrides an admin set there), every :data:`WEIGHTS_EVERY_S` seconds; ``user_weight``
+            while the manager does not tell them (a user's token, an older manager, an error: logged).
     """
 
     def __init__(self, manager: ManagerMonitor, rabbitmq: RabbitMQMonitor | None = None, *,
                  controller: dict[str, Any] | None = None, period: float = 1.0, window: float = 5.0,
                  consumers: int = 1, max_total_waiting: float | None = None, log_dir: Path | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 user_weight: Callable[[str], float] | None = None) -> None:
+                 user_weight: Callable[[str], float] | None = None, weights_from_manager: bool = False) -> None:
         self.manager = manager
         #: a user's fair-share weight: their sessions share it (labswarm.health.users); 1 each by default
         self.user_weight = user_weight or (lambda _user: 1.0)
+        self.weights_from_manager = weights_from_manager
+        self._manager_weights: tuple[dict[str, float], float] | None = None  # the manager's, when it told them
+        self._weights_at: float | None = None  # when they were last asked (the loop's clock)
         self.rabbitmq = rabbitmq
         self.controller_spec = controller or {"name": "pi"}
         make_controller(self.controller_spec)  # fail now on a bad spec
@@ -139,6 +150,25 @@ class HealthLoop:
             asked_rate=None if math.isnan(publish) else asked, backlog=max(0, unpublished) + session["pending"],
         )
 
+    def weight_of(self, user: str) -> float:
+        """``user``'s fair-share weight now: the manager's (``weights_from_manager``, when it told them), else
+        ``user_weight``'s."""
+        if self._manager_weights is None:
+            return self.user_weight(user)
+        users, default = self._manager_weights
+        return users.get(user, default)
+
+    async def refresh_weights(self, now: float) -> None:
+        """With ``weights_from_manager``, ask the manager for the users' weights if the last answer is
+        :data:`WEIGHTS_EVERY_S` old (``now``: the loop's clock); an error keeps the last ones (logged)."""
+        if not self.weights_from_manager or (self._weights_at is not None and now - self._weights_at < WEIGHTS_EVERY_S):
+            return
+        self._weights_at = now
+        try:
+            self._manager_weights = await self.manager.user_weights()
+        except ManagerError as exc:
+            log.warning("the users' weights not refreshed: %s", exc)
+
     async def tick(self) -> dict[str, float]:
         """One control period: returns the new rate of each steered session.
 
@@ -173,9 +203,10 @@ class HealthLoop:
             if session["finished"] > 0 and len(track.finished) >= 2:
                 steered[sid] = (session, track, obs)  # a consume rate measured: steer it
         # one decision for all: the sessions share the workers by weight and one budget of waiting messages
+        await self.refresh_weights(t)
         try:
             weights = session_weights({sid: (session.get("owner"), float(session.get("weight") or 1.0))
-                                       for sid, (session, _, _) in steered.items()}, self.user_weight)
+                                       for sid, (session, _, _) in steered.items()}, self.weight_of)
             decided = steer({sid: (track.controller, obs, weights[sid])
                              for sid, (session, track, obs) in steered.items()}, self.max_total_waiting)
         except Exception as exc:

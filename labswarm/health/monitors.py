@@ -127,6 +127,26 @@ class ManagerMonitor:
         at most :data:`MAX_ACTIVE`): the cost of a poll does not grow with the sessions ever run."""
         return await self._call("GET", "/sessions", params={"status": ["running", "paused"], "limit": MAX_ACTIVE})
 
+    async def user_weights(self) -> tuple[dict[str, float], float] | None:
+        """The users' fair-share weights as the manager applies them (``GET /v1/quotas``: the settings', the tokens
+        file's and an admin's overrides, :mod:`labswarm.manager.quotas`): ``({user: weight}, the weight of any
+        other user)``; ``None`` when the manager does not tell them to this token (a user's: 403; a manager
+        without the route: 404).
+
+        Raises:
+            ManagerError: the manager could not be reached, or answered another error.
+        """
+        try:
+            response = await self._client.get("/v1/quotas")
+            if response.status_code in (403, 404):
+                return None
+            response.raise_for_status()
+            data = response.json()
+            return ({entry["user"]: float(entry["weight"]) for entry in data["users"]},
+                    float(data["default"]["weight"]))
+        except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
+            raise ManagerError(f"manager at {self.url}: the users' weights: {exc}") from exc
+
     async def set_rate(self, session_id: str, rate: float) -> None:
         """``PUT /sessions/{id}/rate``."""
         await self._call("PUT", f"/sessions/{session_id}/rate", json={"rate": rate})

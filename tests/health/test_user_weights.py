@@ -60,3 +60,46 @@ def test_the_loop_shares_the_workers_by_the_owners_weights(tmp_path: Path) -> No
     assert manager.rates["a"] == pytest.approx(10.0, rel=0.05)
     row = json.loads((tmp_path / "health-a.jsonl").read_text().splitlines()[-1])
     assert row["cap"] == pytest.approx(10.0, rel=0.05)
+
+
+def test_the_loop_reads_the_users_weights_from_the_manager_with_an_admin_s_overrides(tmp_path: Path) -> None:
+    """A real manager (uvicorn, SQLite, named tokens): the weight an admin sets with ``PUT /v1/quotas/{user}``
+    reaches the loop at its next reading (every WEIGHTS_EVERY_S of its clock), any other user has the default;
+    with a user's token (403) the loop keeps its own ``user_weight``."""
+    from jobs.manager import manager
+
+    from labswarm.auth.tokens import add_token
+    from labswarm.health.loop import WEIGHTS_EVERY_S
+    from labswarm.health.monitors import ManagerMonitor
+
+    tokens = tmp_path / "tokens.yaml"
+    keys = {name: add_token(tokens, name, role) for name, role in (("root", "admin"), ("alice", "user"))}
+    with manager(tmp_path, tokens_file=tokens) as m:
+        admin = {"Authorization": f"Bearer {keys['root']}"}
+
+        def put(weight: float) -> None:
+            answer = m.http.put("/v1/quotas/bob", json={"weight": weight}, headers=admin)
+            assert answer.status_code == 200, answer.text
+
+        async def main() -> list[float]:
+            seen = []
+            loop = HealthLoop(ManagerMonitor(m.server.url, keys["root"]), None, log_dir=tmp_path,
+                              user_weight=lambda _user: 2.0, weights_from_manager=True)
+            mine = HealthLoop(ManagerMonitor(m.server.url, keys["alice"]), None, log_dir=tmp_path,
+                              user_weight=lambda _user: 2.0, weights_from_manager=True)
+            put(3.0)
+            await loop.refresh_weights(0.0)
+            seen += [loop.weight_of("bob"), loop.weight_of("carol")]
+            put(5.0)
+            await loop.refresh_weights(WEIGHTS_EVERY_S / 2)  # too soon: the last reading stands
+            seen.append(loop.weight_of("bob"))
+            await loop.refresh_weights(WEIGHTS_EVERY_S)
+            seen.append(loop.weight_of("bob"))
+            await mine.refresh_weights(0.0)
+            seen.append(mine.weight_of("bob"))
+            await loop.manager.aclose()
+            await mine.manager.aclose()
+            return seen
+
+        seen = asyncio.run(main())
+    assert seen == [3.0, 1.0, 3.0, 5.0, 2.0]
