@@ -289,11 +289,29 @@ def main() -> None:
             run(args, url, tokens, names, manager, root)
         finally:
             manager.terminate()
-            manager.wait(30)
+            try:
+                manager.wait(60)
+            except subprocess.TimeoutExpired:
+                manager.kill()
+                manager.wait()
             log.close()
+            leftovers(root)
             if schema is not None:
                 with admin.begin() as conn:
                     conn.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+
+
+def leftovers(root: Path) -> None:
+    """Kill the process groups of the learners and workers the manager left running (a stopped manager leaves its
+    learners for the next one to re-attach; an interrupted run leaves some): those whose command line names
+    ``root``."""
+    mine = os.getpgid(0)
+    for process in psutil.process_iter(["pid", "cmdline"]):
+        if any(str(root) in part for part in process.info["cmdline"] or []):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                group = os.getpgid(process.info["pid"])
+                if group != mine:
+                    os.killpg(group, 9)
 
 
 def run(args, url: str, tokens: dict[str, str], names: list[str], manager: subprocess.Popen, root: Path) -> None:
