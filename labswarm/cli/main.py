@@ -23,6 +23,7 @@ from labswarm.cli.serve import serve_command  # issue 25: the prediction endpoin
 from labswarm.cli.sessions import sessions_app
 from labswarm.cli.store import store_app  # issue 24: store operations
 from labswarm.cli.tokens import tokens_app
+from labswarm.cli.watch import watch_command  # issue 27: a watched folder feeds a followed session
 from labswarm.errors import LabswarmError
 
 app = typer.Typer(
@@ -70,6 +71,7 @@ app.command("predict")(predict_command)
 app.command("serve")(serve_command)
 jobs_app.command("set")(set_command)  # labswarm jobs set JOB learning_rate=...
 app.command("compare")(compare_command)
+app.command("watch")(watch_command)
 
 
 @app.command("demo-data")
