@@ -5,15 +5,14 @@ record.
 
 The manager runs in the test's process on the gateway address (the learners report to it, and reach the job's
 coordinator store, at ``198.18.0.1``); its local learner launcher starts each rank's learner on its host
-(``ip netns exec``, through a wrapper in place of the interpreter) with gloo on the host's ``eth0``."""
+(``ip netns exec``, through a wrapper in place of the interpreter) with gloo on the host's ``eth0``
+(:mod:`netns_jobs`)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -22,10 +21,8 @@ from helpers import missing
 from jobs.chunk_record import assert_every_sample_once_per_pass
 from jobs.manager import Manager, read_events, statuses, wait_until
 from jobs.tiny import tiny_manifest
+from netns_jobs import on_hosts
 
-from labswarm.deploy import local_learners
-from labswarm.deploy.learners import LearnerLaunch
-from labswarm.jobs.lifecycle.cluster import LocalShards
 from labswarm.jobs.spec.errors import EXIT_PLATFORM
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer
@@ -44,25 +41,6 @@ TIMEOUT_S = 10
 HOSTS = {0: "b", 1: "c"}
 
 
-def _on_hosts(cluster: Cluster, launcher: local_learners.LocalLearners, home: Path, wrapper: Path,
-              manager_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make the manager's local learner launcher start rank ``r`` on host ``HOSTS[r]`` (reporting to
-    ``manager_url``) and host the job's coordinator (and shards, under ``home``) on the gateway address."""
-    wrapper.write_text(f'#!/bin/sh\nexec ip netns exec "$LABSWARM_TEST_NETNS" {sys.executable} "$@"\n')
-    wrapper.chmod(0o755)
-    monkeypatch.setattr(local_learners, "sys", type("Sys", (), {"executable": str(wrapper)}))
-    start = launcher.start
-
-    def start_on_host(launch: LearnerLaunch):
-        env = {**launch.env, "LABSWARM_TEST_NETNS": cluster.host(HOSTS[launch.rank]).netns,
-               "GLOO_SOCKET_IFNAME": "eth0"}
-        return start(replace(launch, env=env, spec={**launch.spec, "manager_url": manager_url}))
-
-    monkeypatch.setattr(launcher, "start", start_on_host)
-    monkeypatch.setattr(launcher, "shard_runner", lambda job_id: LocalShards(job_id, home / job_id, GATEWAY),
-                        raising=False)
-
-
 def test_a_cut_learner_fails_the_step_and_the_job_restarts_as_a_new_attempt(tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     manifest = tiny_manifest(tmp_path, epochs=3, learners=2, framework={"name": "allreduce", "timeout_s": TIMEOUT_S})
@@ -72,8 +50,8 @@ def test_a_cut_learner_fails_the_step_and_the_job_restarts_as_a_new_attempt(tmp_
         app = create_app(Settings(home=tmp_path / "home", data_roots=[str(tmp_path)], job_slots=2, api_token=token))
         server = EmbeddedServer(app, host=GATEWAY).start()
         jobs = app.state.jobs
-        _on_hosts(cluster, jobs.lifecycle.learners, jobs.runtime.home, tmp_path / "netns-python", server.url,
-                  monkeypatch)
+        on_hosts(cluster, jobs.lifecycle.learners, jobs.runtime.home, tmp_path / "netns-python", server.url,
+                 monkeypatch, HOSTS)
         http = httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": f"Bearer {token}"})
         m = Manager(server, http, jobs)
         try:
