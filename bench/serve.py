@@ -1,19 +1,24 @@
 """Measure: the prediction endpoint (``labswarm serve``, over HTTP) against ``labswarm.predict`` in-process, side by
 side on one model and one 10-s clip.
 
-    .venv/bin/python bench/serve.py [--model MODEL.pt] [--requests 24] [--clients 1,4,16]
+    .venv/bin/python bench/serve.py [--model MODEL.pt] [--requests 32] [--clients 1,4,16] [--rounds 3]
 
 Without ``--model`` a small model is trained first on a synthetic three-class set of 10-s clips (tones and noise,
 1 epoch, ~half a minute). The endpoint runs as its own process (``python -m labswarm.cli serve``: uvicorn, the
-model loaded once, forward passes batched across requests); the clients are threads of this process, each with
-its own HTTP connection, each request one 10-s WAV file. The baseline calls the same model in this process with
-no HTTP: :class:`labswarm.predict.Predictor` built once (what :func:`labswarm.predict.predict` does per call,
-without reloading the model each time), ``predict_file`` from as many threads as there are clients.
+model loaded once, features in its worker processes, forward passes batched across requests); the clients are
+threads of this process, each with its own HTTP connection, each request one 10-s WAV file. The baseline calls the
+same model in this process with no HTTP: :class:`labswarm.predict.Predictor` built once (what
+:func:`labswarm.predict.predict` does per call, without reloading the model each time), ``predict_file`` from as
+many threads as there are clients, with the maths libraries on one thread as the endpoint's feature workers
+(:func:`labswarm.threads.limit_threads`; with their default two threads the baseline's mel projection is up to
+70x slower on the loaded 2-core machine, which would flatter the endpoint).
 
-Prints, for one client: latency p50 and p99 of both and their ratio (goal: endpoint p50 within 1.2x); for each
-client count: clips/s of both, their ratio, and the endpoint's throughput against its own at one client (goal at
-16 clients: at least 1.5x). ``--requests`` is per client count (at least 2 per client). Timings are noisy on a
-shared machine: the load average is printed with them.
+The runs are interleaved: each round runs every client count, in-process then endpoint, so that both sides and
+all counts see the same load on a shared machine; ``--requests`` is per round and client count (at least 2 per
+client). Prints, for one client: latency p50 and p99 of both and their ratio (goal: endpoint p50 within 1.2x);
+for each client count: clips/s of both (all rounds' clips over all rounds' time), their ratio, and the
+endpoint's throughput against its own at one client (goal at 16 clients: at least 1.5x), with that ratio in each
+round; and the endpoint's mean forward batch at each count. The load average is printed at each round.
 """
 
 from __future__ import annotations
@@ -104,17 +109,25 @@ def _serve(model: Path, port: int, log: Path) -> subprocess.Popen:
     raise SystemExit("labswarm serve did not answer within 180 s")
 
 
+def _passes(http: httpx.Client) -> tuple[int, int]:
+    forward = http.get("/v1/models/bench").json()["forward"]
+    return forward["passes"], forward["rows"]
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path)
-    parser.add_argument("--requests", type=int, default=24, help="requests per client count (default 24)")
+    parser.add_argument("--requests", type=int, default=32, help="requests per round and client count (32)")
     parser.add_argument("--clients", default="1,4,16")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (3)")
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.clients.split(",")]
 
     from labswarm.manager.server import free_port
     from labswarm.predict import Predictor
+    from labswarm.threads import limit_threads
 
+    limit_threads(1)
     with tempfile.TemporaryDirectory(prefix="labswarm-bench-serve-") as tmp:
         folder = Path(tmp)
         model = args.model or _synthetic_model(folder)
@@ -138,34 +151,51 @@ def main(argv: list[str]) -> None:
             row = answer.json()["results"][0]
             assert answer.status_code == 200 and row["label"] == expected.label, answer.text
 
+        runs: dict[int, list[tuple[int, list[float], float, list[float], float, int, int]]] = {c: [] for c in counts}
+        loads = [os.getloadavg()[0]]
         try:
             for call in (local, remote):  # warm both: first decode, first forward pass, connections
                 _run(max(counts), max(counts), call)
-            rows = []
-            for clients in counts:
-                n = max(args.requests, 2 * clients)
-                lat_local, wall_local = _run(clients, n, local)
-                lat_remote, wall_remote = _run(clients, n, remote)
-                rows.append((clients, n, lat_local, wall_local, lat_remote, wall_remote))
+            for _ in range(args.rounds):
+                for clients in counts:
+                    n = max(args.requests, 2 * clients)
+                    lat_local, wall_local = _run(clients, n, local)
+                    before = _passes(https[0])
+                    lat_remote, wall_remote = _run(clients, n, remote)
+                    after = _passes(https[0])
+                    runs[clients].append((n, lat_local, wall_local, lat_remote, wall_remote,
+                                          after[0] - before[0], after[1] - before[1]))
+                loads.append(os.getloadavg()[0])
         finally:
             for http in https:
                 http.close()
             process.terminate()
             process.wait(60)
+    _report(model, counts, runs, loads)
 
-    print(f"model {model.name}; one 10-s clip a request; load {os.getloadavg()[0]:.1f}, {os.cpu_count()} cores")
-    _, n, lat_local, _, lat_remote, _ = rows[0]
+
+def _report(model: Path, counts: list[int], runs: dict, loads: list[float]) -> None:
+    print(f"model {model.name}; one 10-s clip a request; {len(runs[counts[0]])} interleaved rounds; load average "
+          f"(1 min) at start and after each round: {', '.join(f'{x:.1f}' for x in loads)}; {os.cpu_count()} cores")
+    one = counts[0]
+    lat_local = [x for run in runs[one] for x in run[1]]
+    lat_remote = [x for run in runs[one] for x in run[3]]
     p = {name: np.percentile(lat, [50, 99]) * 1000 for name, lat in (("local", lat_local), ("remote", lat_remote))}
-    print(f"latency, {rows[0][0]} client, {n} requests:   in-process p50 {p['local'][0]:.0f} ms p99 "
+    print(f"latency, {one} client, {len(lat_local)} requests:   in-process p50 {p['local'][0]:.0f} ms p99 "
           f"{p['local'][1]:.0f} ms | endpoint p50 {p['remote'][0]:.0f} ms p99 {p['remote'][1]:.0f} ms | "
           f"p50 ratio {p['remote'][0] / p['local'][0]:.2f}x (goal <= 1.2x)")
-    one = None
-    for clients, n, _, wall_local, _, wall_remote in rows:
-        local_rate, remote_rate = n / wall_local, n / wall_remote
-        one = one or remote_rate
+    base = [run[0] / run[4] for run in runs[one]]  # the endpoint's clips/s at one client, per round
+    base_all = sum(run[0] for run in runs[one]) / sum(run[4] for run in runs[one])
+    for clients in counts:
+        n = sum(run[0] for run in runs[clients])
+        local_rate = n / sum(run[2] for run in runs[clients])
+        remote_rate = n / sum(run[4] for run in runs[clients])
+        per_round = ", ".join(f"{run[0] / run[4] / b:.2f}" for run, b in zip(runs[clients], base, strict=True))
+        passes, rows = sum(run[5] for run in runs[clients]), sum(run[6] for run in runs[clients])
         print(f"throughput, {clients:>2} clients, {n} clips: in-process {local_rate:.2f} clips/s | endpoint "
               f"{remote_rate:.2f} clips/s | endpoint/in-process {remote_rate / local_rate:.2f}x | endpoint vs 1 "
-              f"client {remote_rate / one:.2f}x")
+              f"client {remote_rate / base_all:.2f}x (rounds: {per_round}) | mean forward batch "
+              f"{rows / max(passes, 1):.1f} rows")
 
 
 if __name__ == "__main__":

@@ -119,6 +119,73 @@ class _Window:
     label: int = 0
 
 
+class Inputs:
+    """The model inputs of audio files under an experiment: what :class:`Predictor` feeds its model, without the
+    model (the serving endpoint computes them in other processes: an instance pickles as its three arguments and
+    is rebuilt there).
+
+    Args:
+        experiment: the experiment the model was trained on.
+        input: the feature the model reads (``mel``, ``mfcc``, ...).
+        classes: the model's class labels (the collation's context; no label is read).
+
+    Raises:
+        ValueError: the experiment has no feature ``input``.
+    """
+
+    def __init__(self, experiment: ExperimentConfig, input: str, classes: tuple[str, ...]) -> None:
+        self.experiment, self.input, self.classes = experiment, input, classes
+        nothing = FeatureStore(storage=_NoStorage(StorageConfig(name="none")))
+        self._features = FeaturesBlock(experiment, store=nothing)
+        if input not in {ex.output_name for ex in self._features.extractors}:
+            raise ValueError(f"the model reads feature {input!r}, which its experiment lacks")
+        spec = next(s for s in experiment.pipeline if s.name == "batch")  # the config requires one
+        self._batcher: Any = Block.from_spec(spec.model_dump(mode="json"))
+        self._context = Context(experiment=experiment, classes=classes, split="all", train=False)
+
+    def __reduce__(self) -> tuple[type[Inputs], tuple[ExperimentConfig, str, tuple[str, ...]]]:
+        return Inputs, (self.experiment, self.input, self.classes)
+
+    def windows(self, path: str | Path) -> list[Sample]:
+        """The samples (``identity`` transformation) of the windows of ``path`` that are classified (see the
+        module docstring).
+
+        Raises:
+            AudioError: the file is missing, unreadable, or holds no audio.
+        """
+        segment = self.experiment.dataset.segment
+        n_frames, native_sr = audio_info(path)
+        seconds = n_frames / native_sr
+        count = 1
+        if segment.duration is not None:
+            count = max(1, math.floor((seconds - segment.start + END_TOLERANCE_S) / segment.duration))
+        return [Sample(id=f"{path}@{i}", path=str(path), label="", source=str(path),
+                       start=segment.start + i * (segment.duration or 0.0), duration=segment.duration,
+                       transformation=IDENTITY, seed=0) for i in range(count)]
+
+    def __call__(self, path: str | Path) -> list[np.ndarray]:
+        """The model's inputs for the windows of one file, as :meth:`Predictor.probabilities` feeds them to the
+        model: the windows collated by the experiment's ``batch`` block in evaluation mode, at most its ``size`` at
+        a time.
+
+        Returns:
+            float32 arrays ``(n, *input_shape)``, one per batch of windows (``n`` at most the batch size); their
+            rows add up to the file's window count. Rows are independent: each may go through the model in any
+            batch of rows of the same shape (:meth:`Predictor.forward`), as the serving endpoint batches several
+            requests.
+
+        Raises:
+            AudioError, TransformError, FeatureError: the file cannot be loaded or its features computed.
+        """
+        samples = self.windows(path)
+        size = self._batcher.config.size
+        out = []
+        for first in range(0, len(samples), size):  # at most a batch of windows in memory at once
+            items = [_Window(s, self._features.compute(s, only={self.input})) for s in samples[first:first + size]]
+            out.append(self._batcher.collate(items, self._context, 0).features[self.input])  # no randomness
+        return out
+
+
 class Predictor:
     """A trained model ready to classify files; build it once for many calls.
 
@@ -133,6 +200,7 @@ class Predictor:
         classes: the class labels, in the model's output order.
         experiment: the experiment the model was trained on (from the model file).
         input: the feature the model reads (``mel``, ``mfcc``, ...).
+        inputs_of: its :class:`Inputs` (the model's inputs for a file, without the model).
         meta: the model file's metadata (:func:`~labswarm.train.trainer.load_model`), e.g. its last ``metrics``.
 
     Raises:
@@ -164,51 +232,19 @@ class Predictor:
                 LabswarmError) as exc:  # a dict of another shape, weights of another model, a foreign config
             raise CheckpointError(f"{path} is not a usable labswarm model file: {type(exc).__name__}: "
                                   f"{str(exc)[:300]}") from None
-        nothing = FeatureStore(storage=_NoStorage(StorageConfig(name="none")))
-        self._features = FeaturesBlock(self.experiment, store=nothing)
-        if self.input not in {ex.output_name for ex in self._features.extractors}:
-            raise CheckpointError(f"{path}: the model reads feature {self.input!r}, which its experiment lacks")
-        spec = next(s for s in self.experiment.pipeline if s.name == "batch")  # the config requires one
-        self._batcher: Any = Block.from_spec(spec.model_dump(mode="json"))
-        self._context = Context(experiment=self.experiment, classes=self.classes, split="all", train=False)
+        try:
+            self.inputs_of = Inputs(self.experiment, self.input, self.classes)
+        except ValueError as exc:
+            raise CheckpointError(f"{path}: {exc}") from None
         self.threads = threads
 
     def windows(self, path: str | Path) -> list[Sample]:
-        """The samples (``identity`` transformation) of the windows of ``path`` that are classified (see the
-        module docstring).
-
-        Raises:
-            AudioError: the file is missing, unreadable, or holds no audio.
-        """
-        segment = self.experiment.dataset.segment
-        n_frames, native_sr = audio_info(path)
-        seconds = n_frames / native_sr
-        count = 1
-        if segment.duration is not None:
-            count = max(1, math.floor((seconds - segment.start + END_TOLERANCE_S) / segment.duration))
-        return [Sample(id=f"{path}@{i}", path=str(path), label="", source=str(path),
-                       start=segment.start + i * (segment.duration or 0.0), duration=segment.duration,
-                       transformation=IDENTITY, seed=0) for i in range(count)]
+        """:meth:`Inputs.windows` of ``path``."""
+        return self.inputs_of.windows(path)
 
     def inputs(self, path: str | Path) -> list[np.ndarray]:
-        """The model's inputs for the windows of one file, as :meth:`probabilities` feeds them to the model: the
-        windows collated by the experiment's ``batch`` block in evaluation mode, at most its ``size`` at a time.
-
-        Returns:
-            float32 arrays ``(n, *input_shape)``, one per batch of windows (``n`` at most the batch size); their
-            rows add up to the file's window count. Rows are independent: each may go through the model in any
-            batch of rows of the same shape (:meth:`forward`), as the serving endpoint batches several requests.
-
-        Raises:
-            AudioError, TransformError, FeatureError: the file cannot be loaded or its features computed.
-        """
-        samples = self.windows(path)
-        size = self._batcher.config.size
-        out = []
-        for first in range(0, len(samples), size):  # at most a batch of windows in memory at once
-            items = [_Window(s, self._features.compute(s, only={self.input})) for s in samples[first:first + size]]
-            out.append(self._batcher.collate(items, self._context, 0).features[self.input])  # no randomness
-        return out
+        """:meth:`Inputs.__call__` of ``path``: the model's inputs for its windows."""
+        return self.inputs_of(path)
 
     def forward(self, inputs: np.ndarray) -> np.ndarray:
         """The model's softmax over a batch of inputs (rows of :meth:`inputs`), with :attr:`threads` torch threads.

@@ -29,7 +29,8 @@ def create_serving_app(model: Path, name: str, settings: Settings, serving: Serv
         name: the ``{job}`` of its URLs.
         settings: the tokens accepted (``api_token``, ``tokens_file``) and ``max_body_bytes``.
         serving: the endpoint's limits (default: from ``LABSWARM_PREDICT_*``).
-        preload: load the model now, so that a bad file fails here and the first request waits for nothing.
+        preload: load the model and start the feature processes now, so that a bad file fails here and the first
+            request waits for nothing.
 
     Raises:
         CheckpointError: ``preload`` and the file is not a usable model.
@@ -40,6 +41,7 @@ def create_serving_app(model: Path, name: str, settings: Settings, serving: Serv
     server = ModelServer(FileModel(model, name), serving)
     if preload:
         server.cache.get(name)
+        server.features.warm()
     app = FastAPI(title="labswarm model server", version="0.1.0", dependencies=[Depends(BearerAuth(authenticator))],
                   description=f"Predictions of the model {name} ({model.name}).")
     app.state.auth = authenticator

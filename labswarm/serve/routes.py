@@ -3,7 +3,7 @@ and alone (``labswarm serve``). The app sets ``app.state.models``, a :class:`~la
 (:func:`mount` does both), and authenticates the routes (the manager's app-wide dependency).
 
 =================================== ==================================================================
-``GET /v1/models/{job}``            the model's classes, input feature, experiment, segment and limits
+``GET /v1/models/{job}``            the model's classes, input feature, experiment, segment, limits, passes
 ``POST /v1/models/{job}/predict``   audio files (multipart ``files``, repeated) -> one result per file
 =================================== ==================================================================
 
@@ -79,7 +79,7 @@ async def _served(request: Request, job: str):
 @router.get("/{job}")
 async def describe_model(job: str, request: Request) -> dict[str, Any]:
     """The model of a completed job: its classes (the order of ``probabilities``), input feature, experiment,
-    segment, and the endpoint's limits."""
+    segment, the endpoint's limits, and its forward passes so far (``forward``: ``passes`` and ``rows``)."""
     await _served(request, job)
     return await run_in_threadpool(_server(request).describe, job, getattr(request.state, "user", None))
 

@@ -3,8 +3,10 @@
 Each file goes as it would through ``labswarm predict`` (:class:`labswarm.predict.Predictor`: the same decoding,
 windows, features and mean of the windows' softmax), with limits checked first: a file over ``max_file_bytes``
 or ``max_duration_s`` (read from its header, before decoding) is refused in its row with 413, one that cannot be
-decoded or classified with 422, and the other files are answered. Features are computed by a pool of
-``workers`` threads; the forward passes of concurrent requests are batched (:mod:`labswarm.serve.batching`).
+decoded or classified with 422, and the other files are answered. Features are computed by ``workers``
+processes (:mod:`labswarm.serve.features`); the forward passes of concurrent requests are batched
+(:mod:`labswarm.serve.batching`). A file goes from its features straight to the model's queue (no turn of the
+event loop between them): under load every hand-over between threads waits for a core.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -24,6 +27,7 @@ from labswarm.auth.tokens import User
 from labswarm.predict import Prediction
 from labswarm.serve.batching import BatchedModel
 from labswarm.serve.cache import ModelCache, Served
+from labswarm.serve.features import FeaturePool, WorkerError
 from labswarm.serve.settings import ServeSettings
 from labswarm.serve.sources import ModelSource
 
@@ -57,7 +61,9 @@ class ModelServer:
         self.source = source
         self.settings = settings or ServeSettings()
         self.cache = ModelCache(self.settings.cache_models, self._load)
-        self.pool = ThreadPoolExecutor(self.settings.workers, thread_name_prefix="labswarm-predict")
+        self.features = FeaturePool(self.settings.workers)
+        # writing uploads to files, reading their headers, removing them: short, mostly I/O
+        self.files = ThreadPoolExecutor(max(4, self.settings.workers), thread_name_prefix="labswarm-upload")
 
     def _load(self, key: str) -> Served:
         predictor = self.source.load(key, threads=self.settings.threads)
@@ -74,27 +80,30 @@ class ModelServer:
         return self.cache.get(key)
 
     def describe(self, key: str, user: User | None) -> dict[str, Any]:
-        """What a client needs to know of a model: classes, input feature, experiment, segment, the limits."""
-        predictor = self.model(key, user).predictor
+        """What a client needs to know of a model: classes, input feature, experiment, segment, the limits; and
+        its forward passes since it was loaded (``passes``, ``rows``: ``rows / passes`` is the mean batch)."""
+        served = self.model(key, user)
+        predictor = served.predictor
         segment = predictor.experiment.dataset.segment
         limits = self.settings
         return {"model": key, "classes": list(predictor.classes), "input": predictor.input,
                 "experiment": predictor.experiment.name, "sample_rate": predictor.experiment.dataset.sample_rate,
                 "segment": {"start": segment.start, "duration": segment.duration, "pad": segment.pad},
                 "limits": {"max_file_bytes": limits.max_file_bytes, "max_duration_s": limits.max_duration_s,
-                           "max_files": limits.max_files}}
+                           "max_files": limits.max_files},
+                "forward": {"passes": served.batched.passes, "rows": served.batched.rows}}
 
     async def predict(self, served: Served, uploads: list[Upload], top: int | None = None
                       ) -> list[dict[str, Any]]:
         """One result per upload, in order: ``{path, label, probabilities, windows, error, status}`` (the
         ``labswarm predict --json`` row of the file, ``path`` the name it was sent with, and the row's HTTP
-        status: 200, 413 or 422)."""
+        status: 200, 413 or 422; 422 also when the worker computing its features died)."""
         folder = Path(tempfile.mkdtemp(prefix="labswarm-upload-"))
         try:
             return list(await asyncio.gather(*(self._file(served, upload, folder / f"{i}{_suffix(upload.name)}",
                                                           top) for i, upload in enumerate(uploads))))
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
+            self.files.submit(shutil.rmtree, folder, ignore_errors=True)  # not awaited: the answer waits for none
 
     async def _file(self, served: Served, upload: Upload, path: Path, top: int | None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -102,19 +111,22 @@ class ModelServer:
             if upload.size > self.settings.max_file_bytes:
                 raise Refused(413, f"{upload.size} bytes: over the limit of {self.settings.max_file_bytes} "
                                    "(setting predict_max_file_bytes, LABSWARM_PREDICT_MAX_FILE_BYTES)")
-            inputs = await loop.run_in_executor(self.pool, self._inputs, served, upload, path)
-            parts = await asyncio.gather(*(asyncio.wrap_future(served.batched.submit(x)) for x in inputs))
+            started = await loop.run_in_executor(self.files, self._start, served, upload, path)
+            parts = await asyncio.wrap_future(started)
         except Refused as exc:
             return {**Prediction(upload.name, None, error=str(exc)).to_dict(), "status": exc.status}
         except Exception as exc:  # as labswarm predict: a file that cannot be classified fails its row
-            reason = f"{type(exc).__name__}: {exc}".replace(str(path), upload.name)
+            reason = (str(exc) if isinstance(exc, WorkerError) else f"{type(exc).__name__}: {exc}")
+            reason = reason.replace(str(path), upload.name)
             return {**Prediction(upload.name, None, error=reason).to_dict(), "status": 422}
         windows = sum(len(p) for p in parts)
         mean = np.sum([p.sum(0) for p in parts], axis=0) / windows
         return {**served.predictor.prediction(upload.name, mean, windows).to_dict(top), "status": 200}
 
-    def _inputs(self, served: Served, upload: Upload, path: Path) -> list[np.ndarray]:
-        """In a worker thread: write the upload to ``path``, check its duration, compute its model inputs."""
+    def _start(self, served: Served, upload: Upload, path: Path) -> Future[list[np.ndarray]]:
+        """In a thread: write the upload to ``path`` and check its duration; then its features go to a worker
+        process and, once computed, to the model's queue. The future gives the softmax of each of its input
+        arrays (float64 ``(n, n_classes)``), or the first error."""
         with open(path, "wb") as out:
             shutil.copyfileobj(upload.file, out)
         frames, rate = audio_info(path)  # AudioError: not decodable (422)
@@ -122,12 +134,47 @@ class ModelServer:
         if seconds > self.settings.max_duration_s:
             raise Refused(413, f"{seconds:.1f} s of audio: over the limit of {self.settings.max_duration_s:g} s "
                                "(setting predict_max_duration_s, LABSWARM_PREDICT_MAX_DURATION_S)")
-        return served.predictor.inputs(path)
+        return forward_when_ready(served.batched, self.features.submit(served.predictor.inputs_of, path))
 
     def close(self) -> None:
-        """Close the cached models and the feature threads."""
+        """Close the cached models, the feature processes and the upload threads."""
         self.cache.close()
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.features.close()
+        self.files.shutdown(wait=False, cancel_futures=True)
+
+
+def forward_when_ready(batched: BatchedModel, inputs: Future[list[np.ndarray]]) -> Future[list[np.ndarray]]:
+    """Once ``inputs`` gives its arrays, queue each on ``batched`` (in the thread that completed ``inputs``);
+    the future gives their softmax arrays in order, or the first exception (of ``inputs`` or of a pass)."""
+    out: Future[list[np.ndarray]] = Future()
+
+    def computed(done: Future[list[np.ndarray]]) -> None:
+        if not out.set_running_or_notify_cancel():  # the request went away: no forward pass for it
+            return
+        if done.cancelled():
+            out.set_exception(CancelledError())
+            return
+        if done.exception() is not None:
+            out.set_exception(done.exception())
+            return
+        parts = [batched.submit(x) for x in done.result()]
+        left, lock = [len(parts)], threading.Lock()
+
+        def passed(_: Future[np.ndarray]) -> None:
+            with lock:
+                left[0] -= 1
+                if left[0]:
+                    return
+            failed = next((p.exception() for p in parts if p.exception() is not None), None)
+            out.set_exception(failed) if failed is not None else out.set_result([p.result() for p in parts])
+
+        if not parts:
+            out.set_result([])
+        for part in parts:
+            part.add_done_callback(passed)
+
+    inputs.add_done_callback(computed)
+    return out
 
 
 def _suffix(name: str) -> str:

@@ -21,7 +21,8 @@ class ServeSettings(BaseSettings):
             before it is read (the manager's other routes keep ``max_body_bytes``).
         cache_models: trained models kept loaded at once (4), least recently used dropped first.
         max_batch: rows (windows) of one forward pass when requests are batched (64).
-        workers: threads computing features of uploaded files at once (default: this process's CPU cores).
+        workers: processes computing the features of uploaded files at once (default: the CPU cores this process
+            may run on, :func:`~labswarm.threads.usable_cores`), each with one thread per maths library.
         threads: torch's intra-op threads in a forward pass (1, as ``labswarm predict``: see
             :class:`labswarm.predict.Predictor`).
     """
