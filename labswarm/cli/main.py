@@ -113,6 +113,10 @@ def worker(
 ) -> None:
     """Run a Celery worker on experiments' queues (fetches their configurations from the manager). The broker URL
     and the API token come from the environment (LABSWARM_BROKER_URL, LABSWARM_API_TOKEN, or their *_FILE)."""
+    import gc
+
+    gc.disable()  # while the audio libraries are imported and warmed up; run_worker freezes their objects and
+    # turns it on again before the pool forks (measured: 2.8 s of CPU instead of 3.2 s for the start, load ~20)
     from labswarm.queue.worker import run_worker
     from labswarm.settings import load_settings
 
@@ -126,8 +130,6 @@ def worker(
         # after the warm shutdown (its tasks done and acknowledged): the interpreter's collections of the ~250k
         # objects of the audio libraries at exit took 3-4 s on a loaded 2-core machine, 0.7 s frozen, and the
         # session's end waits for its workers to exit (docs/benchmarks/distributed.md, issue 27)
-        import gc
-
         gc.freeze()
 
 

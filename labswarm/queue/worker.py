@@ -8,6 +8,7 @@ block once, with one maths thread (N single-threaded processes beat N multi-thre
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import uuid
@@ -93,6 +94,14 @@ def run_worker(
 
     for config in configs.values():
         FeaturesBlock(config).warm_up()
+    # what the imports and the warm-up made lives as long as the process: out of the collector's sight before the
+    # pool forks (Python's advice for a fork without exec: no copy-on-write of its objects by collections in the
+    # pool processes), and out of the collections at exit (3-4 s of a loaded 2-core machine, 0.7 s frozen). The
+    # CLI turns the collector off while importing (`labswarm worker`: ~12 % of the start's CPU); it is on again now,
+    # after one collection of the garbage of that time (frozen, it would never be freed)
+    gc.collect()
+    gc.freeze()
+    gc.enable()
     signals.worker_process_init.connect(_process_init, weak=False)
     signals.worker_process_shutdown.connect(_process_shutdown, weak=False)
     # unique per worker, not only per host and pid: containers on the host network (swarm services, compose) share
