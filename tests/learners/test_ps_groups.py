@@ -13,14 +13,15 @@ from labswarm.train.distributed.launch import plan_attempt, restart_scope
 from learners.test_ps import run_job
 
 
-def test_group_size_must_divide_the_learners_and_groups_restart_together(tmp_path: Path) -> None:
+def test_group_size_must_divide_the_learners_and_a_group_restarts_alone(tmp_path: Path) -> None:
     spec = {"name": "downpour", "group_size": 2}
     with pytest.raises(ConfigError) as info:
         plan_attempt(spec, 3, 1, ("h", 1), [("h", 2)], tmp_path)
     assert info.value.errors[0][0] == "framework.group_size"
     assert len(plan_attempt(spec, 4, 1, ("h", 1), [("h", 2)], tmp_path)) == 1 + 4
-    # a member restarted alone could not rejoin its group's process group: the whole attempt restarts
-    assert restart_scope(spec) == "attempt"
+    # each group is a process group of its own (issue 23 item 3): a dead member's peers fail and restart alone too,
+    # and the group meets again in a new generation; the other groups go on (tests/learners/test_ps_groups_job.py)
+    assert restart_scope(spec) == "learner"
     assert restart_scope({"name": "downpour"}) == "learner"
 
 

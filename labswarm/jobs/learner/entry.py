@@ -249,8 +249,8 @@ class Learner(LearnerContext):
         trainer.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
         for tries_left in range(RESTORE_TRIES - 1, -1, -1):
             mine = layout.rank_checkpoint_key(pointer["key"], self.spec.rank)
-            if self.spec.rank and distributed is not None and not distributed.lockstep:
-                # an asynchronous rank stopped at its own step: its newest copy (its running totals go on)
+            if self.spec.rank and distributed is not None and not distributed.framework.synchronous:
+                # an asynchronous rank (or worker group) stopped at its own step: its newest copy (its totals go on)
                 mine = layout.latest_rank_copy(self.storage, self.spec.rank, int(pointer["epoch"])) or mine
             try:  # a distributed job's rank r: its own copy, else rank 0's (the replicas of a sync framework agree)
                 self.storage.get_file(mine, trainer.checkpoint_path)

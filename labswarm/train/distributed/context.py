@@ -135,6 +135,46 @@ class LearnerContext:
         dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size,
                                 timeout=self.timeout)
 
+    def join_group(self, size: int, backend: str | None = None) -> int:
+        """Join this learner's worker group as its own process group: the ``size`` consecutive ranks
+        ``g·size … g·size + size - 1`` (``g = rank // size``), group rank ``rank % size``, through the job's store
+        under ``labswarm/attempt-<n>/group-<g>/gen-<k>/pg`` (SINGA's worker groups, issue 23 item 3). No other
+        group is in it, so a group that dies restarts alone while the other groups never notice: a dead member's
+        peers fail at their next collective, the job restarts each, and they meet in a new generation ``k``.
+
+        Generations: the group's current one is ``…/group-<g>/gen`` (0 at first). A process takes its group
+        rank's seat in it (``…/gen-<k>/seat-<local>``, a fetch-and-add); a seat taken before (by the process this
+        one replaced, or by itself in a rendezvous that timed out) means that generation is over for this group:
+        the process moves the group to ``k + 1`` (compare-and-set) and takes its seat there. Every member
+        restarted after a death therefore lands in the same next generation, whatever order they come back in.
+
+        Returns:
+            This learner's rank in its group.
+
+        Raises:
+            ConfigError: ``size`` does not divide the number of learners, or no rendezvous address.
+            torch.distributed.DistError: the group's members did not all join within the timeout.
+        """
+        import torch
+        import torch.distributed as dist
+
+        if size < 1 or self.world_size % size:
+            raise ConfigError([("framework.group_size", f"must divide the number of learners ({self.world_size}); "
+                                                        f"got {size}")])
+        if backend is None:
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        group, local = divmod(self.rank, size)
+        store = self.store()
+        prefix = f"labswarm/attempt-{self.attempt}/group-{group}"
+        generation = int(store.get(f"{prefix}/gen")) if store.check([f"{prefix}/gen"]) else 0
+        while store.add(f"{prefix}/gen-{generation}/seat-{local}", 1) > 1:  # taken: that generation is over
+            now = store.compare_set(f"{prefix}/gen", str(generation) if generation else "",
+                                    str(generation + 1)).decode()
+            generation = int(now) if now else 0
+        dist.init_process_group(backend, store=dist.PrefixStore(f"{prefix}/gen-{generation}/pg", store), rank=local,
+                                world_size=size, timeout=self.timeout)
+        return local
+
 
 def parse_addresses(text: str, name: str) -> tuple[tuple[str, int], ...]:
     """``"host:port,host:port"`` as ``((host, port), ...)``; ``""`` gives ``()``.

@@ -197,6 +197,31 @@ class GlobalCursor:
                 return self._chunk(pass_, index, lease)
         return None
 
+    def claim_orphan(self, pass_: int, heir_of: str) -> Chunk | None:
+        """Without waiting, take over a chunk of ``pass_`` whose holder is gone: a lease that expired, or one
+        held by a predecessor (an owner starting with ``heir_of``, a learner's ``"<rank>:"``, other than this
+        client: the process this one replaced after a kill); also a free chunk past the counter. For worker groups
+        that claim in lockstep inside the group (:meth:`claim_fresh` first): a restarted group takes its dead
+        predecessors' chunks at once, and a live lease of another group is never waited for.
+
+        Returns:
+            The claimed :class:`Chunk`, or ``None`` when no chunk of the pass is free or orphaned.
+
+        Raises:
+            CursorError: the store failed.
+        """
+        for index, now in enumerate(self.chunk_states(pass_)):
+            if now.startswith("D|"):
+                continue
+            if now.startswith("L|"):
+                holder, deadline = now.split("|")[1], float(now.rsplit("|", 1)[1])
+                if deadline >= time.time() and not (holder.startswith(heir_of) and holder != self.owner):
+                    continue
+            lease = self._new_lease()
+            if self._swap(self._key(pass_, index), now, lease)[0]:
+                return self._chunk(pass_, index, lease)
+        return None
+
     def renew(self, chunk: Chunk) -> Chunk | None:
         """Extend a lease by ``lease_s`` from now (call it well within ``lease_s`` while training a chunk).
 

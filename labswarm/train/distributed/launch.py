@@ -11,9 +11,10 @@ manifest with ``learners: N`` and ``framework: {name: ...}``:
 3. start the ``N`` learners with the environment :func:`plan_attempt` gives each
    (:class:`~labswarm.train.distributed.context.LearnerContext`'s variables);
 4. on a learner's death: :func:`restart_scope` says whether it restarts alone (asynchronous frameworks: it pulls
-   the current parameters) or all learners restart together from the last checkpoint as a new attempt
-   (synchronous frameworks, and ``downpour`` with worker groups; the new attempt number gives the process group
-   fresh store keys).
+   the current parameters; ``downpour``'s worker groups too: a dead member's peers fail their group's next
+   collective and restart alone as well, the group alone) or all learners restart together from the last
+   checkpoint as a new attempt (synchronous frameworks; the new attempt number gives the process group fresh
+   store keys).
 
 A job with one learner needs no coordinator, no shard and no framework: the trainer runs as today.
 """
@@ -104,10 +105,11 @@ def plan_attempt(framework: Mapping[str, Any], learners: int, attempt: int, mast
 
 
 def restart_scope(framework: Mapping[str, Any]) -> str:
-    """``"learner"``: a dead learner restarts alone (asynchronous frameworks); ``"attempt"``: every learner
-    restarts together from the last checkpoint (synchronous ones: torchrun's semantics; ``downpour`` with
-    ``group_size`` > 1 too: a worker group is synchronous inside, and a member restarted alone could not rejoin its
-    process group).
+    """``"learner"``: a dead learner restarts alone (asynchronous frameworks; ``downpour``'s worker groups too: a
+    dead member's peers fail at their group's next collective and are restarted alone as well, and the group meets
+    again in a new process group of its own, :meth:`LearnerContext.join_group`, while the other groups go on);
+    ``"attempt"``: every learner restarts together from the last checkpoint (synchronous ones: torchrun's
+    semantics).
 
     Raises:
         ConfigError: an unknown framework.

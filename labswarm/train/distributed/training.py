@@ -20,10 +20,14 @@ the trainer trains as a single process, through the default hooks). With it, the
    all-reduce of "who has a chunk"): every learner takes the same number of steps, which their collectives
    need; in the pass's last step a learner without a chunk takes a step of zero loss on one sample (it joins
    the collective, trains nothing). Asynchronous ones claim on their own and take over an expired lease of a
-   dead learner. Either way each training sample is trained exactly once per pass across the learners; each
-   learner records its chunks (pass, chunk, its process, sample ids) in ``chunks-rank-<r>.jsonl`` beside its run
-   folder, or where its owner says (``chunk_log``), each line written before the chunk is marked done and kept
-   across kills and restarts (:mod:`labswarm.train.distributed.record`);
+   dead learner. Worker groups (a framework's ``group_size`` > 1, issue 23) step in lockstep inside their group
+   only, each group its own process group (:meth:`LearnerContext.join_group`): the groups never wait for each
+   other, and once the fresh chunks are out a group takes over an expired lease or its dead predecessors'
+   (:meth:`GlobalCursor.claim_orphan`); a group restarts alone, each rank from its own newest copy. Either way
+   each training sample is trained exactly once per pass across the learners; each learner records its chunks
+   (pass, chunk, its process, sample ids) in ``chunks-rank-<r>.jsonl`` beside its run folder, or where its owner
+   says (``chunk_log``), each line written before the chunk is marked done and kept across kills and restarts
+   (:mod:`labswarm.train.distributed.record`);
 4. honours a hook's ``should_stop`` (a halt) at a step boundary, as the single-process trainer does. In
    lockstep the "stop requested" flags ride in the same all-reduce as "who has a chunk" (no extra collective):
    if any learner asked, all stop at the same step, and each gives back (:meth:`GlobalCursor.release`) the
@@ -122,8 +126,9 @@ class DistributedTraining(LoopHooks):
 
     @property
     def lockstep(self) -> bool:
-        """Learners step together (synchronous frameworks)."""
-        return self.framework.synchronous
+        """Learners step together: all of them (synchronous frameworks), or those of one worker group (the
+        framework's ``group_size`` > 1: the groups asynchronously, each in its own process group)."""
+        return self.framework.synchronous or self.framework.group_size > 1
 
     @property
     def shared_validation(self) -> bool:
@@ -195,8 +200,11 @@ class DistributedTraining(LoopHooks):
             torch.distributed.DistError: the peers did not join within the timeout.
         """
         self.started = time.perf_counter()
-        if self.lockstep and self.context.world_size > 1:
+        if self.framework.synchronous and self.context.world_size > 1:
             self.context.init_process_group("gloo")
+            self._joined = True
+        elif self.lockstep:  # worker groups: this learner's group alone (issue 23 item 3)
+            self.context.join_group(self.framework.group_size, "gloo")
             self._joined = True
         module = self.framework.attach(model, optimizer, self.context)
         experiment = train.context.experiment
@@ -269,6 +277,8 @@ class DistributedTraining(LoopHooks):
             chunk = ahead if ahead is not None else self.cursor.claim(epoch, timeout_s=CLAIM_TIMEOUT_S)
             return chunk, "train" if chunk is not None else "end"
         chunk = ahead if ahead is not None else None if stop else self.cursor.claim_fresh(epoch)
+        if chunk is None and not stop and not self.framework.synchronous:  # worker groups: a dead one's chunks
+            chunk = self.cursor.claim_orphan(epoch, f"{self.rank}:")
         has, stops = chunk is not None, int(stop)
         if self._joined:
             flags = torch.tensor([int(has), stops])
@@ -299,7 +309,7 @@ class DistributedTraining(LoopHooks):
         their own: wait (up to ``lease_s``) until each has stopped, so that no chunk is marked done after the
         state is read (it would be trained again after the resume); a dead one's lease stays and expires."""
         assert self.cursor is not None
-        if self._halted is not None and not self.lockstep and self.context.world_size > 1:
+        if self._halted is not None and not self.framework.synchronous and self.context.world_size > 1:
             keys = [f"{HALTED}/{self.context.attempt}/{r}" for r in range(self.context.world_size)]
             try:
                 self.cursor.store.wait(keys, timedelta(seconds=self.lease_s))
@@ -307,7 +317,7 @@ class DistributedTraining(LoopHooks):
                 log.warning("not every learner stopped within %.0f s (%s): the cursor's state is read anyway",
                             self.lease_s, exc)
         state = self.cursor.state_dict()
-        if self.lockstep:
+        if self.framework.synchronous:
             state["passes"] = {p: ["" if v.startswith("L|") else v for v in values]
                                for p, values in state["passes"].items()}
         return state
@@ -336,14 +346,19 @@ class DistributedTraining(LoopHooks):
     def finish(self) -> None:
         """Training ended: this rank is marked finished in the job's store (a halting rank 0 waits for every
         peer to stop or finish before it reads the cursor), then the framework's last sync, then its hook and the
-        process group are released."""
+        process group (synchronous frameworks; a worker group's lives to the process's exit) are released."""
         import torch.distributed as dist
 
         if self.cursor is not None and self.context.world_size > 1:  # it marks no more chunks: a halting rank 0
             self.cursor.store.set(f"{HALTED}/{self.context.attempt}/{self.rank}", "end")  # need not wait for it
         self.framework.finish()
         self.framework.close()
-        if self._joined and dist.is_initialized():
+        if self._joined and dist.is_initialized() and self.framework.synchronous:
             dist.destroy_process_group()
-            self._joined = False
+        # A worker group's process group is left to the process's exit: its last collective is the framework's
+        # finish (downpour's broadcast), and gloo's worker thread then frees that work's tensors, which needs the
+        # interpreter lock; destroyed at once (DDP's reducer dropping the last reference, under the lock), the group
+        # joins that thread: a deadlock, seen as members that never exited (~ProcessGroupGloo in std::thread::join,
+        # the worker in TensorImpl::decref_pyobject, py-spy --native, torch 2.13)
+        self._joined = False
 

@@ -157,6 +157,14 @@ class Framework(ABC):
         self._handle = optimizer.register_step_post_hook(lambda _opt, _args, _kwargs: self._stepped())
         return module
 
+    @property
+    def group_size(self) -> int:
+        """Learners per worker group when the groups are asynchronous to each other (SINGA's worker groups:
+        ``downpour``'s ``group_size``): the trainer steps in lockstep inside a group only, each group in its own
+        process group (:meth:`LearnerContext.join_group`), and a dead group restarts alone. 1 (the default): no
+        such groups (a :attr:`synchronous` framework steps all its learners together)."""
+        return 1
+
     def _stepped(self) -> None:
         self.steps += 1
         self.after_step()

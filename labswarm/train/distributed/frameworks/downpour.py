@@ -44,22 +44,21 @@ class Downpour(ParameterServerFramework):
     push, the updates the server applied since this learner's last pull.
 
     Worker groups (``group_size`` > 1, SINGA): the learners are cut into groups of ``group_size`` consecutive
-    ranks. Inside a group the gradients are all-reduced (averaged) every step through DDP on the group's own
-    gloo process group (``torch.distributed.new_group``, with the job's collective timeout), so the members apply
-    the same update and hold one replica. The group's first rank, its **leader**, alone talks to the server: it
-    pushes the group's gradient every ``n_push`` steps and pulls every ``n_fetch`` steps, then broadcasts the
-    pulled parameters to its group. Groups never wait for each other at the server. The process group is joined
-    here when the caller has not (the trainer joins it for a framework that is :attr:`synchronous`).
-    :meth:`finish` is collective inside a group: every member calls it.
+    ranks, and each group is a gloo process group of its own (:meth:`LearnerContext.join_group`, with the job's
+    collective timeout): no collective spans two groups. Inside a group the gradients are all-reduced (averaged)
+    every step through DDP, so the members apply the same update and hold one replica. The group's first rank,
+    its **leader**, alone talks to the server: it pushes the group's gradient every ``n_push`` steps and pulls
+    every ``n_fetch`` steps, then broadcasts the pulled parameters to its group. The group's process group is
+    joined here when the caller has not (the trainer joins it, :attr:`group_size`). :meth:`finish` is collective
+    inside a group: every member calls it.
 
-    Failure semantics: with ``group_size`` 1, asynchronous; a dead learner is restarted alone and pulls the current
-    parameters; the others never wait for it. With worker groups the framework is :attr:`synchronous`: a dead
-    member fails its group's next all-reduce at once (a hung one within the collective timeout), and a member
-    restarted alone could not rejoin a process group of fixed membership, so every learner restarts together from
-    the last checkpoint (``restart_scope`` is ``"attempt"``); the shards keep their parameters across it. The
-    trainer's cursor then claims in lockstep across all learners (one chunk per learner per step), so the groups
-    step at the same pace even though their exchanges with the server stay asynchronous. A shard that restarts
-    loses the updates after its last checkpoint.
+    Failure semantics: asynchronous between groups. The trainer claims chunks in lockstep inside a group only
+    (one chunk per member per step); groups never wait for each other, at the server or at the cursor, so a slow
+    group does not hold the others back. A dead learner (``group_size`` 1) or a dead group is restarted alone
+    (``restart_scope`` is ``"learner"``): a dead member fails its group's next all-reduce at once (a hung one
+    within the collective timeout), so its peers end too and the job restarts each; they meet again in the
+    group's next process-group generation, resume from their own checkpoints, pull the current parameters and
+    take over their predecessors' chunks. A shard that restarts loses the updates after its last checkpoint.
     """
 
     name = "downpour"
@@ -69,9 +68,7 @@ class Downpour(ParameterServerFramework):
 
     def __init__(self, config: DownpourConfig | None = None) -> None:
         super().__init__(config)
-        #: synchronous inside a worker group: the learners restart together (see the class docstring)
-        self.synchronous = self.config.group_size > 1  # type: ignore[misc]
-        #: this learner's worker group (a torch process group), ``None`` without groups
+        #: this learner's worker group: the default process group of its process (:meth:`_attach`)
         self.group: Any = None
         self._owns_process_group = False
         self._collective_bytes = 0
@@ -89,6 +86,11 @@ class Downpour(ParameterServerFramework):
                                                         f"{size}")])
 
     @property
+    def group_size(self) -> int:
+        """``group_size``: the trainer steps in lockstep inside a group, the groups asynchronously."""
+        return self.config.group_size
+
+    @property
     def leader(self) -> bool:
         """This learner talks to the server for its group (its group's first rank; every learner without
         groups)."""
@@ -100,16 +102,12 @@ class Downpour(ParameterServerFramework):
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
-        size, rank = self.config.group_size, self.context.rank
         self.check_learners(self.context.world_size)
-        if not dist.is_initialized():
-            self.context.init_process_group("gloo")
+        if not dist.is_initialized():  # the group's own process group: its members only
+            self.context.join_group(self.config.group_size, "gloo")
             self._owns_process_group = True
-        for first in range(0, self.context.world_size, size):  # every rank creates every group, in one order
-            group = dist.new_group(list(range(first, first + size)), timeout=self.context.timeout, backend="gloo")
-            if first <= rank < first + size:
-                self.group = group
-        self._leader_rank = rank - rank % size
+        self.group = dist.group.WORLD
+        self._leader_rank = 0  # the leader is the group's first rank: rank 0 of its process group
         if self.leader:
             super()._attach()  # connect, offer the start, pull it
         # DDP broadcasts the group rank 0's (the leader's) parameters at construction: the group starts as one
