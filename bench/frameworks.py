@@ -105,7 +105,8 @@ def report(rows: list[dict[str, Any]], target: float) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--experiment", type=Path, default=ROOT / "examples" / "music_speech_noise.yml")
-    parser.add_argument("--framework", action="append", help=f"NAME[:key=value,...], repeatable; default all: "
+    parser.add_argument("--framework", action="append", help=f"NAME[:key=value,...] or topology:key=value,..., "
+                                                             f"repeatable; default all: "
                                                              f"{', '.join(ALL)}")
     parser.add_argument("--learners", default="1,2", help="learner counts (default 1,2)")
     parser.add_argument("--epochs", type=int, default=3, help="passes over the training split (default 3)")

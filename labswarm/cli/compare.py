@@ -31,7 +31,8 @@ def compare_command(
     experiment: Annotated[Path, typer.Argument(help="Experiment YAML with model and training sections.")],
     framework: Annotated[list[str] | None, typer.Option(
         "--framework", help="A framework to compare, repeatable: NAME or NAME:key=value,key=value (its "
-                            "parameters). Default: allreduce and downpour.")] = None,
+                            "parameters), or a SINGA topology, topology:worker_groups=2,workers_per_group=2,"
+                            "colocated=false (run with its own learners). Default: allreduce and downpour.")] = None,
     frameworks: Annotated[str | None, typer.Option(help="Comma-separated framework names (the same as repeated "
                                                         "--framework NAME).")] = None,
     learners: Annotated[str, typer.Option(help="Comma-separated learner counts; each framework runs with each "

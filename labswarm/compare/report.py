@@ -83,6 +83,16 @@ def rank_records(events: Iterable[Mapping[str, Any]], learners: int) -> list[lis
     return out
 
 
+def _compact(topology: Any) -> str:
+    """A topology in a label: ``2x2 workers/1x1 servers`` (worker groups × workers, server groups × shards; a
+    colocated server group's shards live in its workers)."""
+    if not isinstance(topology, Mapping):
+        return str(topology)
+    shards = topology.get("shards_per_group") or (1 if topology.get("colocated") is False else "w")
+    return (f"{topology.get('worker_groups')}x{topology.get('workers_per_group')} workers/"
+            f"{topology.get('server_groups', 1)}x{shards} servers")
+
+
 def summarize(name: str, ranks: list[list[dict[str, Any]]], target: float,
               params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One run's row and curves from its ranks' epoch records.
@@ -128,7 +138,7 @@ def summarize(name: str, ranks: list[list[dict[str, Any]]], target: float,
         busy = wall
     comm = [(records[-1].get("comm") or {}) if records else {} for records in ranks]
     params = {k: v for k, v in (params or {}).items() if k != "name"}
-    shown = ",".join(f"{k}={v}" for k, v in params.items())
+    shown = ",".join(f"{k}={_compact(v) if k == 'topology' else v}" for k, v in params.items())
     row = {"framework": name, "learners": len(ranks), "params": params,
            "label": f"{name}{f'({shown})' if shown else ''} ×{len(ranks)}", "epochs": epochs,
            "final_val_accuracy": epochs[-1]["val_accuracy"], "target": target,

@@ -57,14 +57,17 @@ DEFAULT_FRAMEWORKS = ("allreduce", "downpour")
 
 
 def parse_frameworks(specs: Sequence[str]) -> list[dict[str, Any]]:
-    """Framework specs from the command line: ``name`` or ``name:key=value,key=value`` (values read as YAML).
+    """Framework specs from the command line: ``name`` or ``name:key=value,key=value`` (values read as YAML), or a
+    SINGA cluster topology, ``topology:worker_groups=2,workers_per_group=2,colocated=false`` (issue 23: a hybrid
+    setting compared with the presets; :func:`topology_spec`).
 
     Returns:
-        ``[{"name": ..., **params}, ...]``, in order.
+        ``[{"name": ..., **params}, ...]``, in order (a topology's with its ``topology``).
 
     Raises:
-        ConfigError: none given, an unknown name, a malformed parameter, or a name given twice with the same
-            parameters (field ``framework``).
+        ConfigError: none given, an unknown name, a malformed parameter, a topology no framework runs (naming its
+            field, ``framework.topology.<field>``), or a name given twice with the same parameters (field
+            ``framework``).
     """
     from labswarm.config.frameworks import DISTRIBUTED_FRAMEWORKS
 
@@ -73,20 +76,53 @@ def parse_frameworks(specs: Sequence[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for spec in specs:
         name, _, rest = spec.strip().partition(":")
-        if name not in DISTRIBUTED_FRAMEWORKS:
+        if name not in (*DISTRIBUTED_FRAMEWORKS, "topology"):
             known = ", ".join(DISTRIBUTED_FRAMEWORKS)
-            raise ConfigError([("framework", f"unknown framework {name!r}; one of {known}")])
+            raise ConfigError([("framework", f"unknown framework {name!r}; one of {known}, or topology:...")])
         params: dict[str, Any] = {}
         for item in filter(None, (p.strip() for p in rest.split(","))):
             key, eq, value = item.partition("=")
             if not eq or not key.strip():
                 raise ConfigError([(f"framework.{name}", f"expected key=value, got {item!r}")])
             params[key.strip()] = yaml.safe_load(value)
-        fw = {"name": name, **params}
+        fw = topology_spec(params) if name == "topology" else {"name": name, **params}
         if fw in out:
             raise ConfigError([("framework", f"{spec!r} is named twice")])
         out.append(fw)
     return out
+
+
+def topology_spec(topology: Mapping[str, Any]) -> dict[str, Any]:
+    """The framework spec of a topology given alone: the framework that runs it, the parameters it implies
+    (``group_size``, ``sync_period``) and the topology (:func:`labswarm.config.topology.implementing`).
+
+    Raises:
+        ConfigError: an invalid topology, or one no framework runs yet; the field named under
+            ``framework.topology``.
+    """
+    from pydantic import ValidationError
+
+    from labswarm.config.topology import Topology, implementing
+    from labswarm.plugin import field_errors
+
+    try:
+        resolved = Topology.model_validate(dict(topology))
+    except ValidationError as exc:
+        raise ConfigError([(f"framework.topology.{'.'.join(map(str, loc))}", why)
+                           for loc, why in field_errors(exc, Topology)]) from None
+    try:
+        name, implied = implementing(resolved)
+    except ConfigError as exc:
+        raise ConfigError([(f"framework.{path}", why) for path, why in exc.errors]) from None
+    return {"name": name, **{k: v for k, v in implied.items() if v is not None}, "topology": dict(topology)}
+
+
+def topology_learners(framework: Mapping[str, Any]) -> int | None:
+    """The learners a spec's ``topology`` fixes (worker groups × workers per group), ``None`` without one."""
+    topology = framework.get("topology")
+    if not isinstance(topology, Mapping):
+        return None
+    return int(topology["worker_groups"]) * int(topology["workers_per_group"])
 
 
 def parse_learners(text: str | Sequence[int]) -> list[int]:
@@ -138,7 +174,9 @@ def job_manifest(experiment: Mapping[str, Any], framework: Mapping[str, Any] | N
         "resources": {"cpus": threads}, "framework": dict(framework or {"name": "labswarm"}),
         "results_store": {"name": "local", "path": str(results)}}
     if framework is not None and FRAMEWORKS.get(name).needs_parameter_server:
-        manifest["ps_shards"] = ps_shards
+        topology = framework.get("topology")
+        manifest["ps_shards"] = ps_shards if not isinstance(topology, Mapping) else (
+            int(topology.get("server_groups", 1)) * int(topology.get("shards_per_group") or 1))
     return manifest
 
 
@@ -277,7 +315,9 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
     output = Path(output).resolve()
     workdir = Path(workdir).resolve() if workdir is not None else output
     results = workdir / "results"
-    runs = [(n, None) for n in counts if n == 1] + [(n, fw) for n in counts if n > 1 for fw in specs]
+    runs = [(n, None) for n in counts if n == 1] + sorted(  # a topology runs with its own learners only
+        [(n, fw) for n in counts if n > 1 for fw in specs if topology_learners(fw) is None]
+        + [(n, fw) for fw in specs if (n := topology_learners(fw)) is not None], key=lambda run: run[0])
     manifests = [job_manifest(workload, fw, n, results, opts.epochs, opts.threads, opts.ps_shards)
                  for n, fw in runs]
     for manifest in manifests:

@@ -109,3 +109,21 @@ def test_command_line_specs() -> None:
     for text in ("", "1,x", "0"):
         with pytest.raises(ConfigError, match="learners"):
             parse_learners(text)
+
+
+def test_a_topology_is_compared_with_its_own_learners_and_a_bad_one_names_its_field(tmp_path: Path) -> None:
+    """Issue 23 item 4: ``topology:...`` resolves to the framework that runs it; its job has the topology's learners
+    and shards; one no framework runs, or an invalid one, is refused naming the field under framework.topology."""
+    [hybrid] = parse_frameworks(["topology:worker_groups=2,workers_per_group=2,colocated=false"])
+    assert hybrid == {"name": "downpour", "group_size": 2,
+                      "topology": {"worker_groups": 2, "workers_per_group": 2, "colocated": False}}
+    manifest = job_manifest({"name": "x"}, hybrid, 4, tmp_path / "results", epochs=1)
+    assert (manifest["framework"], manifest["ps_shards"]) == (hybrid, 1)
+    assert summarize("downpour", [[{"epoch": 1, "val_accuracy": 0.5, "elapsed_s": 1.0, "samples": 4}]] * 4, 0.8,
+                     params=hybrid)["label"] == "downpour(group_size=2,topology=2x2 workers/1x1 servers) ×4"
+    for bad, field in (("topology:worker_groups=2,workers_per_group=2,server_groups=2,sync_period=4,colocated=false",
+                        "framework.topology.server_groups"),  # separate server groups: no framework yet
+                       ("topology:worker_groups=0,workers_per_group=2", "framework.topology.worker_groups")):
+        with pytest.raises(ConfigError) as caught:
+            parse_frameworks([bad])
+        assert caught.value.errors[0][0] == field, caught.value.errors
