@@ -18,7 +18,9 @@ all counts see the same load on a shared machine; ``--requests`` is per round an
 client). Prints, for one client: latency p50 and p99 of both and their ratio (goal: endpoint p50 within 1.2x);
 for each client count: clips/s of both (all rounds' clips over all rounds' time), their ratio, and the
 endpoint's throughput against its own at one client (goal at 16 clients: at least 1.5x), with that ratio in each
-round; and the endpoint's mean forward batch at each count. The load average is printed at each round.
+round; the endpoint's mean forward batch; and the CPU time a clip cost (user + system, whatever the load): the
+bench's process for the in-process runs, the endpoint's processes (server and feature workers) and the clients'
+(this process) for the endpoint runs. The load average is printed at each round.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 import soundfile as sf
 
 SR = 22050
@@ -109,6 +112,18 @@ def _serve(model: Path, port: int, log: Path) -> subprocess.Popen:
     raise SystemExit("labswarm serve did not answer within 180 s")
 
 
+def _cpu(process: psutil.Process, children: bool = True) -> float:
+    """CPU seconds (user + system) of ``process`` so far, and of its children (the endpoint's feature workers)."""
+    total = 0.0
+    for p in [process, *(process.children(recursive=True) if children else [])]:
+        try:
+            times = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def _passes(http: httpx.Client) -> tuple[int, int]:
     forward = http.get("/v1/models/bench").json()["forward"]
     return forward["passes"], forward["rows"]
@@ -140,6 +155,7 @@ def main(argv: list[str]) -> None:
         predictor = Predictor(model)
         port = free_port()
         process = _serve(model, port, folder / "serve.log")
+        me, server = psutil.Process(), psutil.Process(process.pid)
         https = [httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) for _ in range(max(counts))]
         expected = predictor.predict_file(clip)
 
@@ -151,7 +167,7 @@ def main(argv: list[str]) -> None:
             row = answer.json()["results"][0]
             assert answer.status_code == 200 and row["label"] == expected.label, answer.text
 
-        runs: dict[int, list[tuple[int, list[float], float, list[float], float, int, int]]] = {c: [] for c in counts}
+        runs: dict[int, list[tuple]] = {c: [] for c in counts}
         loads = [os.getloadavg()[0]]
         try:
             for call in (local, remote):  # warm both: first decode, first forward pass, connections
@@ -159,12 +175,16 @@ def main(argv: list[str]) -> None:
             for _ in range(args.rounds):
                 for clients in counts:
                     n = max(args.requests, 2 * clients)
+                    cpu = _cpu(me, False)
                     lat_local, wall_local = _run(clients, n, local)
-                    before = _passes(https[0])
+                    cpu_local = _cpu(me, False) - cpu
+                    before, cpu, cpu_server = _passes(https[0]), _cpu(me, False), _cpu(server)
                     lat_remote, wall_remote = _run(clients, n, remote)
+                    cpu_clients, cpu_server = _cpu(me, False) - cpu, _cpu(server) - cpu_server
                     after = _passes(https[0])
                     runs[clients].append((n, lat_local, wall_local, lat_remote, wall_remote,
-                                          after[0] - before[0], after[1] - before[1]))
+                                          after[0] - before[0], after[1] - before[1],
+                                          cpu_local, cpu_server, cpu_clients))
                 loads.append(os.getloadavg()[0])
         finally:
             for http in https:
@@ -192,10 +212,12 @@ def _report(model: Path, counts: list[int], runs: dict, loads: list[float]) -> N
         remote_rate = n / sum(run[4] for run in runs[clients])
         per_round = ", ".join(f"{run[0] / run[4] / b:.2f}" for run, b in zip(runs[clients], base, strict=True))
         passes, rows = sum(run[5] for run in runs[clients]), sum(run[6] for run in runs[clients])
+        cpu = [1000 * sum(run[i] for run in runs[clients]) / n for i in (7, 8, 9)]
         print(f"throughput, {clients:>2} clients, {n} clips: in-process {local_rate:.2f} clips/s | endpoint "
               f"{remote_rate:.2f} clips/s | endpoint/in-process {remote_rate / local_rate:.2f}x | endpoint vs 1 "
               f"client {remote_rate / base_all:.2f}x (rounds: {per_round}) | mean forward batch "
-              f"{rows / max(passes, 1):.1f} rows")
+              f"{rows / max(passes, 1):.1f} rows | CPU ms a clip: in-process {cpu[0]:.0f}, endpoint's processes "
+              f"{cpu[1]:.0f} + its clients {cpu[2]:.0f}")
 
 
 if __name__ == "__main__":
