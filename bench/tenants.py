@@ -142,27 +142,17 @@ def user(url: str, token: str, name: str, submissions: list[tuple[float, int]], 
 def sessions(url: str, tokens: dict[str, str], names: list[str], count: int, every: float, data: Path,
              record: Record, t0: float, out: list[dict]) -> None:
     """Start ``count`` feature sessions, one every ``every`` s, by ``names`` in turn, each on an experiment of its
-    user's; then wait for each to end (at most 600 s after the last start). ``out``: one ``{user, status,
-    seconds}`` a session (``status`` ``refused``: its start was not a 201)."""
+    user's, polling the started ones meanwhile (once a second) until each has ended, at most 600 s after the last
+    start. ``out``: one ``{user, status, seconds}`` a session, ``seconds`` from its start to the first poll that
+    saw it ended (``status`` ``refused``: its start was not a 201)."""
     started: list[tuple[str, str, float, httpx.Client]] = []
     try:
-        for i in range(count):
-            time.sleep(max(0.0, t0 + i * every - time.monotonic()))
-            name = names[i % len(names)]
-            http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens[name]}"}, timeout=120)
-            experiment = {**manifest(data, data, name, "x", 0)["experiment"], "name": f"feat-{name}-{i}"}
-            experiment["store"] = {"root": str(data.parent / "feature-store")}
-            record.call("register", lambda h=http, e=experiment: h.post("/experiments", json=e))
-            answer = record.call("session", lambda h=http, e=experiment: h.post(
-                f"/experiments/{e['name']}/sessions", json={"launcher": "local", "workers": 1}))
-            if answer is None or answer.status_code != 201:
-                out.append({"user": name, "status": "refused", "seconds": float("nan")})
-                http.close()
-                continue
-            started.append((name, answer.json()["id"], time.monotonic(), http))
-        deadline = time.monotonic() + 600
-        while started and time.monotonic() < deadline:
-            for entry in list(started):
+        i, deadline = 0, t0 + (count - 1) * every + 600
+        while (i < count or started) and time.monotonic() < deadline:
+            if i < count and time.monotonic() >= t0 + i * every:  # the next start is due
+                start_session(url, tokens, names[i % len(names)], i, data, record, started, out)
+                i += 1
+            for entry in list(started):  # the started ones polled meanwhile: their times are theirs
                 name, sid, at, http = entry
                 shown = record.call("show", lambda h=http, s=sid: h.get(f"/sessions/{s}"))
                 if shown is not None and shown.status_code == 200 and shown.json()["status"] not in ("running",
@@ -175,6 +165,23 @@ def sessions(url: str, tokens: dict[str, str], names: list[str], count: int, eve
         for name, _, _, http in started:
             out.append({"user": name, "status": "not ended", "seconds": float("nan")})
             http.close()
+
+
+def start_session(url: str, tokens: dict[str, str], name: str, i: int, data: Path, record: Record,
+                  started: list[tuple[str, str, float, httpx.Client]], out: list[dict]) -> None:
+    """``name`` registers the experiment ``feat-<name>-<i>`` and starts its session with one local worker: added
+    to ``started``, or to ``out`` as ``refused``."""
+    http = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {tokens[name]}"}, timeout=120)
+    experiment = {**manifest(data, data, name, "x", 0)["experiment"], "name": f"feat-{name}-{i}"}
+    experiment["store"] = {"root": str(data.parent / "feature-store")}
+    record.call("register", lambda: http.post("/experiments", json=experiment))
+    answer = record.call("session", lambda: http.post(f"/experiments/{experiment['name']}/sessions",
+                                                      json={"launcher": "local", "workers": 1}))
+    if answer is None or answer.status_code != 201:
+        out.append({"user": name, "status": "refused", "seconds": float("nan")})
+        http.close()
+        return
+    started.append((name, answer.json()["id"], time.monotonic(), http))
 
 
 def all_ended(http: httpx.Client, ids: list[str]) -> bool:
