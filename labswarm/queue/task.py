@@ -15,7 +15,8 @@ sample with the reason. A message of another fingerprint (the experiment was reg
 makes the process fetch the configuration again; if the manager's still differs, the message belongs to a
 session of an older configuration: its sample fails with that reason, never computed with the wrong one. The
 task is idempotent (a sample already in the store is a no-op), so at-least-once delivery gives exactly-once
-results.
+results. The arrays of a multi-sample message are made durable together, one sync for the message
+(:meth:`~labswarm.store.store.FeatureStore.batch`), and its outcomes are reported after that sync.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from celery.exceptions import Reject
 
 from labswarm.client import ManagerClient
 from labswarm.config.experiment import ExperimentConfig
-from labswarm.errors import DatasetError, LabswarmError, ManagerError
+from labswarm.errors import DatasetError, LabswarmError, ManagerError, StoreError
 from labswarm.pipeline.features import FeaturesBlock, SampleResult
 from labswarm.queue.names import TASK_NAME, app_queue, queue_name
 from labswarm.queue.reporter import Reporter
@@ -222,7 +223,8 @@ def compute(task: Task, session_id: str, sample: dict | list, fingerprint: str |
     """The body of the ``labswarm.compute`` task: one sample (a mapping), or several (a list of mappings, computed
     in turn). Returns the outcome's status (``abandoned``: not run, the sample is out of attempts; ``unchecked``:
     not run, the manager could not confirm the configuration; ``rejected``: no sample id to record an outcome
-    for); for several samples, their statuses joined by commas, or ``split`` (see :func:`split`). The sample
+    for); for several samples, their statuses joined by commas, ``split`` (see :func:`split`), or ``unstored``
+    (their arrays could not be made durable together: no outcome, reconciliation publishes them again). The sample
     computed is the experiment's own, rebuilt from its id (:meth:`WorkerState.sample_of`): a message that
     describes it otherwise fails it, not computed.
 
@@ -236,7 +238,21 @@ def compute(task: Task, session_id: str, sample: dict | list, fingerprint: str |
     if delivery.get("redelivered") and len(sample) > 1:
         return split(task, state, session_id, sample, fingerprint)
     redelivered = bool(delivery.get("redelivered"))  # a list of one: as a single-sample message
-    return ",".join(_compute_one(task, state, session_id, one, fingerprint, redelivered) for one in sample)
+    if len(sample) == 1:
+        return _compute_one(task, state, session_id, sample[0], fingerprint, redelivered)
+    # the message's arrays made durable together (one sync, FeatureStore.batch), and only then its outcomes
+    # reported: an outcome never says done for an array not yet on disk
+    held: list[dict] = []
+    store = state.blocks[state.experiment_for(delivery.get("routing_key"))].store
+    try:
+        with store.batch():
+            statuses = [_compute_one(task, state, session_id, one, fingerprint, redelivered, held) for one in sample]
+    except StoreError as exc:  # none of its arrays in place: no outcome, reconciliation publishes them again
+        log.warning("message %s: its %d samples' arrays could not be stored: %s", task.request.id, len(sample), exc)
+        return "unstored"
+    for outcome in held:
+        state.outcomes.add(session_id, outcome)
+    return ",".join(statuses)
 
 
 def split(task: Task, state: WorkerState, session_id: str, samples: list, fingerprint: str | None) -> str:
@@ -277,8 +293,10 @@ def split(task: Task, state: WorkerState, session_id: str, samples: list, finger
 
 
 def _compute_one(task: Task, state: WorkerState, session_id: str, sample: Any, fingerprint: str | None,
-                 redelivered: bool) -> str:
-    """Compute one sample of a message and queue its outcome; returns its status (see :func:`compute`)."""
+                 redelivered: bool, held: list[dict] | None = None) -> str:
+    """Compute one sample of a message and queue its outcome for the reporter, or append it to ``held`` (the
+    caller reports it later); returns its status (see :func:`compute`)."""
+    report = held.append if held is not None else (lambda outcome: state.outcomes.add(session_id, outcome))
     if not isinstance(sample, dict) or not isinstance(sample.get("id"), str):
         log.warning("message %s: a sample dropped: it has no id", task.request.id)  # no sample to fail
         return "rejected"
@@ -298,13 +316,12 @@ def _compute_one(task: Task, state: WorkerState, session_id: str, sample: Any, f
         return "unchecked"
     own = state.sample_of(name, sample) if stale is None else stale
     if isinstance(own, str):
-        state.outcomes.add(session_id, {"sample_id": sample["id"], "status": "failed", "reason": own,
-                                        "seconds": 0.0, "finished_at": time.time()})
+        report({"sample_id": sample["id"], "status": "failed", "reason": own, "seconds": 0.0,
+                "finished_at": time.time()})
         return "failed"
     result = run_sample(state.blocks[name], own)
-    state.outcomes.add(session_id, {"sample_id": result.sample_id, "status": result.status,
-                                    "reason": result.reason, "seconds": round(result.seconds, 4),
-                                    "finished_at": time.time()})
+    report({"sample_id": result.sample_id, "status": result.status, "reason": result.reason,
+            "seconds": round(result.seconds, 4), "finished_at": time.time()})
     return result.status
 
 

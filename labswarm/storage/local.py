@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -61,21 +64,77 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot write {final}: a folder of that name holds other objects")
         prefix = f".{final.name}."
         tmp = final.parent / f"{prefix}{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp"
+        deferred = _DEFERRED.get((id(self), threading.get_ident())) if self.config.fsync else None
+        kept = False
         try:
             with open(tmp, "wb") as handle:
                 fill(handle)
                 handle.flush()
-                if self.config.fsync:
+                if self.config.fsync and deferred is None:
                     os.fsync(handle.fileno())
-            os.replace(tmp, final)
-        except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ESTALE) and final.is_file():
-                return  # a concurrent writer of this key removed our temporary file (below): its object won
-            raise
+            if deferred is not None:  # synced and put in place at the end of the batch (deferred_sync)
+                deferred.append((tmp, final))
+                kept = True
+                return
+            _place(tmp, final)
         finally:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-        _remove_leftovers(final.parent, prefix)
+            if not kept:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+
+    @contextlib.contextmanager
+    def deferred_sync(self) -> Iterator[None]:
+        """Make the writes of this thread inside the block durable together, at its end: each object is written
+        to its temporary file as usual but not fsynced; at the block's end one ``syncfs(2)`` of the filesystem
+        (Linux; elsewhere an fsync of each file) makes them all durable, then each is renamed into place. So an
+        object appears under its name only once its bytes are on disk, as with a write outside a block, and a
+        batch of N small objects costs one flush of the filesystem's journal instead of N (the feature store's
+        per-array fsync was ~1.2 ms of a trivial task's ~2.3 ms at 8 samples per message, issue 27).
+
+        Until the block ends, its objects are not readable under their names (a reader finds them missing). A
+        process killed inside the block leaves their temporary files (removed by the next write of each object)
+        and none of them in place. Without ``fsync`` in the config, or nested, the block changes nothing.
+        ``syncfs`` also writes out the other dirty data of that filesystem (other processes' writes): on a disk
+        busy with large writes, a batch may wait for those too.
+
+        Raises:
+            StorageError: (at the block's end) the sync or a rename failed; the objects not yet in place are
+                removed, none is left half-written.
+        """
+        key = (id(self), threading.get_ident())
+        if not self.config.fsync or key in _DEFERRED:
+            yield
+            return
+        pending: list[tuple[Path, Path]] = []
+        _DEFERRED[key] = pending
+        try:
+            yield
+        finally:
+            del _DEFERRED[key]
+            self._commit(pending)
+
+    def _commit(self, pending: list[tuple[Path, Path]]) -> None:
+        """Sync the temporary files of ``pending`` (``(temporary, final)`` paths), then put each in place."""
+        if not pending:
+            return
+        placed = 0
+        try:
+            if not _syncfs(pending[0][0].parent):
+                for tmp, _ in pending:
+                    fd = os.open(tmp, os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+            for tmp, final in pending:
+                _place(tmp, final)
+                placed += 1
+        except OSError as exc:
+            for tmp, _ in pending[placed:]:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+            raise StorageError(f"cannot write {len(pending) - placed} objects under {self.config.path}: "
+                               f"{exc.strerror or exc}") from exc
 
     def _put_bytes(self, full: str, data: bytes) -> None:
         self._write(full, lambda handle: handle.write(data))
@@ -145,6 +204,52 @@ class LocalStorage(Storage):
         if not os.access(existing, os.W_OK | os.X_OK):
             what = "folder" if existing == path else f"nearest existing parent {existing}"
             raise StorageError(f"{path}: the {what} is not writable")
+
+
+#: The batches of :meth:`LocalStorage.deferred_sync` under way: ``(id(storage), thread id)`` -> the writes waiting
+#: for the batch's sync (kept here, not on the storage, which stays picklable).
+_DEFERRED: dict[tuple[int, int], list[tuple[Path, Path]]] = {}
+
+
+@functools.cache
+def _syncfs_call() -> Callable[[int], int] | None:
+    """libc's ``syncfs`` (Linux >= 2.6.39), or ``None`` where there is none."""
+    try:
+        call = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    call.argtypes, call.restype = [ctypes.c_int], ctypes.c_int
+    return call
+
+
+def _syncfs(folder: Path) -> bool:
+    """``syncfs(2)`` of the filesystem that holds ``folder``; ``False`` where the call does not exist.
+
+    Raises:
+        OSError: the call failed (e.g. EIO: the data could not be written).
+    """
+    call = _syncfs_call()
+    if call is None:
+        return False
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        if call(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(folder))
+    finally:
+        os.close(fd)
+    return True
+
+
+def _place(tmp: Path, final: Path) -> None:
+    """Rename the written temporary file ``tmp`` to ``final`` (atomic), then remove earlier leftovers of it."""
+    try:
+        os.replace(tmp, final)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ESTALE) and final.is_file():
+            return  # a concurrent writer of this key removed our temporary file (below): its object won
+        raise
+    _remove_leftovers(final.parent, f".{final.name}.")
 
 
 def _remove_leftovers(folder: Path, prefix: str) -> None:

@@ -204,6 +204,26 @@ class FeatureStore:
         list(self._fetcher[1].map(one, missing))
         return len(missing)
 
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """The :meth:`put` calls of this thread inside the block made durable together at its end, with one sync
+        instead of one per array, where the store is a local folder (:meth:`LocalStorage.deferred_sync`: an array
+        appears under its key only once its bytes are on disk; until the block ends the arrays written inside are
+        not found). Elsewhere (an object store) it changes nothing.
+
+        Raises:
+            StoreError: (at the end) the sync or a rename failed; the block's arrays not yet in place are removed
+                (those placed before the failure were synced first).
+        """
+        if not isinstance(self.storage, LocalStorage):
+            yield
+            return
+        try:
+            with self.storage.deferred_sync():
+                yield
+        except StorageError as exc:
+            raise StoreError(str(exc)) from exc
+
     def put(self, key: str, array: np.ndarray) -> None:
         """Store ``array`` under ``key`` atomically (an existing entry is replaced by equal values).
 
