@@ -143,10 +143,12 @@ class FeaturesBlock:
             ex.output_name: ex(y, sr, spectra) for ex in self.extractors if only is None or ex.output_name in only
         }
 
-    def is_cached(self, sample: Sample) -> bool:
-        """Whether every feature of ``sample`` is in the store (``False`` when its keys cannot be derived)."""
+    def is_cached(self, sample: Sample, *, strict: bool = False) -> bool:
+        """Whether every feature of ``sample`` is in the store (``False`` when its keys cannot be derived). On a
+        remote store the answer comes from a listing (:attr:`present`): an array written since may read as
+        missing, unless ``strict`` (then each key the listing lacks is asked of the store)."""
         try:
-            return all(self.present.contains(k) for k in self.keys(sample).values())
+            return all(self.present.contains(k, strict=strict) for k in self.keys(sample).values())
         except LabswarmError:
             return False
 

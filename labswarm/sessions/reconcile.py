@@ -134,7 +134,7 @@ def _settle(runner: Publisher, block: FeaturesBlock, samples: list[Sample],
     exhausted: list[str] = []
     again: list[Sample] = []
     for sample in samples:
-        if block.is_cached(sample):
+        if block.is_cached(sample, strict=True):  # strict: one computed since the store's listing is done
             found.append(sample.id)
         elif attempts[sample.id] >= max_attempts:
             exhausted.append(sample.id)

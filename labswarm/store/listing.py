@@ -6,11 +6,12 @@ count the cached ones). On a local store that is a ``stat``; on an object store 
 lists the store's keys once (one ``LIST`` request per 1,000 entries) and answers from that set.
 
 Staleness is safe either way for the content-addressed store: a key written by another worker after the listing
-reads as missing, so it is computed again and its equal bytes replace the stored ones (an atomic put); a key
-this process writes is added to the set. A key removed after the listing (``labswarm store gc`` removes only keys
-no registered experiment references, never a running session's) would read as present until the listing is
-renewed, every :data:`TTL_S` seconds. On a local store :class:`KeyListing` asks the store each time (a listing
-walks 65,536 shard folders: far dearer than a few ``stat`` calls).
+reads as missing, so it is computed again and its equal bytes replace the stored ones (an atomic put); a key this
+process writes is added to the set; a caller for whom a false "missing" is not harmless asks ``strict`` (a key
+missing from the listing is then asked of the store). A key removed after the listing (``labswarm store gc``
+removes only keys no registered experiment references, never a running session's) would read as present until
+the listing is renewed, every :data:`TTL_S` seconds. On a local store :class:`KeyListing` asks the store each
+time (a listing walks 65,536 shard folders: far dearer than a few ``stat`` calls).
 """
 
 from __future__ import annotations
@@ -44,8 +45,14 @@ class KeyListing:
         self._keys: set[str] = set()
         self._at = -float("inf")
 
-    def contains(self, key: str) -> bool:
+    def contains(self, key: str, *, strict: bool = False) -> bool:
         """Whether ``key`` is stored (as of the current listing, when listed).
+
+        Args:
+            key: a feature key.
+            strict: a key the listing does not hold is asked of the store (one request): for a caller to whom a
+                key written since the listing must not read as missing (a session's reconciliation marks a
+                sample failed when its arrays are missing and its attempts are spent).
 
         Raises:
             StoreError: the store cannot be read or listed, or ``key`` is invalid.
@@ -57,7 +64,12 @@ class KeyListing:
         if now - self._at > self.ttl_s:
             self._keys, self._at = set(self.store.keys()), now
             self.listings += 1
-        return key in self._keys
+        if key in self._keys:
+            return True
+        if strict and self.store.contains(key):
+            self._keys.add(key)
+            return True
+        return False
 
     def added(self, key: str) -> None:
         """``key`` was just stored by this process."""

@@ -42,6 +42,14 @@ def test_workers_on_s3_list_the_store_once_instead_of_a_head_per_key(tone_datase
     counts = _requests(other)
     assert [other.process(s).status for s in samples] == ["cached"] * len(samples)
     assert counts == {"ListObjectsV2": 1}, counts
+    # an array written after the listing reads as missing, except to a strict question (one HEAD)
+    late = FeaturesBlock(config)
+    late.present.contains("0" * 40)  # its listing, before the arrays below exist
+    fresh = list(iter_samples(config))[4]
+    assert worker.process(fresh).status == "computed"
+    counts = _requests(late)
+    assert not late.is_cached(fresh) and counts == {}
+    assert late.is_cached(fresh, strict=True) and counts == {"HeadObject": 2}, counts
     # a key removed after the listing reads as present until the listing is renewed (ttl); then recomputed
     other.store.delete(results[0].keys["mel"])
     assert other.is_cached(samples[0])
