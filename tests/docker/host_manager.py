@@ -71,7 +71,7 @@ class HostManager:
             swarm_image=image, swarm_network="host", swarm_manager_url=self.url,
             swarm_data_volume=str(shared), swarm_data_target=str(shared), swarm_stop_grace=15.0)
         self.secrets_before = secrets()
-        self.server = EmbeddedServer(create_app(self.settings), port=self.port).start()
+        self.serve()
         self.client = ManagerClient(self.url, TOKEN, timeout=60.0)
         self.client.post_experiment(experiment_dict(
             self.data, self.store, name=self.name,
@@ -81,6 +81,13 @@ class HostManager:
             features=[{"name": "mel"}, {"name": "mfcc"}]))
         self.total = 3 * tones
         self.session_id: str | None = None
+
+    def serve(self) -> None:
+        """Start the manager: here the embedded server in this process (a subclass may run it elsewhere)."""
+        self.server = EmbeddedServer(create_app(self.settings), port=self.port).start()
+
+    def stop_serving(self) -> None:
+        self.server.stop()
 
     # the session
     def start(self, workers: int) -> dict[str, Any]:
@@ -127,15 +134,17 @@ class HostManager:
         """``n`` containers running and ``n`` consumers on the queue (each container: one worker, 1 process)."""
         wait_for(f"{n} containers of {self.service} running (now {len(self.containers())})",
                  lambda: len(self.containers()) == n, timeout, interval=1.0)
-        wait_for(f"{n} consumers on {queue_name(self.name)} (now {self.consumers()})",
-                 lambda: self.consumers() == n, timeout, interval=1.0)
+        try:
+            wait_for(f"{n} consumers on {queue_name(self.name)}", lambda: self.consumers() == n, timeout, interval=1.0)
+        except pytest.fail.Exception as exc:  # what the workers said, and each task's state
+            pytest.fail(f"{exc} (now {self.consumers()})\n{self.logs()}\n{task_states(self.service)}")
 
     def service_gone(self) -> bool:
         return docker("service", "inspect", self.service, check=False).returncode != 0
 
     def logs(self) -> str:
         """The service's last log lines (for failure messages)."""
-        done = docker("service", "logs", "--tail", "40", "--no-task-ids", self.service, check=False, timeout=60)
+        done = docker("service", "logs", "--tail", "60", self.service, check=False, timeout=60)
         return f"--- docker service logs {self.service}\n{done.stdout[-6000:]}{done.stderr[-2000:]}"
 
     # the checks
@@ -180,7 +189,7 @@ class HostManager:
                 "ps", "-aq", "--filter", f"label=com.docker.swarm.service.name={self.service}").stdout.strip(), 120)
         finally:
             self.client.close()
-            self.server.stop()
+            self.stop_serving()
             delete_queue(BROKER, queue_name(self.name))
             for _ in range(60):  # a secret in use by a task being removed is refused for a while
                 made = secrets() - self.secrets_before
