@@ -9,6 +9,8 @@ shared: the load average is printed):
 - reads, one thread (a learner's step or one prefetch producer): local (``get``, read whole), s3 uncached (every
   read a request), s3 through the cache cold (emptied before the round: every read a request plus a local
   write) and warm (every read a local file);
+- reads through a cold cache as a streaming learner reads: each 32-array chunk first fetched with 8 requests at
+  once (``FeatureStore.fetch``), then memory-mapped;
 - pull: ``labswarm store pull``'s path (``CachedStorage.warm``, 8 threads) into an empty cache.
 
     .venv/bin/python bench/store_scale.py [--arrays N] [--rounds R] [--endpoint URL]
@@ -16,7 +18,9 @@ shared: the load average is printed):
     .venv/bin/python bench/store_scale.py --features examples/music_speech_noise.yml [--clips N] [--rounds R]
 
 The second form measures a distributed learner's training inputs (labswarm/train/distributed/data.py) on a
-computed store: features kept in memory against streamed from the store (memory kept, ``batch()`` samples/s).
+computed store: features kept in memory against streamed from the store (memory kept, ``batch()`` samples/s),
+then the learner's training steps (the experiment's model and optimizer, one learner on a real TCPStore cursor):
+in memory, streamed reading each chunk in its step, streamed with the next chunk read ahead (steps.py).
 The third, feature computation (the local runner, 2 processes) writing to a local store against writing to s3.
 
 The endpoint defaults to moto's server on :9000 (``bash .ci/s3``; any credentials); a bucket is made and removed.
@@ -37,6 +41,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +50,9 @@ from labswarm.store import FeatureStore
 
 SHAPE = (128, 431)  #: the demo set's mel array
 DOCUMENTS_SAMPLES = 100_000 * 9  #: the source documents' workload: ~100k clips x 9 augmentations
+#: Extra passes of local and warm-cache reads per round (a pass of a few hundred arrays lasts ~0.1 s: one
+#: descheduling on a loaded machine would swing a single pass's rate)
+LOCAL_PASSES = 10
 
 
 def rate(n: int, call: Callable[[], None]) -> float:
@@ -86,6 +94,65 @@ def learner(experiment: str, steps: int, rounds: int) -> None:
     base = statistics.median(rates["in memory"])
     for name, values in rates.items():
         print(f"  batch() {name:10s} {statistics.median(values):7.0f} samples/s  "
+              f"{statistics.median(values) / base:5.2f}x in memory")
+    training_steps(config, variants, steps, rounds)
+
+
+def training_steps(config: Any, variants: dict[str, Any], steps: int, rounds: int) -> None:
+    """A learner's training steps (labswarm/train/distributed/steps.py: claim a chunk of the global cursor, read
+    its crops, the experiment's model forward and backward with its optimizer, mark the chunk done), one learner
+    on a real TCPStore, ``steps`` 32-sample steps a round: in memory, streamed reading each chunk in its step, and
+    streamed with the next chunk claimed and read ahead; samples/s, ``rounds`` interleaved rounds."""
+    from datetime import timedelta
+
+    import torch
+    from torch.distributed import TCPStore
+
+    from labswarm.train.distributed.context import LearnerContext
+    from labswarm.train.distributed.cursor import GlobalCursor
+    from labswarm.train.distributed.record import ChunkRecord
+    from labswarm.train.distributed.steps import CursorSteps
+    from labswarm.train.distributed.training import DistributedTraining
+    from labswarm.train.models.base import Model, feature_bins
+    from labswarm.train.optim import build_optimizer
+
+    torch.set_num_threads(1)
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+    classes = len(variants["in memory"].classes)
+    model = Model.from_spec(config.model).build(feature_bins(config, config.model.input), classes)
+    optimizer = build_optimizer(torch, model.parameters(), config.training)
+    record = Path(tempfile.mkdtemp(prefix="store-scale-steps-")) / "chunks.jsonl"
+    forms = {"in memory": (variants["in memory"], False), "streamed, read in the step": (variants["streamed"], False),
+             "streamed, read ahead": (variants["streamed"], True)}
+    rates: dict[str, list[float]] = {}
+    epoch = 100
+    for r in range(rounds):
+        for name, (samples, ahead) in (forms.items() if r % 2 == 0 else reversed(forms.items())):
+            epoch += 1
+            learner = DistributedTraining({"name": "allreduce"}, LearnerContext(rank=0, world_size=1))
+            learner.cursor = GlobalCursor(store, len(samples.positions), 32, owner=f"0:1:{epoch}")
+            learner.samples = samples
+            loop = CursorSteps(learner, torch, epoch, "cpu", None)
+            if not ahead and loop.reader is not None:
+                loop.reader.close()
+                loop.reader = None
+            started = time.perf_counter()
+            with ChunkRecord(record, learner.cursor.owner) as loop.trained:
+                for _ in range(steps):
+                    batch = loop.before_step(False)
+                    assert batch is not None
+                    optimizer.zero_grad()
+                    torch.nn.functional.cross_entropy(model(batch[0]), batch[1]).backward()
+                    optimizer.step()
+                    loop.after_step()
+                loop.before_step(True)
+            loop.close()
+            rates.setdefault(name, []).append(32 * steps / (time.perf_counter() - started))
+        print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:.1f}" for n, v in rates.items())
+              + f" samples/s, load {os.getloadavg()[0]:.1f}", flush=True)
+    base = statistics.median(rates["in memory"])
+    for name, values in rates.items():
+        print(f"  training steps, {name:27s} {statistics.median(values):6.1f} samples/s  "
               f"{statistics.median(values) / base:5.2f}x in memory")
 
 
@@ -174,6 +241,13 @@ def main() -> None:
             shutil.rmtree(work / "cache" / "objects", ignore_errors=True)
             (work / "cache" / ".usage.json").unlink(missing_ok=True)
 
+        def chunked_cold_reads() -> None:  # a streaming learner's path: a chunk fetched 8 at once, then read
+            for i in range(0, len(keys), 32):
+                chunk = keys[i:i + 32]
+                cached.fetch(chunk)
+                for k in chunk:
+                    float(cached.get(k, mmap=True)[0, 0])
+
         def pull() -> None:
             with ThreadPoolExecutor(8) as pool:
                 list(pool.map(lambda k: cache.warm(cached.relpath(k)), keys))
@@ -185,6 +259,11 @@ def main() -> None:
             for name, call in (("read local", reads(local)), ("read s3 uncached", reads(direct)),
                                ("read s3 cache cold", reads(cached)), ("read s3 cache warm", reads(cached))):
                 rates.setdefault(name, []).append(rate(len(keys), call))
+            for _ in range(LOCAL_PASSES):  # local and warm reads take ~0.1 s a pass: more passes, alternated
+                for name, call in (("read local", reads(local)), ("read s3 cache warm", reads(cached))):
+                    rates[name].append(rate(len(keys), call))
+            empty_cache()
+            rates.setdefault("read s3 cold, fetch 32x8", []).append(rate(len(keys), chunked_cold_reads))
             empty_cache()
             rates.setdefault("pull (8 threads)", []).append(rate(len(keys), pull))
             print(f"round {r + 1}/{args.rounds} done, load {os.getloadavg()[0]:.1f}", flush=True)
