@@ -326,7 +326,7 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
     with contextlib.ExitStack() as stack:
         if manager_url is None:
             manager_url, token = stack.enter_context(embedded_manager(
-                workdir / "manager", [*experiment_folders(config), workdir], max(counts)))
+                workdir / "manager", [*experiment_folders(config), workdir], max(n for n, _ in runs)))
         client = stack.enter_context(JobsClient(manager_url, token))
         rows = []
         for (n, fw), manifest in zip(runs, manifests, strict=True):
