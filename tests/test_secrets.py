@@ -213,8 +213,8 @@ def test_no_endpoint_answers_a_secret(tmp_path: Path, caplog: pytest.LogCaptureF
         for path, operations in paths.items():
             if "get" not in operations or path.endswith("/events"):
                 continue
-            for ids in ({"name": "tones", "session_id": session_id, "job_id": "none", "job": "none"},
-                        {"name": "nope", "session_id": "nope", "job_id": "nope", "job": "nope"}):
+            for ids in ({"name": "tones", "session_id": session_id, "job_id": "none", "job": "none", "user": "alice"},
+                        {"name": "nope", "session_id": "nope", "job_id": "nope", "job": "nope", "user": "no pe"}):
                 response = http.get(path.format(**ids))
                 assert response.status_code < 500, (path, response.text)
                 texts.append(response.text)
