@@ -88,7 +88,8 @@ class FeaturePool:
     """``workers`` processes computing the model inputs of audio files.
 
     Args:
-        workers: processes (at least 1); started on the first :meth:`submit` or by :meth:`warm`.
+        workers: processes (at least 1); the pool (its queues, its processes) is made on the first :meth:`submit`
+            or by :meth:`warm`: a manager that predicts nothing starts nothing.
 
     Attributes:
         pids: the processes that computed inputs so far (none of them this one).
@@ -103,7 +104,7 @@ class FeaturePool:
         self.restarts = 0
         self._lock = threading.Lock()
         self._specs: weakref.WeakKeyDictionary[Inputs, tuple[str, bytes]] = weakref.WeakKeyDictionary()
-        self._executor = self._new()
+        self._executor: ProcessPoolExecutor | None = None
 
     def _new(self) -> ProcessPoolExecutor:
         # spawn: the server's process runs threads (uvicorn's, torch's), which a fork would copy mid-state
@@ -117,13 +118,14 @@ class FeaturePool:
             spec = self._specs.get(inputs)
             if spec is None:
                 spec = self._specs[inputs] = (uuid.uuid4().hex, pickle.dumps(inputs))
+            executor = self._executor = self._executor or self._new()
             try:
-                inner = self._executor.submit(_compute, *spec, str(path))
+                inner = executor.submit(_compute, *spec, str(path))
             except BrokenProcessPool:  # a worker died: the pool is unusable, start another
-                self._executor.shutdown(wait=False, cancel_futures=True)
-                self._executor = self._new()
+                executor.shutdown(wait=False, cancel_futures=True)
+                executor = self._executor = self._new()
                 self.restarts += 1
-                inner = self._executor.submit(_compute, *spec, str(path))
+                inner = executor.submit(_compute, *spec, str(path))
         outer: Future[list[np.ndarray]] = Future()
         inner.add_done_callback(lambda done: self._settle(done, outer))
         return outer
@@ -144,11 +146,12 @@ class FeaturePool:
         """Start every worker now and wait until each is ready, so that the first files wait for no process
         start (a few seconds each: the feature libraries' imports). Returns their process ids."""
         with self._lock:
-            executor = self._executor
+            executor = self._executor = self._executor or self._new()
         pending = [executor.submit(_ready) for _ in range(self.workers)]  # none idle yet: one process each
         return {p.result() for p in pending}
 
     def close(self) -> None:
         """End the workers (files in progress fail with ``CancelledError``)."""
         with self._lock:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
