@@ -82,7 +82,8 @@ class PolicyStore:
     def set(self, user: str, weight: float | None, quotas: dict[str, int | None], by: str) -> Policy:
         """Replace the admin's overrides of ``user`` by ``weight`` (``None``: not overridden) and ``quotas`` (the
         quotas overridden, by name; ``None`` as a value lifts that quota); write them to the database, then apply
-        them. Returns the user's policy now.
+        them. Nothing set (``weight`` ``None`` and no quota) is :meth:`clear`: no empty row is stored, and the user
+        is listed only when a policy of their own remains. Returns the user's policy now.
 
         Raises:
             ValueError: an unknown quota name, a negative quota or a weight <= 0 (the API validates first).
@@ -91,6 +92,8 @@ class PolicyStore:
             raise ValueError(f"unknown quotas {unknown}: one of {sorted(QUOTAS)}")
         if any(v is not None and v < 0 for v in quotas.values()) or (weight is not None and weight <= 0):
             raise ValueError("quotas must be >= 0 and the weight > 0")
+        if weight is None and not quotas:
+            return self.clear(user)
         with self._lock:
             overrides = self._load()
             with self._db() as db:

@@ -109,9 +109,11 @@ def test_an_admin_sets_a_user_s_quotas_and_they_hold_at_once_and_after_a_restart
         still = alice.post("/v1/jobs", json=queued)
         cleared = root.delete("/v1/quotas/alice")
         after = alice.post("/v1/jobs", json=queued)
+        set_nothing = root.put("/v1/quotas/bob", json={})  # replaces with nothing: no policy of bob's stored
         listed = root.get("/v1/quotas").json()
         alice.close()
         root.close()
+    assert set_nothing.status_code == 200 and set_nothing.json()["overrides"] == {"weight": None, "quotas": {}}
     assert kept["overrides"]["quotas"] == {"queued_jobs": 1, "workers": 1} and kept["weight"] == 3, kept
     assert still.status_code == 429, still.text
     assert cleared.status_code == 200 and cleared.json()["quotas"]["queued_jobs"] == 5, cleared.text
