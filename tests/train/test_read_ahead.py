@@ -58,3 +58,22 @@ def test_a_streaming_learner_reads_the_next_chunk_ahead_and_gives_it_back_at_a_h
     assert not [v for v in passes if v.startswith("L|")]
     assert sorted(i for i, v in enumerate(passes) if v == "D|0:1:1") == sorted(trained)
     assert passes.count("D|1:1:2") == 3 and passes.count("") == 3  # every other chunk free for the resume
+
+
+def test_an_asynchronous_learner_gives_back_the_chunk_read_ahead_when_it_stops(three_classes: Path,
+                                                                               tmp_path: Path) -> None:
+    config = parse_experiment(training_experiment(three_classes, tmp_path / "store", pipeline=LEARNER_PIPELINE))
+    streamed = TrainingSamples(config, Pipeline(config, split="train"), "mel", keep_bytes=0)
+    streamed.load()
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
+    learner = DistributedTraining({"name": "distributed_hogwild"}, LearnerContext(rank=0, world_size=2))
+    assert not learner.lockstep
+    learner.cursor, learner.samples = GlobalCursor(store, 36, 4, owner="0:1:1"), streamed
+    steps = CursorSteps(learner, torch, 0, "cpu", None)
+    with ChunkRecord(tmp_path / "chunks.jsonl", "0:1:1") as steps.trained:
+        for _ in range(2):
+            assert steps.before_step(False) is not None and steps.after_step()
+        assert steps.before_step(True) is None and steps.halted
+    steps.close()
+    passes = learner.cursor.state_dict()["passes"][0]
+    assert passes.count("D|0:1:1") == 2 and passes.count("") == 7  # the chunk read ahead is free again
