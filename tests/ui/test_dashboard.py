@@ -270,7 +270,9 @@ def test_the_job_page_draws_a_point_per_epoch_and_follows_the_log(page, served: 
     from playwright.sync_api import expect
 
     epochs = 3
-    job = served.m.submit(tiny_manifest(served.root, epochs=epochs))
+    manifest = tiny_manifest(served.root, epochs=5)  # no loss improves by 100: a plateau at 3, the last epoch
+    manifest["training"]["early_stopping"] = {"metric": "train_loss", "patience": 2, "min_delta": 100.0}
+    job = served.m.submit(manifest)
     page.goto(f"/ui/jobs/{job['id']}")
     for epoch in range(1, epochs + 1):  # the curve gains one point per epoch, as the epochs end
         wait_points(page, "curves", epoch)
@@ -285,6 +287,9 @@ def test_the_job_page_draws_a_point_per_epoch_and_follows_the_log(page, served: 
     page.wait_for_function("() => Number(document.getElementById('log').dataset.lines) > 0")
     logs = served.m.http.get(f"/v1/jobs/{job['id']}/logs", params={"pagesize": 5000}).json()["lines"]
     assert logs and logs[-1]["line"] in page.inner_text("#log")
+    expect(page.locator("#log")).to_contain_text("[plateau] epoch 3: train_loss has not improved for 2 epoch(s); "
+                                                 "best", timeout=WAIT_MS)  # the job's plateau event, in its log
+    assert "at epoch 1; early stop" in page.inner_text("#log")
     expect(page.locator("#attempts tbody tr")).to_have_count(1)
     screenshot(page, "job")
     # the downloads are plain links on the login cookie

@@ -1,5 +1,5 @@
-// Training-job page: follows GET /v1/jobs/{id}/events (status, log, metric, progress, attempt, checkpoint) from
-// the start.
+// Training-job page: follows GET /v1/jobs/{id}/events (status, log, metric, progress, attempt, checkpoint,
+// plateau) from the start.
 "use strict";
 (() => {
   const root = document.getElementById("job");
@@ -183,6 +183,12 @@
   stream.addEventListener("log", (event) => addLog(JSON.parse(event.data).line || ""));
   stream.addEventListener("metric", (event) => addMetric(JSON.parse(event.data)));
   stream.addEventListener("progress", (event) => addProgress(JSON.parse(event.data)));
+  stream.addEventListener("plateau", (event) => { // the watched metric stopped improving (training.early_stopping)
+    const d = JSON.parse(event.data);
+    addLog(`[plateau] epoch ${d.epoch}: ${d.metric} has not improved for ${d.epochs_without_improvement} ` +
+           `epoch(s); best ${Number(d.best).toPrecision(4)} at epoch ${d.best_epoch}` +
+           (d.early_stop ? "; early stop: the job ends with that epoch's model" : ""));
+  });
   stream.addEventListener("attempt", refreshSoon);
   stream.addEventListener("checkpoint", refreshSoon);
   stream.onerror = () => {
