@@ -94,7 +94,9 @@ def parse_frameworks(specs: Sequence[str]) -> list[dict[str, Any]]:
 
 def topology_spec(topology: Mapping[str, Any]) -> dict[str, Any]:
     """The framework spec of a topology given alone: the framework that runs it, the parameters it implies
-    (``group_size``, ``sync_period``) and the topology (:func:`labswarm.config.topology.implementing`).
+    (``group_size``, ``sync_period``), the keys that are not topology fields (that framework's parameters:
+    ``timeout_s``, ``n_fetch``; validated with the job) and the topology
+    (:func:`labswarm.config.topology.implementing`).
 
     Raises:
         ConfigError: an invalid topology, or one no framework runs yet; the field named under
@@ -105,6 +107,8 @@ def topology_spec(topology: Mapping[str, Any]) -> dict[str, Any]:
     from labswarm.config.topology import Topology, implementing
     from labswarm.plugin import field_errors
 
+    parameters = {k: v for k, v in topology.items() if k not in Topology.model_fields}  # timeout_s=300, n_fetch=2
+    topology = {k: v for k, v in topology.items() if k in Topology.model_fields}
     try:
         resolved = Topology.model_validate(dict(topology))
     except ValidationError as exc:
@@ -114,7 +118,8 @@ def topology_spec(topology: Mapping[str, Any]) -> dict[str, Any]:
         name, implied = implementing(resolved)
     except ConfigError as exc:
         raise ConfigError([(f"framework.{path}", why) for path, why in exc.errors]) from None
-    return {"name": name, **{k: v for k, v in implied.items() if v is not None}, "topology": dict(topology)}
+    return {"name": name, **{k: v for k, v in implied.items() if v is not None}, **parameters,
+            "topology": dict(topology)}
 
 
 def topology_learners(framework: Mapping[str, Any]) -> int | None:

@@ -114,9 +114,11 @@ def test_command_line_specs() -> None:
 def test_a_topology_is_compared_with_its_own_learners_and_a_bad_one_names_its_field(tmp_path: Path) -> None:
     """Issue 23 item 4: ``topology:...`` resolves to the framework that runs it; its job has the topology's learners
     and shards; one no framework runs, or an invalid one, is refused naming the field under framework.topology."""
-    [hybrid] = parse_frameworks(["topology:worker_groups=2,workers_per_group=2,colocated=false"])
+    [hybrid, timed] = parse_frameworks(["topology:worker_groups=2,workers_per_group=2,colocated=false",
+                                        "topology:worker_groups=2,workers_per_group=2,colocated=false,timeout_s=300"])
     assert hybrid == {"name": "downpour", "group_size": 2,
                       "topology": {"worker_groups": 2, "workers_per_group": 2, "colocated": False}}
+    assert timed == {**hybrid, "timeout_s": 300}  # a key that is no topology field is the framework's parameter
     manifest = job_manifest({"name": "x"}, hybrid, 4, tmp_path / "results", epochs=1)
     assert (manifest["framework"], manifest["ps_shards"]) == (hybrid, 1)
     assert summarize("downpour", [[{"epoch": 1, "val_accuracy": 0.5, "elapsed_s": 1.0, "samples": 4}]] * 4, 0.8,
