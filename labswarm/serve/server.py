@@ -103,7 +103,10 @@ class ModelServer:
             return list(await asyncio.gather(*(self._file(served, upload, folder / f"{i}{_suffix(upload.name)}",
                                                           top) for i, upload in enumerate(uploads))))
         finally:
-            self.files.submit(shutil.rmtree, folder, ignore_errors=True)  # not awaited: the answer waits for none
+            try:
+                self.files.submit(shutil.rmtree, folder, ignore_errors=True)  # not awaited: the answer waits for none
+            except RuntimeError:  # the server is closing: its threads take no more work
+                shutil.rmtree(folder, ignore_errors=True)
 
     async def _file(self, served: Served, upload: Upload, path: Path, top: int | None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
