@@ -43,9 +43,16 @@ from labswarm.deploy.resource_limits import memory_limit_env, pick_cores
 
 
 class LocalLearners(LearnerLauncher):
-    """Starts, watches and stops learner processes on this machine."""
+    """Starts, watches and stops learner processes on this machine.
+
+    Attributes:
+        place: where each learner runs: called with the launch, the learner's command line (argv) and environment,
+            it returns the command line to start instead (``labswarm compare --hosts``:
+            :mod:`labswarm.compare.hosts`, the learner on another host); ``None``: here.
+    """
 
     def __init__(self) -> None:
+        self.place: Callable[[LearnerLaunch, list[str], dict[str, str]], list[str]] | None = None
         self._children: dict[int, subprocess.Popen] = {}
         self._cores: dict[int, list[int]] = {}  # the cores each child learner is pinned to
 
@@ -71,8 +78,10 @@ class LocalLearners(LearnerLauncher):
         env.update(memory_limit_env(launch.resources, env))  # the learner limits itself once imported
         launch.out.parent.mkdir(parents=True, exist_ok=True)
         with open(launch.out, "ab") as handle:
-            process = subprocess.Popen([sys.executable, "-m", "labswarm.jobs.learner.entry", str(launch.spec_path)],
-                                       stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            argv = [sys.executable, "-m", "labswarm.jobs.learner.entry", str(launch.spec_path)]
+            if self.place is not None:
+                argv = self.place(launch, argv, env)
+            process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                        env=env, start_new_session=True)
         self._children[process.pid] = process
         self._pin(process.pid, float(launch.resources.get("cpus") or 1.0))
