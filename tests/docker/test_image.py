@@ -105,6 +105,8 @@ def test_learner_and_shard_containers_are_not_unhealthy(containers: Containers, 
     else:  # a long-running process with a learner's command line (-m labswarm.jobs.learner.entry) stands for one
         args = ("-c", "import time; time.sleep(600)", "-m", "labswarm.jobs.learner.entry")
     name = containers.run(*args, entrypoint="python")
-    wait_for("a health status", lambda: containers.health(name)[0] != "starting", 30)
-    status, output = containers.health(name)
-    assert status == "healthy", output
+    # healthy within the wait: under load (tests/docker on 2 xdist workers) the shard's torch import outlasted the
+    # 3 checks 1 s apart once and the status read 'unhealthy' first; the defect this guards against (the check not
+    # knowing the role) stays unhealthy for good
+    wait_for(f"{role} container healthy (last check: {containers.health(name)[1]!r})",
+             lambda: containers.health(name)[0] == "healthy", 120)

@@ -1,8 +1,9 @@
 """The manager's own container killed mid-session, against the engine of ``.ci/docker``: the manager is a swarm
 service of the image (tests/docker/service_manager.py), its sessions' workers a service it made; ``docker kill``
 of its container: swarm starts a new one on the same state, the session resumes from its persisted cursor while
-the workers go on, and it completes with every sample done once in the ledger and every array in the store
-(what tests/queue/test_no_loss.py's manager restart asserts with processes, here with containers).
+the workers go on, and it completes with every sample once in the ledger (done, or cached: computed before the
+kill, its outcome lost with the manager) and every array in the store (what tests/queue/test_no_loss.py's manager
+restart asserts with processes, here with containers).
 """
 
 from __future__ import annotations
@@ -49,5 +50,5 @@ def test_the_managers_container_killed_mid_session_is_restarted_and_nothing_is_l
     assert resumed["finished"] >= at_kill["finished"], (at_kill, resumed)  # the ledger outlived the container
 
     progress = m.wait_progress("the end of the session", lambda p: p["status"] == "completed")
-    m.assert_every_sample_done_once(progress)
+    m.assert_every_sample_done_once(progress, resumed=True)
     wait_for(f"{m.service} removed at the session's end", m.service_gone, 120, interval=1.0)
