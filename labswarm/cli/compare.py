@@ -51,6 +51,19 @@ def compare_command(
              "OUTPUT/results); default: a manager embedded in this process.")] = None,
     token_file: Annotated[Path | None, typer.Option(
         exists=True, dir_okay=False, help="File holding --manager's API token (default: LABSWARM_API_TOKEN).")] = None,
+    hosts: Annotated[str | None, typer.Option(
+        help="Run the learners and shards on these machines: b,c or b=10.0.0.2,c=10.0.0.3 (name=address). "
+             "Learner r runs on host r mod N, the shards on the last host; the manager stays here, on --address. "
+             "The hosts must share this machine's interpreter, data and --output folders at the same paths "
+             "(NFS). See docs/guides/cluster-harness.md.")] = None,
+    host_command: Annotated[str, typer.Option(
+        help="How to run a process on a host: a command the process's words follow, with {host} and {address} "
+             "(e.g. 'ssh -tt {host}', 'ip netns exec {host}').")] = "ssh -o BatchMode=yes {host}",
+    address: Annotated[str | None, typer.Option(
+        help="With --hosts: this machine's address as the hosts reach it (the manager and each job's "
+             "coordinator listen there).")] = None,
+    gloo_ifname: Annotated[str | None, typer.Option(
+        help="With --hosts: the network interface gloo uses on the hosts (GLOO_SOCKET_IFNAME).")] = None,
 ) -> None:
     """Train the experiment under each framework and learner count, one training job after another (same model,
     data, seed, epochs, per-learner batch and schedule), and write a table, plots and compare.json into the
@@ -67,8 +80,14 @@ def compare_command(
     if manager is not None:
         token = token_file.read_text().strip() if token_file is not None else load_settings().api_token
     try:
+        placed = None
+        if hosts is not None:
+            from labswarm.compare.hosts import parse_hosts
+
+            placed = parse_hosts(hosts, address, host_command,
+                                 env={"GLOO_SOCKET_IFNAME": gloo_ifname} if gloo_ifname else None)
         options = CompareOptions(learners=parse_learners(learners), epochs=epochs, target=target,
-                                 ps_shards=ps_shards, threads=threads, owner=owner)
+                                 ps_shards=ps_shards, threads=threads, owner=owner, hosts=placed)
         rows = compare(experiment, names or list(DEFAULT_FRAMEWORKS), output, options, manager_url=manager,
                        token=token or None, on_event=_printer())
     except LabswarmError as exc:

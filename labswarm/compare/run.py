@@ -25,13 +25,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from labswarm.compare.report import CompareError, plot, rank_records, scaling, summarize, table
 from labswarm.errors import ConfigError
 from labswarm.settings import COMPARE_DIR
+
+if TYPE_CHECKING:
+    from labswarm.compare.hosts import Hosts
 
 __all__ = [
     "COMPARE_DIR",
@@ -196,11 +199,14 @@ def default_output(home: Path, now: float | None = None) -> Path:
 
 
 @contextlib.contextmanager
-def embedded_manager(home: Path, data_roots: Sequence[Path], slots: int) -> Iterator[tuple[str, str]]:
+def embedded_manager(home: Path, data_roots: Sequence[Path], slots: int,
+                     hosts: Hosts | None = None) -> Iterator[tuple[str, str]]:
     """A manager served in this process for the comparison's jobs (``labswarm run``'s way): its own SQLite state
     in ``home`` (never the environment's database or broker: its lifecycle would take over their jobs), the local
-    launcher, ``slots`` learner slots, and a token of this run only. Yields ``(url, token)``."""
+    launcher, ``slots`` learner slots, and a token of this run only; with ``hosts``, served on ``hosts.address``
+    and its learners and shards placed on them (:func:`labswarm.compare.hosts.place`). Yields ``(url, token)``."""
     from labswarm.auth.tokens import new_token
+    from labswarm.compare.hosts import place
     from labswarm.manager.api import create_app
     from labswarm.manager.server import EmbeddedServer
     from labswarm.settings import Settings
@@ -209,7 +215,10 @@ def embedded_manager(home: Path, data_roots: Sequence[Path], slots: int) -> Iter
     settings = Settings(home=home, database_url=None, broker_url=None, tokens_file=None, api_token=token,
                         data_roots=list(data_roots), job_slots=slots, job_launcher="local")
     home.mkdir(parents=True, exist_ok=True)
-    server = EmbeddedServer(create_app(settings)).start()
+    app = create_app(settings)
+    if hosts is not None:
+        place(app.state.jobs.lifecycle.learners, hosts, app.state.jobs.runtime.home)
+    server = EmbeddedServer(app, host=hosts.address if hosts is not None else "127.0.0.1").start()
     try:
         yield server.url, token
     finally:
@@ -264,6 +273,7 @@ class CompareOptions:
         threads: torch threads (and ``resources.cpus``) per learner.
         timeout_s: the longest a job may take, in s.
         owner: recorded in ``compare.json``: that user may see the run on the dashboard (admins see all).
+        hosts: the machines the learners and shards run on (:mod:`labswarm.compare.hosts`); ``None``: this one.
     """
 
     learners: Sequence[int] = (2,)
@@ -273,6 +283,7 @@ class CompareOptions:
     threads: int = 1
     timeout_s: float = RUN_TIMEOUT_S
     owner: str | None = None
+    hosts: Hosts | None = None
 
 
 def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], output: Path,
@@ -313,6 +324,8 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
     opts = options if options is not None else CompareOptions()
     if not frameworks:
         raise ConfigError([("framework", "name at least one framework")])
+    if opts.hosts is not None and manager_url is not None:
+        raise ConfigError([("hosts", "places the learners of the embedded manager; not with a running manager")])
     specs = [s for f in frameworks for s in (parse_frameworks([f]) if isinstance(f, str) else [dict(f)])]
     counts = parse_learners(list(opts.learners))
     config = load_experiment(Path(experiment))
@@ -331,7 +344,7 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
     with contextlib.ExitStack() as stack:
         if manager_url is None:
             manager_url, token = stack.enter_context(embedded_manager(
-                workdir / "manager", [*experiment_folders(config), workdir], max(n for n, _ in runs)))
+                workdir / "manager", [*experiment_folders(config), workdir], max(n for n, _ in runs), opts.hosts))
         client = stack.enter_context(JobsClient(manager_url, token))
         rows = []
         for (n, fw), manifest in zip(runs, manifests, strict=True):
@@ -340,7 +353,9 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
                                   params=fw))
     (output / "compare.json").write_text(json.dumps({
         "experiment": str(experiment), "learners": max(counts), "learner_counts": counts, "epochs": opts.epochs,
-        "threads": opts.threads, "owner": opts.owner, "frameworks": specs, "rows": rows}, indent=1))
+        "threads": opts.threads, "owner": opts.owner, "frameworks": specs,
+        "hosts": None if opts.hosts is None else dict(zip(opts.hosts.names, opts.hosts.addresses, strict=True)),
+        "rows": rows}, indent=1))
     (output / "compare.md").write_text(table(rows))
     plot(rows, output)
     return rows
