@@ -12,12 +12,13 @@ are batched (:mod:`labswarm.serve.batching`).
 A worker keeps the :class:`~labswarm.predict.Inputs` of the last few models it served (each sent pickled, ~2 KB,
 with every file: the experiment's configuration; rebuilt once per model and worker). A worker that dies (killed,
 out of memory) fails the files it had with :class:`~concurrent.futures.process.BrokenProcessPool`; the next file
-starts a new pool.
+starts a new pool. A worker ends with the server's process, however that ends.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import signal
@@ -41,11 +42,20 @@ _kept: OrderedDict[str, Inputs] = OrderedDict()  # in a worker: token -> Inputs,
 
 def _start_worker() -> None:
     """A worker's start: one thread per maths library; Ctrl-C is the server's to handle (the pool ends its
-    workers)."""
+    workers); and a thread that ends the worker when the server's process ends, however it ends (a worker waits
+    for files on a pipe whose both ends it holds, so it would otherwise outlive a killed server)."""
     from labswarm.threads import limit_threads
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     limit_threads(1)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_end_with, args=(parent.sentinel,), name="labswarm-parent-watch", daemon=True).start()
+
+
+def _end_with(sentinel: int) -> None:
+    multiprocessing.connection.wait([sentinel])  # readable once the parent process has ended
+    os._exit(0)
 
 
 class WorkerError(Exception):

@@ -1,15 +1,19 @@
 """The prediction endpoint's feature processes (labswarm/serve/features.py) and the hand-over of their arrays to the
-batched forward pass (labswarm/serve/server.py, forward_when_ready): a real worker process, real audio files."""
+batched forward pass (labswarm/serve/server.py, forward_when_ready): a real worker process, real audio files; a
+worker's end with its server's process."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import soundfile as sf
 
@@ -90,3 +94,24 @@ def test_a_worker_process_computes_the_same_inputs_hands_them_to_the_model_and_i
     finally:
         model.close()
         pool.close()
+
+
+@pytest.mark.slow
+def test_the_workers_end_with_a_killed_server() -> None:
+    """~5-20 s: a server-like process starts a worker and is killed; its worker must not outlive it (it waits on a
+    pipe whose both ends it holds: without its watch on the parent it stayed, seen after killed bench servers)."""
+    code = ("import sys; from labswarm.serve.features import FeaturePool; pool = FeaturePool(1); "
+            "print(*pool.warm(), flush=True); sys.stdin.read()")
+    with subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) as server:  # its pipes closed on leaving
+        try:
+            line = server.stdout.readline() if server.stdout else ""
+            workers = [psutil.Process(int(pid)) for pid in line.split()]
+            assert workers and all(w.is_running() and w.ppid() == server.pid for w in workers), line
+        finally:
+            server.kill()
+            server.wait(60)
+    _, alive = psutil.wait_procs(workers, timeout=60)
+    for worker in alive:
+        worker.kill()
+    assert not alive, f"workers {[w.pid for w in alive]} outlived their killed server"
