@@ -63,7 +63,7 @@ DEMO_PER_CLASS, DEMO_SEED = 3, 0
 def demo_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo set of :data:`DEMO_PER_CLASS` clips per class (seed :data:`DEMO_SEED`), built once for the whole
     run through the console script (``labswarm demo-data --jobs 2``) and shared by tests/datasets/test_demo.py
-    and tests/test_cli.py: a build is costly (each worker process first loads the soundfonts, ~12 s here).
+    and tests/cli/test_cli.py: a build is costly (each worker process first loads the soundfonts, ~12 s here).
     Tests only read it. Skips when Debian's packages are missing, and fails in CI (``CI=true``).
     """
     from labswarm.datasets.demo import missing_packages

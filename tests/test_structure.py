@@ -36,3 +36,15 @@ def test_no_function_is_longer_than_80_lines() -> None:
                 if length > FUNCTION_LINES:
                     long[f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}"] = length
     assert long == {}
+
+
+def test_test_modules_outside_packages_have_unique_names() -> None:
+    """pytest imports a test file of a folder without ``__init__.py`` by its bare name (rootdir-relative
+    ``prepend`` import mode), so two such files of one name break the whole run's collection ("import file
+    mismatch"); a folder with ``__init__.py`` qualifies its modules. Two such clashes were committed in one day."""
+    tests = Path(__file__).resolve().parent
+    seen: dict[str, list[str]] = {}
+    for path in sorted(tests.rglob("test_*.py")):
+        if not (path.parent / "__init__.py").is_file():
+            seen.setdefault(path.stem, []).append(str(path.relative_to(tests)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -95,7 +95,7 @@ def test_relative_paths_resolve_against_the_yaml_folder(tmp_path: Path) -> None:
 
 
 def test_shipped_example_is_valid() -> None:
-    config = load_experiment(Path(__file__).parents[1] / "examples" / "music_speech_noise.yml")
+    config = load_experiment(Path(__file__).parents[2] / "examples" / "music_speech_noise.yml")
     assert len(config.transformations) == 9
     assert [f.name for f in config.features] == ["mel", "mfcc"]
 

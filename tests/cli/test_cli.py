@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 pytestmark = pytest.mark.slow
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def labswarm(*args: str, cwd: Path) -> subprocess.CompletedProcess:
