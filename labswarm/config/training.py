@@ -48,7 +48,8 @@ class TrainingConfig(BaseModel):
         threads: torch intra-op threads on CPU; ``None`` keeps torch's default.
         keep_bytes: bytes of full-length training features a distributed learner keeps in memory; a split whose
             features take more is streamed from the store, one chunk read ahead of the step (0: always stream).
-            ``None``: the learner's environment variable ``LABSWARM_LEARNER_KEEP_BYTES``, else 1 GiB
+            ``None``: the learner's environment variable ``LABSWARM_LEARNER_KEEP_BYTES``, else 1 GiB, at most half
+            of what a memory limit (``resources.memory_mb``) leaves once the learner has started
             (:mod:`labswarm.train.distributed.data`). The crops trained are the same either way.
     """
 
