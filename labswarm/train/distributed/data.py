@@ -9,7 +9,8 @@ every epoch, positioned by (experiment seed, epoch, sample index)) over the trai
 it (``tests/train/test_distributed_data.py``). Only where the features come from differs: each sample's
 full-length features are read from the store (computed and stored if missing, as the features block does) once,
 when the learner starts, and kept in memory while they fit ``keep_bytes`` (the experiment's
-``training.keep_bytes``, else :func:`keep_bytes_default`). When the split's features do not fit, the learner
+``training.keep_bytes``, else :func:`keep_bytes_default`, under a memory limit at most half of what the limit
+leaves once the learner has started: :func:`memory_headroom`). When the split's features do not fit, the learner
 **streams** them instead (issue 24): it keeps only each sample's store key and, every step, memory-maps the
 chunk's arrays from the store (a local folder, or the cache of a remote store, whose missing arrays are first
 fetched with parallel requests: :meth:`~labswarm.store.store.FeatureStore.fetch`) and copies out their crops, so
@@ -22,12 +23,19 @@ Memory kept: the full-length features of the training split, up to ``keep_bytes`
 learner, under the default budget, so the demo keeps its features as before. Reading through the store's features
 block per chunk (keys derived per sample) cost 3-4.5 ms per sample per step (measured on the demo store, 2 shared
 cores at load ~7, noisy); streaming derives the keys once, at start, and reads each array in place.
+
+Under a memory limit (a local learner's ``resources.memory_mb``, its ``RLIMIT_AS``), the first sample read is
+checked: two batches of samples its size (the step's and the one read ahead, each full-length array mapped while
+its crop is copied) must fit what the limit leaves, or the learner stops at once with a
+:class:`~labswarm.errors.ConfigError` naming ``resources.memory_mb`` instead of going over its limit mid-epoch
+(``tests/train/test_memory_limit.py``: 1.7 GB of features stream under a limit of ~1.1 GiB in all).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import resource
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,6 +77,21 @@ def keep_bytes_default() -> int:
     if value < 0:
         raise ConfigError([(KEEP_BYTES_ENV, f"must be a whole number of bytes >= 0, got {text!r}")])
     return value
+
+
+def memory_headroom() -> int | None:
+    """Bytes this process may still map before its ``RLIMIT_AS`` soft limit (a local learner's
+    ``resources.memory_mb`` plus its threads' allowance: :mod:`labswarm.deploy.resource_limits`): the limit less
+    its address space now (``VmSize``); ``None`` without a limit (or where ``/proc/self/status`` is unreadable)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        with open("/proc/self/status") as status:
+            used = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+    return max(0, soft - used)
 
 
 class _StoreFeatures(Features):
@@ -149,7 +172,11 @@ class TrainingSamples(StoreDataset):
                          validation=train.context.validation, random_crop=True, threads=None)
         features = blocks.get("features")
         config = features.config if features is not None else FeaturesConfig(name="features")
+        self.headroom = memory_headroom()  # measured now: the model and torch are in the address space already
         self.keep_bytes = keep_bytes_default() if keep_bytes is None else keep_bytes
+        if keep_bytes is None and self.headroom is not None:  # half of what the memory limit leaves
+            self.keep_bytes = min(self.keep_bytes, self.headroom // 2)
+        self.batch_size = batch.config.size if batch is not None else 32
         self._block: _StoreFeatures = _StoreFeatures(config.model_copy(update={"outputs": [output]}), experiment,
                                                      output, self.frames)
         source = blocks.get("source")
@@ -180,11 +207,35 @@ class TrainingSamples(StoreDataset):
                 log.warning("leaving sample %s out of the training split: %s", self.samples[i].id, exc)
                 continue
             self.positions.append(i)
+            if len(self.positions) == 1:
+                self._check_batch(i)
             if not self._block.streaming and self.nbytes > self.keep_bytes:
                 self._stream()
         if not self.positions:
             raise PipelineError("the training split delivered no sample: see the log for the reasons")
         return self.positions
+
+    def _check_batch(self, i: int) -> None:
+        """Under a memory limit, fail unless two batches of samples as large as sample ``i`` (the step's and the one
+        read ahead, each sample's full-length array mapped while its crop is copied) fit in what the limit left
+        (:attr:`headroom`, measured when the samples were made).
+
+        Raises:
+            ConfigError: ``resources.memory_mb`` is below that.
+        """
+        if self.headroom is None:
+            return
+        features = self._block.kept.get(self.samples[i].id)
+        if features is None:  # streaming from the start: the array's size from its header (a memory map)
+            assert self._block._compute is not None
+            features = {self.output: self._block._compute.store.get(self._block.keys[self.samples[i].id], mmap=True)}
+        need = 2 * self.batch_size * sum(a.nbytes for a in features.values())
+        if need > self.headroom:
+            raise ConfigError([("resources.memory_mb", (
+                f"leaves the learner {self.headroom / 2**20:.0f} MiB of address space once started, less than "
+                f"two batches of {self.batch_size} samples of {need / 2 / self.batch_size / 2**20:.1f} MiB "
+                f"(sample {self.samples[i].id}'s full-length '{self.output}', read for a step while the one "
+                f"before trains): {need / 2**20:.0f} MiB; raise resources.memory_mb or lower the batch size"))])
 
     def _stream(self) -> None:
         """Switch to streaming: forget the kept features, keep the read samples' keys."""
