@@ -59,8 +59,7 @@ def _ended(pid: int) -> bool:
         return True
 
 
-def test_a_cut_downpour_learner_restarts_alone_while_the_other_goes_on(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cut_downpour_learner_restarts_alone_while_the_other_goes_on(tmp_path: Path) -> None:
     write_three_classes(tmp_path / "data", per_class=16)
     manifest = tiny_manifest(tmp_path, epochs=3, learners=2, ps_shards=1,
                              framework={"name": "downpour", "timeout_s": TIMEOUT_S})
@@ -72,8 +71,7 @@ def test_a_cut_downpour_learner_restarts_alone_while_the_other_goes_on(tmp_path:
         server = EmbeddedServer(app, host=GATEWAY).start()
         jobs = app.state.jobs
         home = jobs.runtime.home
-        on_hosts(cluster, jobs.lifecycle.learners, home, tmp_path / "netns-python", server.url, monkeypatch,
-                 HOSTS, shard_host="d")
+        on_hosts(cluster, jobs.lifecycle.learners, home, [HOSTS[0], HOSTS[1], "d"])  # the shard on d, the last
         http = httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": f"Bearer {token}"})
         m = Manager(server, http, jobs)
         try:

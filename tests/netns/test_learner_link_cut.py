@@ -5,7 +5,7 @@ record.
 
 The manager runs in the test's process on the gateway address (the learners report to it, and reach the job's
 coordinator store, at ``198.18.0.1``); its local learner launcher starts each rank's learner on its host
-(``ip netns exec``, through a wrapper in place of the interpreter) with gloo on the host's ``eth0``
+(``ip netns exec {host}`` as the host command of :mod:`labswarm.compare.hosts`) with gloo on the host's ``eth0``
 (:mod:`netns_jobs`)."""
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ TIMEOUT_S = 10
 HOSTS = {0: "b", 1: "c"}
 
 
-def test_a_cut_learner_fails_the_step_and_the_job_restarts_as_a_new_attempt(tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cut_learner_fails_the_step_and_the_job_restarts_as_a_new_attempt(tmp_path: Path) -> None:
     manifest = tiny_manifest(tmp_path, epochs=3, learners=2, framework={"name": "allreduce", "timeout_s": TIMEOUT_S})
     manifest["training"]["threads"] = 1
     token = uuid.uuid4().hex
@@ -50,8 +49,7 @@ def test_a_cut_learner_fails_the_step_and_the_job_restarts_as_a_new_attempt(tmp_
         app = create_app(Settings(home=tmp_path / "home", data_roots=[str(tmp_path)], job_slots=2, api_token=token))
         server = EmbeddedServer(app, host=GATEWAY).start()
         jobs = app.state.jobs
-        on_hosts(cluster, jobs.lifecycle.learners, jobs.runtime.home, tmp_path / "netns-python", server.url,
-                 monkeypatch, HOSTS)
+        on_hosts(cluster, jobs.lifecycle.learners, jobs.runtime.home, [HOSTS[0], HOSTS[1]])
         http = httpx.Client(base_url=server.url, timeout=30, headers={"Authorization": f"Bearer {token}"})
         m = Manager(server, http, jobs)
         try:
