@@ -28,9 +28,7 @@ import math
 import os
 import sys
 import time
-import types
 import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,40 +39,21 @@ from labswarm.netns import GATEWAY, PROFILES, Cluster
 ROOT = Path(__file__).resolve().parents[1]
 #: Where each rank's learner runs, and the shards.
 LEARNER_HOSTS, SHARD_HOST = {0: "b", 1: "c"}, "d"
-#: The first shard's port on its host.
-SHARD_PORT = 29600
 #: Link rate drawn for ``loopback`` (unshaped: one TCP stream measured 7,200 Mbit/s between two hosts here).
 LOOPBACK_MBIT = 7200.0
 
 
-def place(cluster: Cluster, jobs: Any, wrapper: Path, manager_url: str) -> None:
-    """Make the embedded manager's local launcher start rank ``r`` on ``LEARNER_HOSTS[r]`` (gloo on its ``eth0``,
-    reporting to ``manager_url``) and a job's shards on :data:`SHARD_HOST` (the coordinator stays on the gateway).
-    The launcher's interpreter becomes a wrapper that enters the rank's namespace (this process is the bench's
-    own: the change is not undone)."""
-    from labswarm.deploy import local_learners
-    from labswarm.jobs.lifecycle.cluster import LocalShards
+def place(cluster: Cluster, jobs: Any) -> None:
+    """Make the embedded manager's local launcher start rank ``r`` on ``LEARNER_HOSTS[r]`` (gloo on its ``eth0``)
+    and a job's shards on :data:`SHARD_HOST` (the coordinator stays on the gateway), with the placement of
+    ``labswarm compare --hosts`` (:mod:`labswarm.compare.hosts`, ``ip netns exec {host}`` as the host command)."""
+    from labswarm.compare.hosts import parse_hosts
+    from labswarm.compare.hosts import place as place_on
 
-    class HostShards(LocalShards):
-        def address(self, index: int) -> tuple[str, int]:
-            return cluster.address(SHARD_HOST), SHARD_PORT + index
-
-        def start(self, index: int, argv: list[str], env: dict[str, str], wait: bool = True) -> None:
-            super().start(index, cluster.command(SHARD_HOST, argv), env, wait)
-
-    wrapper.write_text(f'#!/bin/sh\nexec ip netns exec "$LABSWARM_BENCH_NETNS" {sys.executable} "$@"\n')
-    wrapper.chmod(0o755)
-    local_learners.sys = types.SimpleNamespace(executable=str(wrapper))  # type: ignore[attr-defined]
-    launcher = jobs.lifecycle.learners
-    start = launcher.start
-
-    def start_on_host(launch: Any) -> Any:
-        env = {**launch.env, "LABSWARM_BENCH_NETNS": cluster.host(LEARNER_HOSTS[launch.rank]).netns,
-               "GLOO_SOCKET_IFNAME": "eth0"}
-        return start(replace(launch, env=env, spec={**launch.spec, "manager_url": manager_url}))
-
-    launcher.start = start_on_host
-    launcher.shard_runner = lambda job_id: HostShards(job_id, jobs.runtime.home / job_id, GATEWAY)
+    hosts = [*LEARNER_HOSTS.values(), SHARD_HOST]  # rank r on hosts[r], the shards on the last
+    place_on(jobs.lifecycle.learners, parse_hosts([f"{cluster.host(h).netns}={cluster.address(h)}" for h in hosts],
+                                                  GATEWAY, "ip netns exec {host}", env={"GLOO_SOCKET_IFNAME": "eth0"}),
+             jobs.runtime.home)
 
 
 def run_profile(profile: str, workload: dict[str, Any], frameworks: list[dict[str, Any]], args: argparse.Namespace,
@@ -96,7 +75,7 @@ def run_profile(profile: str, workload: dict[str, Any], frameworks: list[dict[st
         app = create_app(settings)
         server = EmbeddedServer(app, host=GATEWAY).start()
         try:
-            place(cluster, app.state.jobs, workdir / "netns-python", server.url)
+            place(cluster, app.state.jobs)
             with JobsClient(server.url, token) as client:
                 for fw in frameworks:
                     manifest = job_manifest(workload, fw, 2, workdir / "results", args.epochs, 1, 1)
