@@ -55,7 +55,7 @@ def compare_command(
         help="Run the learners and shards on these machines: b,c or b=10.0.0.2,c=10.0.0.3 (name=address). "
              "Learner r runs on host r mod N, the shards on the last host; the manager stays here, on --address. "
              "The hosts must share this machine's interpreter, data and --output folders at the same paths "
-             "(NFS). See docs/guides/cluster-harness.md.")] = None,
+             "(NFS). See docs/guides/distributed-training.md, Across machines.")] = None,
     host_command: Annotated[str, typer.Option(
         help="How to run a process on a host: a command the process's words follow, with {host} and {address} "
              "(e.g. 'ssh -tt {host}', 'ip netns exec {host}').")] = "ssh -o BatchMode=yes {host}",
