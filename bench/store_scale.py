@@ -16,12 +16,14 @@ shared: the load average is printed):
     .venv/bin/python bench/store_scale.py [--arrays N] [--rounds R] [--endpoint URL]
     .venv/bin/python bench/store_scale.py --learner examples/music_speech_noise.yml [--steps N] [--rounds R]
     .venv/bin/python bench/store_scale.py --features examples/music_speech_noise.yml [--clips N] [--rounds R]
+    .venv/bin/python bench/store_scale.py --scale examples/music_speech_noise.yml [--factor 10] [--steps N]
 
 The second form measures a distributed learner's training inputs (labswarm/train/distributed/data.py) on a
 computed store: features kept in memory against streamed from the store (memory kept, ``batch()`` samples/s),
 then the learner's training steps (the experiment's model and optimizer, one learner on a real TCPStore cursor):
 in memory, streamed reading each chunk in its step, streamed with the next chunk read ahead (steps.py).
 The third, feature computation (the local runner, 2 processes) writing to a local store against writing to s3.
+The fourth, a learner's peak memory on the training split synthesised 1x and 10x (bench/learner_memory.py).
 
 The endpoint defaults to moto's server on :9000 (``bash .ci/s3``; any credentials); a bucket is made and removed.
 Goals (issue 24): through a warm cache >= 0.95x the local store's reads, cold >= 0.5x; writing to s3 >= 0.9x
@@ -204,7 +206,15 @@ def main() -> None:
     parser.add_argument("--features", metavar="EXPERIMENT", help="measure feature computation into the local "
                         "store and into s3 on this experiment's first --clips clips instead")
     parser.add_argument("--clips", type=int, default=20)
+    parser.add_argument("--scale", metavar="EXPERIMENT", help="measure a learner's peak memory on this "
+                        "experiment's training split synthesised 1x and --factor x (bench/learner_memory.py)")
+    parser.add_argument("--factor", type=int, default=10)
     args = parser.parse_args()
+    if args.scale:
+        from learner_memory import scale  # bench/ is the script's folder, first on sys.path
+
+        scale(args.scale, args.factor, args.steps if args.steps != 30 else 4)
+        return
     if args.learner:
         learner(args.learner, args.steps, args.rounds)
         return

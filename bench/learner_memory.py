@@ -1,0 +1,150 @@
+"""Benchmark (issue 24): a distributed learner's peak memory on a data set 1x and 10x the demo set's.
+
+The data sets are synthesised: the experiment with its transformations and ``factor - 1`` times as many more
+(``gain`` transformations of distinct small gains: new keys, same clips, same split), each training sample's mel
+array written under its own key into a fresh store (random values of the demo's shape; no audio computed, no
+fsync). For each (data set, budget), a fresh process does what a learner does: builds its training inputs
+(``TrainingSamples``, labswarm/train/distributed/data.py: ``training.keep_bytes``'s default, or 0 to stream) and
+trains ``--steps`` steps of the experiment's model with the next chunk read ahead (steps.py, one learner on a real
+TCPStore cursor); its peak resident memory (``ru_maxrss``), the load time and the steps' samples/s are printed.
+
+    .venv/bin/python bench/store_scale.py --scale examples/music_speech_noise.yml [--factor 10] [--steps 4]
+
+Goal (issue 24): a learner's peak memory independent of the data size (within 10 % between 1x and 10x) and under
+1 GB. One learner process per data set, not the 2-learner job through the manager: each learner of that job runs
+the same inputs and steps on its share of the cursor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+
+def scaled_experiment(experiment: str, factor: int, work: Path) -> Path:
+    """``experiment`` with ``factor`` times its transformations (the extra ones ``gain`` of distinct gains) and
+    its store in ``work/store``, written to ``work/experiment.yml``; its training split's mel arrays synthesised."""
+    from labswarm.config.experiment import parse_experiment
+    from labswarm.pipeline.features import FeaturesBlock
+    from labswarm.pipeline.pipeline import Pipeline
+    from labswarm.storage.local import LocalStorage, LocalStorageConfig
+    from labswarm.store import FeatureStore
+    from labswarm.train.distributed.data import TrainingSamples
+
+    source = Path(experiment).resolve()
+    data = yaml.safe_load(source.read_text())
+    data["dataset"]["root"] = str((source.parent / data["dataset"]["root"]).resolve())
+    data["store"] = {"root": str(work / "store")}
+    base = list(data["transformations"])
+    extra = [{"name": "gain", "gain_db": -0.01 * (k + 1)} for k in range(len(base) * (factor - 1))]
+    data["transformations"] = base + extra
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "experiment.yml"
+    path.write_text(yaml.safe_dump(data))
+    config = parse_experiment(data)
+    block = FeaturesBlock(config)
+    writer = FeatureStore(work / "store", storage=LocalStorage(LocalStorageConfig(path=work / "store", fsync=False)))
+    rng = np.random.default_rng(0)
+    pool = [rng.standard_normal((128, 431)).astype(np.float32) for _ in range(16)]
+    samples = TrainingSamples(config, Pipeline(config, split="train"), "mel").samples
+    for i, sample in enumerate(samples):
+        writer.put(block.keys(sample)["mel"], pool[i % len(pool)])
+    print(f"{factor}x: {len(samples)} training samples synthesised in {work}", flush=True)
+    return path
+
+
+def peak(experiment: str, keep: int | None, steps: int) -> dict[str, Any]:
+    """In this process: a learner's training inputs on ``experiment`` (``keep_bytes`` ``keep``) and ``steps``
+    32-sample training steps with the next chunk read ahead; figures as a dict."""
+    from datetime import timedelta
+
+    import torch
+    from torch.distributed import TCPStore
+
+    from labswarm.config.experiment import load_experiment
+    from labswarm.pipeline.pipeline import Pipeline
+    from labswarm.train.distributed.context import LearnerContext
+    from labswarm.train.distributed.cursor import GlobalCursor
+    from labswarm.train.distributed.data import TrainingSamples
+    from labswarm.train.distributed.record import ChunkRecord
+    from labswarm.train.distributed.steps import CursorSteps
+    from labswarm.train.distributed.training import DistributedTraining
+    from labswarm.train.models.base import Model, feature_bins
+    from labswarm.train.optim import build_optimizer
+
+    torch.set_num_threads(1)
+    config = load_experiment(experiment)
+    samples = TrainingSamples(config, Pipeline(config, split="train"), "mel", keep_bytes=keep)
+    started = time.perf_counter()
+    n = len(samples.load())
+    loaded = time.perf_counter() - started
+    after_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    model = Model.from_spec(config.model).build(feature_bins(config, config.model.input), len(samples.classes))
+    optimizer = build_optimizer(torch, model.parameters(), config.training)
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=30))
+    learner = DistributedTraining({"name": "allreduce"}, LearnerContext(rank=0, world_size=1))
+    learner.cursor = GlobalCursor(store, n, 32, owner="0:1:0")
+    learner.samples = samples
+    loop = CursorSteps(learner, torch, 0, "cpu", None)
+    started = time.perf_counter()
+    with ChunkRecord(Path(tempfile.mkdtemp(prefix="learner-memory-")) / "chunks.jsonl", "0:1:0") as loop.trained:
+        for _ in range(steps):
+            batch = loop.before_step(False)
+            assert batch is not None
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(batch[0]), batch[1]).backward()
+            optimizer.step()
+            loop.after_step()
+        loop.before_step(True)
+    loop.close()
+    rate = 32 * steps / (time.perf_counter() - started)
+    return {"samples": n, "streaming": samples.streaming, "kept_mb": samples.nbytes / 1e6, "load_s": loaded,
+            "rss_load_mb": after_load / 1024, "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "steps_per_s": rate}
+
+
+def scale(experiment: str, factor: int, steps: int) -> None:
+    """Synthesise the 1x and ``factor``x data sets and measure a learner process's peak memory on each."""
+    work = Path(tempfile.mkdtemp(prefix="learner-memory-"))
+    try:
+        sets = {f"{f}x": scaled_experiment(experiment, f, work / f"{f}x") for f in (1, factor)}
+        runs = [(f"1x, {'default budget'}", sets["1x"], None), ("1x, streamed", sets["1x"], 0),
+                (f"{factor}x, default budget", sets[f"{factor}x"], None)]
+        print(f"load {os.getloadavg()[0]:.1f}", flush=True)
+        for name, path, keep in runs:
+            done = subprocess.run([sys.executable, __file__, "--peak", str(path), "--keep", str(keep),
+                                   "--steps", str(steps)], capture_output=True, text=True, check=False)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("PEAK ")]
+            if done.returncode or not lines:
+                print(f"{name}: failed ({done.returncode})\n{done.stderr[-2000:]}", flush=True)
+                continue
+            out = json.loads(lines[0].removeprefix("PEAK "))
+            print(f"{name:24s} {out['samples']:6d} samples  streaming {out['streaming']!s:5s}  kept "
+                  f"{out['kept_mb']:6.0f} MB  load {out['load_s']:5.1f} s  peak RSS after load "
+                  f"{out['rss_load_mb']:6.0f} MB, after {steps} steps {out['rss_peak_mb']:6.0f} MB  "
+                  f"{out['steps_per_s']:5.1f} samples/s  (load {os.getloadavg()[0]:.1f})", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--peak", required=True)
+    parser.add_argument("--keep", default="None")
+    parser.add_argument("--steps", type=int, default=4)
+    args = parser.parse_args()
+    figures = peak(args.peak, None if args.keep == "None" else int(args.keep), args.steps)
+    print("PEAK " + json.dumps(figures), flush=True)
