@@ -42,7 +42,7 @@ def jobs_http(swarm: None, image: str, shared: Path) -> Iterator[httpx.Client]:
         (shared / folder).chmod(0o777)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    settings = Settings(home=shared / "home", data_roots=[str(shared)], job_launcher="swarm",
+    settings = Settings(home=shared / "home", data_roots=[str(shared)], job_launcher="swarm", job_slots=2,
                         swarm_image=image, swarm_network="host", swarm_manager_url=url,
                         swarm_data_volume=str(shared), swarm_data_target=str(shared))
     server = EmbeddedServer(create_app(settings), port=port).start()
@@ -110,4 +110,31 @@ def test_halt_resume_and_delete_leave_no_service_secret_or_config(jobs_http: htt
     assert leftovers(job_id)["service"], "the resumed attempt runs as a service"
     assert jobs_http.delete(f"/v1/jobs/{job_id}").status_code == 204
     wait_for(f"no service, secret or config once deleted: {leftovers(job_id)}",
+             lambda: not any(leftovers(job_id).values()), 120, interval=1.0)
+
+
+def test_an_allreduce_learners_container_killed_restarts_both_as_a_new_attempt(jobs_http: httpx.Client,
+                                                                               shared: Path) -> None:
+    """Two learners as two services (gloo over the loopback); once the first checkpoint is committed, one learner's
+    container is killed: the attempt fails, the next one starts both learners again from the checkpoint, and the
+    job completes with every epoch once (tests/jobs/test_distributed_jobs.py's restart, here with containers)."""
+    manifest = tiny_manifest(shared, epochs=3, learners=2, framework={"name": "allreduce"})
+    manifest["training"]["threads"] = 1  # 2 learners on 2 shared cores
+    job = jobs_http.post("/v1/jobs", json=manifest)
+    assert job.status_code == 201, job.text
+    job_id = job.json()["id"]
+    wait_for("the first checkpoint", lambda: status(jobs_http, job_id).get("checkpoint"), JOB_TIMEOUT)
+    services = leftovers(job_id)["service"]
+    assert len(services) == 2, services
+    (victim,) = docker("ps", "-q", "--filter", f"label=com.docker.swarm.service.name={services[-1]}",
+                       "--filter", "status=running").stdout.split()
+    docker("kill", victim)
+    done = wait_status(jobs_http, job_id, "completed")
+    first, second = done["attempts"][:2]
+    assert first["error_code"] is not None and second["exit_code"] == 0, done
+    assert second["checkpoint_in"] is not None and second["checkpoint_in"]["epoch"] >= 1, second
+    metrics = jobs_http.get(f"/v1/jobs/{job_id}/metrics").json()
+    metrics = metrics["metrics"] if isinstance(metrics, dict) else metrics
+    assert [r["epoch"] for r in metrics] == [1, 2, 3], metrics  # every epoch once
+    wait_for("no service, secret or config of the job left",
              lambda: not any(leftovers(job_id).values()), 120, interval=1.0)
