@@ -101,7 +101,8 @@ class PolicyStore:
                 row.weight, row.quotas, row.updated_by, row.updated_at = weight, dict(quotas), by, utcnow()
                 db.add(row)
                 db.commit()
-            overrides[user] = (weight, dict(quotas))
+            # copy on write: readers iterate the dict without the lock (users(), of())
+            self._overrides = {**overrides, user: (weight, dict(quotas))}
         return self.of(user)
 
     def clear(self, user: str) -> Policy:
@@ -113,7 +114,7 @@ class PolicyStore:
                 if row is not None:
                     db.delete(row)
                     db.commit()
-            overrides.pop(user, None)
+            self._overrides = {name: found for name, found in overrides.items() if name != user}  # copy on write
         return self.of(user)
 
     def _loaded(self) -> dict[str, tuple[float | None, dict[str, int | None]]]:

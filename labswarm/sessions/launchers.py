@@ -128,6 +128,8 @@ class SessionLaunchers:
         except LabswarmError:
             if before is not None:
                 self._asked[session_id] = before
+            else:  # a session restored after a restart: not charged for workers that never ran
+                self._asked.pop(session_id, None)
             raise
 
     def admit(self, owner: str, workers: int, session_id: str | None = None) -> None:
