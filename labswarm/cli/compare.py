@@ -58,7 +58,7 @@ def compare_command(
              "(NFS). See docs/guides/distributed-training.md, Across machines.")] = None,
     host_command: Annotated[str, typer.Option(
         help="How to run a process on a host: a command the process's words follow, with {host} and {address} "
-             "(e.g. 'ssh -tt {host}', 'ip netns exec {host}').")] = "ssh -o BatchMode=yes {host}",
+             "(e.g. 'ip netns exec {host}').")] = "ssh -tt -o BatchMode=yes {host}",
     address: Annotated[str | None, typer.Option(
         help="With --hosts: this machine's address as the hosts reach it (the manager and each job's "
              "coordinator listen there).")] = None,

@@ -3,7 +3,7 @@ the manager (and each job's coordinator store) on this machine at an address the
 
 Placement: learner rank ``r`` of every job runs on ``hosts[r % len(hosts)]``, the shards on the last host (with
 more hosts than learners, a host of their own). Each runs through the host command, a template with ``{host}``
-(the host's name as given) and ``{address}`` (its address) placeholders: ``ssh -o BatchMode=yes {host}`` by default
+(the host's name as given) and ``{address}`` (its address) placeholders: ``ssh -tt -o BatchMode=yes {host}`` by default
 (keys, no prompt), ``ip netns exec {host}`` for the namespaces of :mod:`labswarm.netns`, ``srun -w {host}`` or
 ``docker exec {host}``. The command that follows it is ``PYTHON -m labswarm.compare.host_env ENV_FILE -m MODULE
 ARGS``: the process's own variables (the attempt's token, ``RANK``, ``MASTER_ADDR``, the shard secret) are read
@@ -14,7 +14,8 @@ What the hosts must share with this machine, at the same paths: the interpreter 
 (``PYTHON``, default this one's), the experiment's data and store folders, and the comparison's workdir (specs, env
 files, results, the shards' checkpoints): an NFS mount, or one filesystem for namespaces. A halt or kill reaches
 the host command's process (with ``ip netns exec``, the learner itself; with ``ssh``, the client, whose end closes
-the connection: add ``-tt`` so that the remote learner is hung up with it).
+the connection: the default's ``-tt`` hangs the remote learner up with it; without it the learner would run on,
+beside its replacement).
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from labswarm.deploy.local_learners import LocalLearners
 from labswarm.errors import ConfigError, DeployError
 from labswarm.jobs.lifecycle.cluster import LocalShards
 
-#: The host command when none is given: ssh with keys only (a password prompt would hang the job).
-DEFAULT_HOST_COMMAND = "ssh -o BatchMode=yes {host}"
+#: The host command when none is given: ssh with keys only (a password prompt would hang the job) and a terminal
+#: (``-tt``), so that the remote learner is hung up when a halt or kill ends the client.
+DEFAULT_HOST_COMMAND = "ssh -tt -o BatchMode=yes {host}"
 #: The placeholders a host command may use.
 PLACEHOLDERS = ("host", "address")
 #: The first parameter-server shard's port on its host (shard ``k`` on ``SHARD_PORT + k``).
