@@ -4,6 +4,7 @@ mode's, each chunk is trained once, and a halt gives the chunk held ahead back."
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -60,19 +61,26 @@ def test_a_streaming_learner_reads_the_next_chunk_ahead_and_gives_it_back_at_a_h
     assert passes.count("D|1:1:2") == 3 and passes.count("") == 3  # every other chunk free for the resume
 
 
-def test_an_asynchronous_learner_gives_back_the_chunk_read_ahead_when_it_stops(three_classes: Path,
-                                                                               tmp_path: Path) -> None:
+def test_an_asynchronous_learner_renews_the_chunk_read_ahead_and_gives_it_back_when_it_stops(
+        three_classes: Path, tmp_path: Path) -> None:
     config = parse_experiment(training_experiment(three_classes, tmp_path / "store", pipeline=LEARNER_PIPELINE))
     streamed = TrainingSamples(config, Pipeline(config, split="train"), "mel", keep_bytes=0)
     streamed.load()
     store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=5))
     learner = DistributedTraining({"name": "distributed_hogwild"}, LearnerContext(rank=0, world_size=2))
     assert not learner.lockstep
-    learner.cursor, learner.samples = GlobalCursor(store, 36, 4, owner="0:1:1"), streamed
+    learner.cursor, learner.samples = GlobalCursor(store, 36, 4, owner="0:1:1", lease_s=1.0), streamed
     steps = CursorSteps(learner, torch, 0, "cpu", None)
     with ChunkRecord(tmp_path / "chunks.jsonl", "0:1:1") as steps.trained:
-        for _ in range(2):
-            assert steps.before_step(False) is not None and steps.after_step()
+        assert steps.before_step(False) is not None and steps.after_step()
+        held = steps.reader.take() if steps.reader is not None else None  # claimed ahead with a 1 s lease
+        assert held is not None and float(held.lease.rsplit("|", 1)[1]) < time.time() + 60
+        learner.cursor.lease_s = 3600.0  # a renewal from now on holds an hour: visible against the 1 s claim
+        assert steps.before_step(False) is not None and steps.chunk is not None and steps.chunk.index == held.index
+        deadline = float(steps.chunk.lease.rsplit("|", 1)[1])  # renewed when the step took it: a full lease
+        assert deadline > time.time() + 3000
+        assert learner.cursor.chunk_states(0)[held.index] == steps.chunk.lease  # the store holds the renewal
+        assert steps.after_step()
         assert steps.before_step(True) is None and steps.halted
     steps.close()
     passes = learner.cursor.state_dict()["passes"][0]

@@ -10,7 +10,9 @@ one, and a reader thread (:class:`ReadAhead`) reads that chunk's crops while the
 native code.
 
 Exactly-once is unchanged: the chunk claimed ahead is the one the next step trains, claimed as the next step
-would claim it (``claim_fresh``: a fresh chunk, never waiting for a peer's lease); in lockstep it enters the
+would claim it (``claim_fresh``: a fresh chunk, never waiting for a peer's lease), and its lease is renewed when
+that step takes it (:meth:`ReadAhead.take`: held across two steps and the waits on peers, it starts its step with a
+full ``lease_s``, so no peer's ``claim_orphan`` takes it while it trains); in lockstep it enters the
 all-reduce of "who has a chunk" at that next step, as a chunk claimed then would. When that step stops instead
 (a halt), it is given back untrained (:meth:`GlobalCursor.release`), as a chunk claimed for that step is; a
 learner that dies holding it leaves a lease, which a lockstep checkpoint frees and an asynchronous peer takes
@@ -76,8 +78,22 @@ class ReadAhead:
             self._next = (chunk, self._pool.submit(self.samples.batch, self.epoch, chunk.samples.tolist()))
 
     def take(self) -> Chunk | None:
-        """The chunk claimed ahead (its crops still read by :meth:`batch`), or ``None``."""
-        return self._next[0] if self._next is not None else None
+        """The chunk claimed ahead (its crops still read by :meth:`batch`), its lease renewed to a full
+        ``lease_s`` from now (it was claimed a step earlier: its lease covers this step as a chunk claimed now
+        would), or ``None``: none held ahead, or its lease was lost (expired and taken over: the new holder trains
+        it; this step claims another).
+
+        Raises:
+            CursorError: the cursor's store failed.
+        """
+        if self._next is None:
+            return None
+        renewed = self.cursor.renew(self._next[0])
+        if renewed is None:
+            self.drop()
+            return None
+        self._next = (renewed, self._next[1])
+        return renewed
 
     def batch(self, index: np.ndarray) -> tuple[Any, Any]:
         """The crops of cursor indices ``index`` in the pass: those read ahead when ``index`` is the chunk held
