@@ -9,8 +9,11 @@ all read the same rows.
   with ``.`` are skipped: the temporary files of copy tools) whose path is not yet in the labels CSV;
 * **complete files only**: a file is taken once its size and modification time are the same at two polls in a
   row (a file being copied keeps changing), and it is not empty;
-* **never twice**: the paths the CSV holds are read at start (a restarted watcher skips them), and a file whose
-  label rule gives no label is skipped with one warning, not retried at each poll;
+* **never twice**: the paths the CSV holds are read at start, normalised to the dataset root (a restarted watcher
+  skips them, also when written absolute), and a file whose label rule gives no label is skipped with one
+  warning, not retried at each poll;
+* **the CSV's own columns**: rows are written under the existing header by column name (``path,source,label``
+  or ``label,path`` work as ``path,label`` does), as the readers take them;
 * **removed files are ignored**: their rows stay (the session keeps their outcomes; nothing is withdrawn);
 * **one write per poll**: the new rows are appended in one ``write`` of whole lines and synced, so a reader that
   takes complete lines only (:class:`~labswarm.sessions.follow.LabelsTail`) never sees half a row.
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labswarm.datasets.folder import REQUIRED_COLUMNS
+from labswarm.errors import DatasetError
 
 log = logging.getLogger(__name__)
 
@@ -102,10 +106,17 @@ class FolderWatch:
         root: the folder the CSV's paths are relative to (the dataset's root); a file outside it is written with
             its absolute path.
 
-    An existing CSV's ``path`` column is read once, leniently (bytes that are not UTF-8 replaced): its rows are
-    known and never appended again.
+    An existing CSV is read once, leniently (bytes that are not UTF-8 replaced): its header's column names are
+    kept, and each new row is written under them by name (``path`` and ``label`` filled, any other column such as
+    ``source`` left empty, which the readers take as the path), so the readers, which take the columns by name
+    (:func:`~labswarm.datasets.folder.label_rows`, :class:`~labswarm.sessions.follow.LabelsTail`), read it
+    whatever the columns' order. Its rows' paths are known and never appended again, compared normalised to the
+    dataset root (``./a/b.wav``, ``a//b.wav`` and ``ROOT/a/b.wav`` are the row ``a/b.wav``). A missing or empty
+    CSV is created with the header ``path,label``.
 
     Raises:
+        DatasetError: the existing CSV's header lacks a required column (``path``, ``label``; as the readers
+            require them, exactly named).
         OSError: the labels CSV cannot be read or created.
     """
 
@@ -114,18 +125,42 @@ class FolderWatch:
         self.labels = Path(labels)
         self.rule = rule
         self.root = Path(root).resolve()
+        self.columns: list[str] = list(REQUIRED_COLUMNS)  # the CSV header's names, set by _read_known
         self.known: set[str] = self._read_known()
         self._seen: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns) at the last poll
         self._unlabelled: set[str] = set()
 
     def _read_known(self) -> set[str]:
-        """The paths of the CSV's rows (created with its header when missing)."""
-        if not self.labels.exists():
-            self.labels.parent.mkdir(parents=True, exist_ok=True)
-            self.labels.write_text(",".join(REQUIRED_COLUMNS) + "\n", encoding="utf-8")
-            return set()
-        with self.labels.open(newline="", encoding="utf-8", errors="replace") as handle:
-            return {(row.get("path") or "").strip() for row in csv.DictReader(handle)} - {""}
+        """The normalised paths (:meth:`_key`) of the CSV's rows; sets :attr:`columns` to its header's names
+        (the CSV is created with the header ``path,label`` when missing or empty)."""
+        if self.labels.exists():
+            with self.labels.open(newline="", encoding="utf-8", errors="replace") as handle:
+                reader = csv.DictReader(handle)
+                if reader.fieldnames:  # None: an empty file, written a header below
+                    self.columns = list(reader.fieldnames)
+                    if missing := [c for c in REQUIRED_COLUMNS if c not in self.columns]:
+                        raise DatasetError(f"{self.labels}: the header (line 1) is missing column(s) "
+                                           f"{', '.join(missing)}; a labels CSV has the columns "
+                                           f"{', '.join(REQUIRED_COLUMNS)}[, source]")
+                    return {self._key(path) for row in reader if (path := (row.get("path") or "").strip())}
+        self.labels.parent.mkdir(parents=True, exist_ok=True)
+        self.columns = list(REQUIRED_COLUMNS)
+        self.labels.write_text(",".join(REQUIRED_COLUMNS) + "\n", encoding="utf-8")
+        return set()
+
+    def _key(self, name: str) -> str:
+        """The path ``name`` of a CSV row as :meth:`_csv_path` writes it: made absolute against the root,
+        normalised (``.``, ``..`` and repeated separators), relative to the root when inside it (with its
+        symlinks resolved when the path as written is not)."""
+        path = Path(os.path.normpath(self.root / name))  # an absolute name stays itself
+        try:
+            return path.relative_to(self.root).as_posix()
+        except ValueError:
+            pass
+        try:
+            return self._csv_path(path.resolve())
+        except (OSError, RuntimeError):  # a symlink loop, say: compared as written
+            return path.as_posix()
 
     def _csv_path(self, path: Path) -> str:
         try:
@@ -175,9 +210,11 @@ class FolderWatch:
         return rows
 
     def _append(self, rows: list[tuple[str, str]]) -> None:
-        """Append ``rows`` in one write of whole lines, after a line break if the file's last line lacks one."""
+        """Append ``rows`` in one write of whole lines under the CSV's header (:attr:`columns`, by name), after a
+        line break if the file's last line lacks one."""
         text = io.StringIO()
-        csv.writer(text, lineterminator="\n").writerows(rows)
+        writer = csv.DictWriter(text, fieldnames=self.columns, restval="", lineterminator="\n")
+        writer.writerows({"path": path, "label": label} for path, label in rows)
         with self.labels.open("ab+") as handle:
             size = handle.seek(0, os.SEEK_END)
             prefix = b""

@@ -16,7 +16,9 @@ import soundfile as sf
 from typer.testing import CliRunner
 
 from labswarm.cli.main import app
+from labswarm.datasets.folder import read_clips
 from labswarm.datasets.watch import FolderWatch, LabelRule, parse_rule
+from labswarm.errors import DatasetError
 from labswarm.paths import DataRoots
 from labswarm.sessions.follow import LabelsTail
 
@@ -68,6 +70,49 @@ def test_new_complete_files_become_rows_once_that_a_followed_session_reads(tmp_p
     lines = labels.read_text().splitlines()
     assert lines == ["path,label", "old/a.wav,old", "music/m1.wav,music", "speech/s1.flac,speech",
                      "speech/s2.wav,speech", "by/hand.wav,hand", "top.wav,new", "later/x.wav,new"]
+
+
+@pytest.mark.parametrize("header", ["path,source,label", "label,path"])
+def test_rows_are_written_under_the_csvs_own_header_and_listed_paths_are_known_however_written(
+        tmp_path: Path, header: str) -> None:
+    root = tmp_path / "data"
+    for name in ("old/a.wav", "old/b.wav", "old/c.wav", "birds/b1.wav", "frogs/f1.wav"):
+        _wav(root / name)
+    columns = header.split(",")
+    listed = [("old/a.wav", "old", "rec1"), (str(root / "old" / "b.wav"), "old", ""), ("./old//c.wav", "old", "")]
+    labels = root / "labels.csv"
+    labels.write_text("".join(",".join({"path": p, "label": lab, "source": src}[c] for c in columns) + "\n"
+                              for p, lab, src in [("path", "label", "source"), *listed]))
+
+    watch = FolderWatch(root, labels, parse_rule("parent"), root)
+    assert watch.known == {"old/a.wav", "old/b.wav", "old/c.wav"}  # normalised to the dataset root
+    assert watch.poll() == []
+    assert watch.poll() == [("birds/b1.wav", "birds"), ("frogs/f1.wav", "frogs")]  # nothing listed appended again
+
+    # the real reader takes every row, by column name, with its path and label
+    clips = read_clips(root, labels, DataRoots([root]))
+    assert [(c.clip_id, c.label) for c in clips] == [(p, lab) for p, lab, _ in listed] + [
+        ("birds/b1.wav", "birds"), ("frogs/f1.wav", "frogs")]
+    assert clips[-1].path == str(root / "frogs" / "f1.wav") and clips[-1].source == "frogs/f1.wav"
+    tail = LabelsTail(root, labels, DataRoots([root]))
+    assert [(c.clip_id, c.label) for chunk in tail.rows() for c in chunk] == [(c.clip_id, c.label) for c in clips]
+    expected = {"path,source,label": "birds/b1.wav,,birds", "label,path": "birds,birds/b1.wav"}[header]
+    assert labels.read_text().splitlines()[-2] == expected
+
+
+def test_an_empty_csv_gets_the_header_and_one_without_a_required_column_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    _wav(root / "birds" / "b1.wav")
+    labels = root / "labels.csv"
+    labels.write_text("")
+    watch = FolderWatch(root, labels, parse_rule("parent"), root)
+    watch.poll()
+    assert watch.poll() == [("birds/b1.wav", "birds")]
+    assert labels.read_text() == "path,label\nbirds/b1.wav,birds\n"
+    labels.write_text("file,label\nold/a.wav,old\n")
+    with pytest.raises(DatasetError, match=r"missing column\(s\) path"):
+        FolderWatch(root, labels, parse_rule("parent"), root)
+    assert labels.read_text() == "file,label\nold/a.wav,old\n"  # untouched
 
 
 def test_label_rules_and_their_errors(tmp_path: Path) -> None:
