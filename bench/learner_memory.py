@@ -7,6 +7,8 @@ fsync). For each (data set, budget), a fresh process does what a learner does: b
 (``TrainingSamples``, labswarm/train/distributed/data.py: ``training.keep_bytes``'s default, or 0 to stream) and
 trains ``--steps`` steps of the experiment's model with the next chunk read ahead (steps.py, one learner on a real
 TCPStore cursor); its peak resident memory (``ru_maxrss``), the load time and the steps' samples/s are printed.
+Then ``labswarm train`` (the single-process trainer) runs on each set for its first 60 s: the most memory its
+process tree (the trainer and its prefetch producers) held at once.
 
     .venv/bin/python bench/store_scale.py --scale examples/music_speech_noise.yml [--factor 10] [--steps 4]
 
@@ -17,6 +19,7 @@ the same inputs and steps on its share of the cursor.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -114,7 +117,51 @@ def peak(experiment: str, keep: int | None, steps: int) -> dict[str, Any]:
             "steps_per_s": rate}
 
 
-def scale(experiment: str, factor: int, steps: int) -> None:
+def train_peak(experiment: Path, seconds: float, home: Path) -> dict[str, float]:
+    """``labswarm train --no-compute --retrain experiment`` for ``seconds`` (then stopped: an epoch of the 10x
+    set lasts far longer): the most memory its process tree held at once (the sum of its processes' proportional
+    set sizes, psutil, every 0.25 s) and the trainer process's own peak (``VmHWM``), MB."""
+    import signal
+
+    import psutil
+
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "LABSWARM_HOME": str(home)}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "labswarm"), "train", "--no-compute", "--retrain",
+                             str(experiment)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=(home / "train.log").open("wb"), start_new_session=True)
+    top, hwm, seen = 0, 0, {proc.pid}
+    deadline = time.monotonic() + seconds
+    try:
+        root = psutil.Process(proc.pid)
+        while time.monotonic() < deadline and proc.poll() is None:
+            total = 0
+            tree = [root, *root.children(recursive=True)]
+            seen.update(process.pid for process in tree)
+            for process in tree:
+                try:
+                    total += process.memory_full_info().pss  # shared-memory batches counted once
+                except psutil.Error:
+                    continue
+            top = max(top, total)
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                hwm = max(hwm, int(Path(f"/proc/{proc.pid}/status").read_text().split("VmHWM:")[1].split()[0]))
+            time.sleep(0.25)
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # the trainer and its producers: its own process group
+            os.killpg(proc.pid, signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for pid in seen:  # the shared-memory batches of a killed trainer (its next start would remove them)
+            for segment in Path("/dev/shm").glob(f"labswarm_*_{pid}_*"):
+                segment.unlink(missing_ok=True)
+    return {"tree_mb": top / 1e6, "trainer_hwm_mb": hwm * 1024 / 1e6, "exit": float(proc.returncode)}
+
+
+def scale(experiment: str, factor: int, steps: int, train_s: float = 60.0) -> None:
     """Synthesise the 1x and ``factor``x data sets and measure a learner process's peak memory on each."""
     work = Path(tempfile.mkdtemp(prefix="learner-memory-"))
     try:
@@ -134,6 +181,14 @@ def scale(experiment: str, factor: int, steps: int) -> None:
                   f"{out['kept_mb']:6.0f} MB  load {out['load_s']:5.1f} s  peak RSS after load "
                   f"{out['rss_load_mb']:6.0f} MB, after {steps} steps {out['rss_peak_mb']:6.0f} MB  "
                   f"{out['steps_per_s']:5.1f} samples/s  (load {os.getloadavg()[0]:.1f})", flush=True)
+        for name, path in sets.items():
+            out = train_peak(path, train_s, path.parent / "home")
+            print(f"labswarm train, {name:4s} first {train_s:.0f} s: process tree (PSS) at most "
+                  f"{out['tree_mb']:6.0f} MB "
+                  f"at once, trainer's peak RSS {out['trainer_hwm_mb']:6.0f} MB, exit {out['exit']:.0f} "
+                  f"(load {os.getloadavg()[0]:.1f})", flush=True)
+            print("  its log's last lines: " + " | ".join(
+                (path.parent / "home" / "train.log").read_text(errors="replace").strip().splitlines()[-3:]), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
