@@ -4,6 +4,7 @@ learner's chunk on a cold cache), on s3 (moto's server); a local store and an un
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -24,15 +25,29 @@ def test_fetch_fills_a_cold_cache_with_parallel_requests(tmp_path: Path, s3_endp
     assert isinstance(cache, CachedStorage)
     threads: set[str] = set()
     gets = {"n": 0}
+    spans: list[list[float]] = []  # per GET: [start, end] in time.monotonic() s
+    current = threading.local()  # the GET its thread has open
+    second = threading.Event()
 
     def seen(**_: object) -> None:
         threads.add(threading.current_thread().name)
         gets["n"] += 1
+        current.span = [time.monotonic()]
+        spans.append(current.span)
+        if gets["n"] >= 2:
+            second.set()
+        second.wait(10)  # the first GET stays open until a second one starts: they overlap only if parallel
 
-    cache.remote._s3.meta.events.register("before-call.s3.GetObject", seen)  # type: ignore[attr-defined]
+    def answered(**_: object) -> None:
+        current.span.append(time.monotonic())
+
+    events = cache.remote._s3.meta.events  # type: ignore[attr-defined]
+    events.register("before-call.s3.GetObject", seen)
+    events.register("after-call.s3.GetObject", answered)
     keys = sorted(arrays)
     assert store.fetch(keys[:8]) == 8 and gets["n"] == 8
-    assert len(threads) > 1 and all(t.startswith("store-fetch") for t in threads), threads  # several at once
+    assert len(threads) > 1 and all(t.startswith("store-fetch") for t in threads), threads
+    assert any(a[0] < b[0] < a[1] for a in spans for b in spans), spans  # two GETs at once
     assert all(cache.cached_path(store.relpath(k)).is_file() for k in keys[:8])
     for key in keys[:8]:  # read from the cache: no request
         assert np.array_equal(store.get(key, mmap=True), arrays[key])
