@@ -1,13 +1,14 @@
 """The prediction endpoint's feature computation, in worker processes of its own.
 
 Decoding a file and computing its features (:class:`labswarm.predict.Inputs`) is most of a prediction's work
-(~20 ms of a 10-s clip's ~30 ms; the forward pass is the rest), and much of it holds the GIL (librosa's framing,
+(~20 ms of a 10-s clip's ~30 ms; the forward pass is the rest: 2026-11-26, 2-core machine under load;
+docs/benchmarks/training.md), and much of it holds the GIL (librosa's framing,
 numpy's small operations): in threads of the server's process it would run one file at a time and slow the
 server's event loop (the manager's whole API). A pool of ``workers`` processes computes the files of concurrent
 requests in parallel instead, each with its maths libraries on one thread (:func:`labswarm.threads.limit_threads`,
 as every feature worker of labswarm: two threads per pool on the shared 2-core machine made the mel projection of
-a clip 5-70x slower). The model stays in the server's process, where the forward passes of concurrent requests
-are batched (:mod:`labswarm.serve.batching`).
+a clip 5-70x slower, same conditions). The model stays in the server's process, where the forward passes of
+concurrent requests are batched (:mod:`labswarm.serve.batching`).
 
 A worker keeps the :class:`~labswarm.predict.Inputs` of the last few models it served (each sent pickled, ~2 KB,
 with every file: the experiment's configuration; rebuilt once per model and worker). A worker that dies (killed,

@@ -89,7 +89,8 @@ class LocalStorage(Storage):
         (Linux; elsewhere an fsync of each file) makes them all durable, then each is renamed into place. So an
         object appears under its name only once its bytes are on disk, as with a write outside a block, and a
         batch of N small objects costs one flush of the filesystem's journal instead of N (the feature store's
-        per-array fsync was ~1.2 ms of a trivial task's ~2.3 ms at 8 samples per message, issue 27).
+        per-array fsync was ~1.2 ms of a trivial task's ~2.3 ms at 8 samples per message, issue 27: 2026-11-26, 2-core
+        machine under load; docs/benchmarks/distributed.md).
 
         Until the block ends, its objects are not readable under their names (a reader finds them missing). A
         process killed inside the block leaves their temporary files (removed by the next write of each object)

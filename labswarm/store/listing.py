@@ -2,7 +2,8 @@
 
 A worker asks, for each sample, whether its keys are stored before computing them (and the run's parent asks to
 count the cached ones). On a local store that is a ``stat``; on an object store (``s3``) each question is a
-``HEAD`` request, ~14 ms against moto on loopback (RUNBOOK), as much as writing the array. :class:`KeyListing`
+``HEAD`` request, ~14 ms against moto on loopback (2026-11-26, 2-core machine under load; docs/benchmarks/store.md),
+as much as writing the array. :class:`KeyListing`
 lists the store's keys once (one ``LIST`` request per 1,000 entries) and answers from that set.
 
 Staleness is safe either way for the content-addressed store: a key written by another worker after the listing
