@@ -247,7 +247,7 @@ def compute(task: Task, session_id: str, sample: dict | list, fingerprint: str |
     try:
         with store.batch():
             statuses = [_compute_one(task, state, session_id, one, fingerprint, redelivered, held) for one in sample]
-    except StoreError as exc:  # none of its arrays in place: no outcome, reconciliation publishes them again
+    except StoreError as exc:  # no outcome: the arrays placed stay, reconciliation finds them and publishes the rest
         log.warning("message %s: its %d samples' arrays could not be stored: %s", task.request.id, len(sample), exc)
         return "unstored"
     for outcome in held:
