@@ -64,5 +64,14 @@ def test_the_topology_reaches_every_learner_and_a_failed_group_member_is_replace
     assert all(engine.services[n].id == ids[n] for n in names[:4])  # the shard and ranks 0-2 left running
     assert learner_service_name(jid, 2, 0) not in engine.services  # no new attempt
     assert _env(engine, names[4]) == before  # the same place in the job: coordinator, shards, attempt, rank
-    shown = m.show(jid)
-    assert len(shown["attempts"]) == 1 and [r["rank"] for r in shown["attempts"][0]["learner_restarts"]] == [3]
+    # the service is replaced before the manager's transaction that records the restart commits: wait on the record
+    seen: list[Any] = []
+
+    def restarted() -> bool:
+        seen[:] = m.show(jid)["attempts"]
+        return any(a["learner_restarts"] for a in seen)
+    try:
+        wait_until(restarted, 60, "learner 3's restart recorded")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}; the attempts were {seen}") from e
+    assert len(seen) == 1 and [r["rank"] for r in seen[0]["learner_restarts"]] == [3], seen
