@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -82,9 +83,11 @@ def test_celery_inspect_and_flower_see_the_worker_and_its_tasks(rabbitmq_url: st
     progress = cluster.wait_completed()
     cluster.assert_no_loss(progress)
     worker = cluster.launcher.processes[0].pid
-    name = _wait(lambda: next((n for n in _celery(rabbitmq_url, "ping") if f"-{worker}@" in n), None), 60,
+    name = _wait(lambda: next((n for n in _celery(rabbitmq_url, "ping") if f"-{worker}-" in n), None), 60,
                  "the worker's answer to celery inspect ping")
-    assert name.startswith(f"labswarm-{cluster.name}-")
+    # the node name: labswarm-<experiment>-<pid>-<6 hex>@<host> (the random part: containers on the host network
+    # share the host's name and often a pid, and a node's pidbox queue is exclusive)
+    assert re.fullmatch(rf"labswarm-{re.escape(cluster.name)}-{worker}-[0-9a-f]{{6}}@.+", name), name
     stats = _celery(rabbitmq_url, "stats", "-d", name)[name]
     assert stats["total"][TASK_NAME] == progress["total"], stats["total"]  # one sample a message
 

@@ -1,6 +1,7 @@
 """Samples per message chosen by the publisher from the measured task time (issue 27, item 1): the rule, and on
 the real RabbitMQ with a real worker, a poison sample packed with tiny ones fails alone while each of its batch
-mates is computed once."""
+mates is done once (computed once, or twice for those packed before it in its message, whose arrays die
+unplaced with it)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,7 +88,7 @@ def wait_until(condition: Callable[[], Any], what: str, timeout: float, logs: Pa
 
 
 @pytest.mark.slow  # a worker and ~200 tiny samples on the real RabbitMQ, a pool process killed (~60 s at load 8)
-def test_a_poison_sample_packed_with_tiny_ones_fails_alone_and_its_mates_are_computed_once(
+def test_a_poison_sample_packed_with_tiny_ones_fails_alone_and_its_mates_are_done_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kombu import Connection
 
@@ -159,6 +161,14 @@ def test_a_poison_sample_packed_with_tiny_ones_fails_alone_and_its_mates_are_com
     assert progress["failed"] == 1 and progress["done"] + progress["cached"] == len(ids) - 1, progress
     mates = [i for i in ids if i != poison]
     assert {attempts[i] for i in mates} == {1}  # not charged for the poison's crash
-    computed = (tmp_path / "computed.txt").read_text().split()
-    assert sorted(computed) == sorted(mates)  # each mate computed once, the others found in the store
+    computed = Counter((tmp_path / "computed.txt").read_text().split())
+    assert set(computed) == set(mates), set(mates) ^ set(computed)  # every mate computed, the poison never whole
+    # a message's arrays are placed at its end, after one sync (FeatureStore.batch): the mates computed before the
+    # poison in its message died unplaced with the pool process and were computed again, once, after the split;
+    # every other sample was computed once
+    again = sorted(sample for sample, n in computed.items() if n > 1)
+    assert max(computed.values()) <= 2, computed.most_common(3)
+    assert len(again) < int(split.group(1)), (again, split.group(1))
+    assert all(ids.index(poison) - int(split.group(1)) < ids.index(sample) < ids.index(poison) for sample in again), \
+        (again, poison)
     assert entries == len(mates)
