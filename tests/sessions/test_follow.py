@@ -223,9 +223,13 @@ def test_labswarm_run_follow_computes_appended_rows_until_ctrl_c_cancels_it(tmp_
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if not k.startswith("LABSWARM_")}
     env.update(COLUMNS="160", LABSWARM_HOME=str(home))
+    # Ctrl-C's SIGINT at its default in the child: a test run started in the background (`pytest ... &` in a
+    # script, as CI may be) ignores SIGINT, an ignored signal stays ignored across exec, and a Python process that
+    # starts with it ignored never raises KeyboardInterrupt (the run then never ended: 120 s, killed)
     run = subprocess.Popen([sys.executable, "-m", "labswarm.cli", "run", str(experiment), "--workers", "1",
                             "--no-health", "--follow"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+                           stderr=subprocess.STDOUT, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     store = FeatureStore(tmp_path / "store")
     try:
         wait_until(lambda: store.stats().entries == 16 or run.poll() is not None, "the file's samples computed", 180)
