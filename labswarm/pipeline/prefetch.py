@@ -46,7 +46,7 @@ from pydantic import Field
 
 from labswarm.errors import LabswarmError
 from labswarm.pipeline.base import Block, BlockConfig, Context, chain, register_block
-from labswarm.pipeline.producer import produce, resumed
+from labswarm.pipeline.producer import Flag, produce, resumed
 from labswarm.pipeline.shm import MAX_SLOTS, SlotRing
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ class Prefetcher:
         self.ctx = ctx.with_(producers=self.n)
         self.in_process = self.config.producers == 0
         self._mp = _context(self.config.start_method)
-        self._stop = self._mp.Event()
+        self._stop = Flag(self._mp)
         self.slots = [_Slot(k) for k in range(self.n)]
         self.turn = 0
         self.respawns = 0  #: producers replaced so far (memory watchdog or death)
@@ -184,7 +184,7 @@ class Prefetcher:
     # producers
     def _spawn(self, slot: _Slot) -> None:
         slot.queue = self._mp.Queue(self.config.depth)
-        slot.retire = self._mp.Event()
+        slot.retire = Flag(self._mp)
         slot.retire_at = None
         # a fresh ring (sized as the last one): nothing in it is left unread, nothing written by a dead producer
         slot.ring = SlotRing(min(self.config.depth + 2, MAX_SLOTS), slot.ring.size if slot.ring is not None else 0)

@@ -6,6 +6,7 @@ arrays in a shared-memory slot of its ring (:mod:`labswarm.pipeline.shm`) or pic
 from __future__ import annotations
 
 import copy
+import ctypes
 import itertools
 import queue as queue_module
 import signal
@@ -19,6 +20,30 @@ import numpy as np
 from labswarm.pipeline.base import Batch, Block, Context, chain
 from labswarm.pipeline.shm import SlotWriter
 from labswarm.threads import limit_threads
+
+
+class Flag:
+    """A flag the trainer sets and producer processes read (``stop``, ``retire``), with no lock: one byte of shared
+    memory (``multiprocessing`` ``RawValue(c_bool)``; a byte's read and write are atomic).
+    ``multiprocessing.Event`` takes a semaphore even to read, and a producer killed (SIGKILL: the memory watchdog,
+    the OOM killer) while holding it left it taken for good: every other producer and the replacement blocked in
+    ``is_set()`` (seen in CI, 2026-11-26: tests/pipeline/test_prefetch.py's fork case, a producer killed
+    mid-epoch). Picklable to a process at its start, with any start method.
+
+    Args:
+        ctx: the multiprocessing context the producers are started with.
+    """
+
+    def __init__(self, ctx: Any) -> None:
+        self._value = ctx.RawValue(ctypes.c_bool, False)
+
+    def set(self) -> None:
+        """Set the flag (never cleared)."""
+        self._value.value = True
+
+    def is_set(self) -> bool:
+        """Whether the flag was set."""
+        return bool(self._value.value)
 
 
 def produce(blocks: Sequence[Block[Any]], ctx: Context, out: Any, credits: Any, stop: Any, retire: Any,

@@ -441,9 +441,14 @@ def test_every_start_method_works_and_leaves_no_segment_nor_tracker_warning(tone
         pickle.dump((blocks, ctx), f)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with subprocess.Popen([sys.executable, str(tmp_path / "scenario.py"), str(tmp_path / "chain.pkl")], cwd=ROOT,
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
-        # read to the end: the child's resource tracker, which writes its warnings to the same stderr, is done
-        out, err = child.communicate(timeout=120)
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as child:
+        try:  # read to the end: the child's resource tracker, which writes its warnings to the same stderr, is done
+            out, err = child.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # a hung scenario: its whole group goes (its producers hold the pipes)
+            os.killpg(child.pid, signal.SIGKILL)
+            out, err = child.communicate()
+            pytest.fail(f"the scenario hung for 120 s; its output: {out[-2000:]} {err[-2000:]}")
     assert child.returncode == 0, err
     epochs = json.loads(out)
     for method, (ids, respawns) in epochs.items():
