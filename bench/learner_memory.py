@@ -80,7 +80,6 @@ def peak(experiment: str, keep: int | None, steps: int) -> dict[str, Any]:
     from labswarm.train.distributed.context import LearnerContext
     from labswarm.train.distributed.cursor import GlobalCursor
     from labswarm.train.distributed.data import TrainingSamples
-    from labswarm.train.distributed.record import ChunkRecord
     from labswarm.train.distributed.steps import CursorSteps
     from labswarm.train.distributed.training import DistributedTraining
     from labswarm.train.models.base import Model, feature_bins
@@ -100,8 +99,23 @@ def peak(experiment: str, keep: int | None, steps: int) -> dict[str, Any]:
     learner.cursor = GlobalCursor(store, n, 32, owner="0:1:0")
     learner.samples = samples
     loop = CursorSteps(learner, torch, 0, "cpu", None)
+    record = Path(tempfile.mkdtemp(prefix="learner-memory-")) / "chunks.jsonl"
+    rate = 32 * steps / train_steps(loop, model, optimizer, steps, record, "0:1:0")
+    return {"samples": n, "streaming": samples.streaming, "kept_mb": samples.nbytes / 1e6, "load_s": loaded,
+            "rss_load_mb": after_load / 1024, "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "steps_per_s": rate}
+
+
+def train_steps(loop: Any, model: Any, optimizer: Any, steps: int, record: Path, owner: str) -> float:
+    """``steps`` training steps of 32 samples through a learner's :class:`CursorSteps` ``loop`` (cross-entropy,
+    the chunks trained recorded in ``record`` as ``owner``), then the pass's end and the loop closed; the seconds
+    they took (wall)."""
+    import torch
+
+    from labswarm.train.distributed.record import ChunkRecord
+
     started = time.perf_counter()
-    with ChunkRecord(Path(tempfile.mkdtemp(prefix="learner-memory-")) / "chunks.jsonl", "0:1:0") as loop.trained:
+    with ChunkRecord(record, owner) as loop.trained:
         for _ in range(steps):
             batch = loop.before_step(False)
             assert batch is not None
@@ -111,10 +125,7 @@ def peak(experiment: str, keep: int | None, steps: int) -> dict[str, Any]:
             loop.after_step()
         loop.before_step(True)
     loop.close()
-    rate = 32 * steps / (time.perf_counter() - started)
-    return {"samples": n, "streaming": samples.streaming, "kept_mb": samples.nbytes / 1e6, "load_s": loaded,
-            "rss_load_mb": after_load / 1024, "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "steps_per_s": rate}
+    return time.perf_counter() - started
 
 
 def train_peak(experiment: Path, seconds: float, home: Path) -> dict[str, float]:

@@ -108,11 +108,11 @@ def training_steps(config: Any, variants: dict[str, Any], steps: int, rounds: in
     from datetime import timedelta
 
     import torch
+    from learner_memory import train_steps  # bench/ is the script's folder, first on sys.path
     from torch.distributed import TCPStore
 
     from labswarm.train.distributed.context import LearnerContext
     from labswarm.train.distributed.cursor import GlobalCursor
-    from labswarm.train.distributed.record import ChunkRecord
     from labswarm.train.distributed.steps import CursorSteps
     from labswarm.train.distributed.training import DistributedTraining
     from labswarm.train.models.base import Model, feature_bins
@@ -138,18 +138,8 @@ def training_steps(config: Any, variants: dict[str, Any], steps: int, rounds: in
             if not ahead and loop.reader is not None:
                 loop.reader.close()
                 loop.reader = None
-            started = time.perf_counter()
-            with ChunkRecord(record, learner.cursor.owner) as loop.trained:
-                for _ in range(steps):
-                    batch = loop.before_step(False)
-                    assert batch is not None
-                    optimizer.zero_grad()
-                    torch.nn.functional.cross_entropy(model(batch[0]), batch[1]).backward()
-                    optimizer.step()
-                    loop.after_step()
-                loop.before_step(True)
-            loop.close()
-            rates.setdefault(name, []).append(32 * steps / (time.perf_counter() - started))
+            seconds = train_steps(loop, model, optimizer, steps, record, learner.cursor.owner)
+            rates.setdefault(name, []).append(32 * steps / seconds)
         print(f"round {r + 1}: " + ", ".join(f"{n} {v[-1]:.1f}" for n, v in rates.items())
               + f" samples/s, load {os.getloadavg()[0]:.1f}", flush=True)
     base = statistics.median(rates["in memory"])
