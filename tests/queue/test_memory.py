@@ -25,7 +25,7 @@ Two bounds, because the RSS of a session has two parts (measured with ``/proc/PI
   ``sqlite3`` caches 128 per connection, per pooled connection) and one of 5,000 ids holds ~1 MB
   (``sqlite3_memory_used``: 1.3 -> 5.3 MB over the walk, kept). Fixed in the ledger (ids as one JSON/array
   parameter: one text per statement) and by walking the sample stream 1,000 at a time: SQLite back to 1.1 MB
-  after the walk, step +0.8..1.4 MB at 40k.
+  after the walk, step +0.8..1.4 MB at 40k (+2.3 once in CI under load).
 
 Over a million samples the first bound allows at most ~100 MB and the second is constant; ``bench/scale.py``
 measures the long runs. This test's set-up at 300k samples after the fix: 183.6 -> 187.8 (30k) -> 189.5 MB
@@ -60,7 +60,9 @@ DROP_EVERY = 100
 #: Bound on the RSS slope over the second half of the session, MB per 10,000 finished samples (see above).
 MAX_SLOPE_MB_PER_10K = 1.0
 #: Bound on what reconciliation adds to RSS, MB (see above): it holds one walk chunk at a time, whatever the size.
-MAX_RECONCILE_STEP_MB = 2.0
+#: Measured +0.8..1.4 MB at 40k on a quiet machine and +2.3 once in CI under load (a single RSS sample against the
+#: last of the publish phase: allocator noise); the growth it guards against was +9.4 MB at 40k.
+MAX_RECONCILE_STEP_MB = 4.0
 #: Seconds the session may take before the test counts it as stuck (a deadline, not a measurement).
 DEADLINE = 600.0
 
