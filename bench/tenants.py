@@ -37,6 +37,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -91,16 +92,20 @@ class Record:
         return response
 
 
-def manifest(data: Path, results: Path, user: str, name: str, seconds: float) -> dict:
-    """A ``command`` job that sleeps ``seconds``; its inline experiment is the user's own (names are owned)."""
+def manifest(data: Path, results: Path, user: str, name: str, seconds: float | None) -> dict:
+    """A ``command`` job that sleeps ``seconds``, or with ``seconds`` None a training job (the native framework:
+    one epoch of the inline experiment, a one-layer CNN on 32 mel bands, one thread); the inline experiment is
+    the user's own (names are owned)."""
     experiment = {
         "name": f"exp-{user}", "dataset": {"root": str(data), "sample_rate": 16000,
                                            "segment": {"start": 0.0, "duration": 1.0}},
         "transformations": [{"name": "identity"}], "features": [{"name": "mel", "n_mels": 32}],
         "store": {"root": str(data.parent / "store")}, "model": {"name": "cnn", "input": "mel", "channels": [8]},
-        "training": {"epochs": 1}}
-    return {"name": name, "experiment": experiment, "results_store": {"name": "local", "path": str(results)},
-            "framework": {"name": "command", "command": [sys.executable, "-c", SLEEP, str(seconds)]}}
+        "training": {"epochs": 1, "threads": 1}}
+    job = {"name": name, "experiment": experiment, "results_store": {"name": "local", "path": str(results)}}
+    if seconds is not None:
+        job["framework"] = {"name": "command", "command": [sys.executable, "-c", SLEEP, str(seconds)]}
+    return job
 
 
 def user(url: str, token: str, name: str, submissions: list[tuple[float, int]], job: dict, record: Record,
@@ -212,6 +217,8 @@ def main() -> None:
     parser.add_argument("--greedy-jobs", type=int, default=16)
     parser.add_argument("--slots", type=int, default=2)
     parser.add_argument("--job-seconds", type=float, default=1.0)
+    parser.add_argument("--train", action="store_true", help="jobs that train one epoch of a tiny experiment "
+                        "instead of sleeping --job-seconds")
     parser.add_argument("--spread", type=float, default=10.0, help="seconds over which the users submit")
     parser.add_argument("--sessions", type=int, default=0, help="feature sessions over the run (local workers)")
     parser.add_argument("--session-every", type=float, default=30.0, help="seconds between two session starts")
@@ -219,6 +226,9 @@ def main() -> None:
     parser.add_argument("--amqp", help="the sessions' broker (e.g. amqp://guest:guest@127.0.0.1:5672//); default: "
                         "the embedded SQLite broker")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file (the CI-sized test)")
+    parser.add_argument("--log", type=Path, help="copy the manager's log here at the end")
+    parser.add_argument("--deadline", type=float, help="seconds after which the users stop waiting for their jobs "
+                        "and the figures are taken as they are (jobs not ended are reported in their state)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-tenants-") as tmp:
@@ -255,6 +265,8 @@ def main() -> None:
                 manager.kill()
                 manager.wait()
             log.close()
+            if args.log is not None:
+                shutil.copyfile(root / "manager.log", args.log)
             leftovers(root)
             if schema is not None:
                 with admin.begin() as conn:
@@ -297,7 +309,7 @@ def run(args, url: str, tokens: dict[str, str], names: list[str], manager: subpr
             plan = [(rng.uniform(0, args.spread / 2), first),
                     (rng.uniform(args.spread / 2, args.spread), args.jobs_per_user - first)]
             plan = [(at, n) for at, n in plan if n]
-        job = manifest(root / "data", root / "results", name, "job", args.job_seconds)
+        job = manifest(root / "data", root / "results", name, "job", None if args.train else args.job_seconds)
         threads.append(threading.Thread(target=user, args=(url, tokens[name], name, plan, job, record, t0, done,
                                                            owned[name]), daemon=True))
     flooder = threading.Thread(target=flood, args=(url, stop, flooded), daemon=True)
@@ -308,6 +320,8 @@ def run(args, url: str, tokens: dict[str, str], names: list[str], manager: subpr
     for thread in [*threads, flooder]:
         thread.start()
     while any(thread.is_alive() for thread in threads):
+        if args.deadline is not None and time.monotonic() - t0 > args.deadline:
+            done.set()
         time.sleep(1.0)
         rss.append(process.memory_info().rss)
     wall = time.monotonic() - t0

@@ -5,6 +5,7 @@ window's slot-seconds and Jain's index (:func:`analyse`), printed (:func:`report
 from __future__ import annotations
 
 import statistics
+import time
 from datetime import datetime
 
 import httpx
@@ -41,7 +42,9 @@ def analyse(http: httpx.Client, users: list[str]) -> dict:
                     for j in shown if j["owner"] == name] for name in users}
     # the contended window: the instants (every 0.1 s) at which every user had a job waiting in the queue; each
     # user's slot-seconds (learners running) summed over those instants only
-    spans = [(j["owner"], stamp(j["timestamps"]["queued"]), stamp(j["timestamps"].get("pending"))) for j in shown]
+    now = time.time()  # a job still queued (a run stopped at --deadline) waits until now
+    spans = [(j["owner"], stamp(j["timestamps"]["queued"]), stamp(j["timestamps"].get("pending") or now))
+             for j in shown]
     runs = [(j["owner"], stamp(a["started_at"]), stamp(a["ended_at"]), j["learners"])
             for j in shown for a in j["attempts"]]
     used, window = dict.fromkeys(users, 0.0), 0.0
@@ -64,7 +67,8 @@ def pct(values: list[float], q: float) -> float:
 def report(args, wall: float, record, flooded: dict[int, int], result: dict, rss: list[int],
            names: list[str]) -> None:
     total = args.users * args.jobs_per_user + args.greedy_jobs
-    print(f"{len(names)} users ({args.users} + greedy), {total} jobs of {args.job_seconds:.1f} s, {args.slots} slots, "
+    work = "one epoch of training" if args.train else f"{args.job_seconds:.1f} s"
+    print(f"{len(names)} users ({args.users} + greedy), {total} jobs of {work}, {args.slots} slots, "
           f"{args.database}, {'RabbitMQ' if args.amqp else 'embedded broker'}: {wall:.0f} s wall")
     for kind in ("list", "show", "submit", "page", "register", "session"):
         values = record.seconds.get(kind, [])
@@ -103,5 +107,6 @@ def figures(wall: float, record, flooded: dict[int, int], result: dict, rss: lis
         "wall_s": wall, "codes": record.codes, "errors": errors, "jobs": result["jobs"],
         "states": result["states"], "jain": jain(list(result["used"].values())), "window_s": result["window"],
         "flood": flooded, "rss": [rss[0], rss[-1], max(rss)], "sessions": result["sessions"],
+        "rss_mib_every_30s": [round(r / 2**20, 1) for r in rss[::30]],
         "latency_ms": {kind: {"p50": 1000 * pct(v, 50), "p99": 1000 * pct(v, 99), "n": len(v)}
                        for kind, v in record.seconds.items()}}
