@@ -26,8 +26,9 @@ A distributed job (``learners: N``) has one service per learner (each has its ow
 parameter-server shards' services (:mod:`labswarm.deploy.swarm_shards`, through :meth:`SwarmLearners.shard_runner`).
 The learner's place in the job (:data:`PUBLIC_ENV`: ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT``: the
 coordinator in the manager, by the manager's address on the overlay network; ``LABSWARM_PS_ADDRS``: the shards'
-service names) is in its service's environment; any other variable the lifecycle's plan gives (a per-job
-parameter-server secret) goes into its docker secret with the token.
+service names, or on the host network the manager's address and a port per shard) is in its service's
+environment; any other variable the lifecycle's plan gives (a per-job parameter-server secret) goes into its docker
+secret with the token.
 
 GPUs are generic resources (:data:`GPU_RESOURCE`, ``resources.gpus`` of the manifest; the nodes advertise them in
 their ``node-generic-resources`` and the NVIDIA runtime maps them to devices); ``cpus`` and ``memory_mb`` are both

@@ -4,9 +4,22 @@ shard runner of :class:`~labswarm.jobs.lifecycle.cluster.JobCluster` on a swarm 
 Shard ``k`` of a job is the service ``labswarm-job-<job>-ps-<k>`` (:func:`~labswarm.deploy.swarm_jobs.
 ps_service_name`): 1 replica, restart ``none`` (the lifecycle revives a dead shard, counted as a platform restart),
 the learners' image, network, data mount and placement constraints, labelled ``labswarm.managed``, the job and
-``labswarm.shard``. It listens on every interface of its container on :data:`PS_PORT`; the learners reach it by
-its service name on the overlay network (``LABSWARM_PS_ADDRS=labswarm-job-<job>-ps-0:29600,...``), so the
-addresses are fixed for the job and a revived shard is found again under its name.
+``labswarm.shard``. Where it listens and how the learners reach it depends on ``swarm_network``:
+
+- **an overlay network** (``labswarm`` in ``docker/compose.yml``): every service has its own address, so the
+  shard listens on every interface of its container on the fixed :data:`PS_PORT`, and the learners reach it by
+  its service name (``LABSWARM_PS_ADDRS=labswarm-job-<job>-ps-0:29600,...``): a revived shard, on any node, is
+  found again under its name;
+- **the host network** (``host``: :data:`HOST_NETWORK`, ``docker/compose.host.yml``, a machine without overlay
+  networks): containers share their node's addresses and ports, and no service name resolves. Each shard gets
+  its own port, free on the manager's node when the job first asks for it and kept for the job's life (as a
+  local shard's, :class:`~labswarm.jobs.lifecycle.cluster.LocalShards`); it is placed on that node (a
+  ``node.id==`` constraint: the node of the engine the manager talks to, its own through the engine's socket)
+  and listens on the manager's address as the containers reach it (the host of ``swarm_manager_url``, which is
+  also the coordinator's ``MASTER_ADDR``: ``127.0.0.1`` on one machine, the node's address on a cluster). A
+  revived shard gets the same node, address and port, so the learners' ``LABSWARM_PS_ADDRS`` (and the
+  attempt's ``started`` event, which records them) stay right for the job's life. A shard whose port another
+  process took meanwhile exits at once and is revived again within the job's platform restart budget.
 
 The shard checkpoints into :func:`shard_checkpoint_dir`, a folder of the shared data volume
 (``<swarm_data_target>/.labswarm-jobs/<job>/ps``) that every node mounts, so a shard restarted on another node
@@ -24,6 +37,7 @@ import contextlib
 import logging
 import shlex
 import shutil
+import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,8 +53,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The port every shard listens on in its own container (each service has its own address on the network).
+#: The port every shard listens on in its own container on an overlay network (each service has its own address).
 PS_PORT = 29600
+#: The ``swarm_network`` of containers on their node's own network stack (no overlay, no service names).
+HOST_NETWORK = "host"
 #: The file name under ``/run/secrets`` of a shard's secret environment.
 PS_ENV_TARGET = "labswarm_ps_env"
 #: Seconds a shard's task may take to reach ``running`` (image pull, placement) before the deploy fails.
@@ -68,9 +84,11 @@ def shard_checkpoint_dir(settings: Settings, job_id: str) -> Path:
     return Path(settings.swarm_data_target) / ".labswarm-jobs" / job_id / "ps"
 
 
-def shard_arguments(argv: list[str]) -> list[str]:
-    """The shard's arguments after ``-m labswarm.train.distributed.ps`` in a plan's command line, listening on every
-    interface (``--host 0.0.0.0``) rather than on the address the learners are given (a service name).
+def shard_arguments(argv: list[str], host: str | None = "0.0.0.0") -> list[str]:
+    """The shard's arguments after ``-m labswarm.train.distributed.ps`` in a plan's command line, its ``--host``
+    replaced by ``host``: default every interface (``0.0.0.0``) of the shard's own container on an overlay network,
+    rather than the address the learners are given (a service name); ``None`` keeps the plan's (the host network:
+    the address the learners are given is the node's own).
 
     Raises:
         ValueError: ``argv`` does not run ``labswarm.train.distributed.ps``.
@@ -79,20 +97,34 @@ def shard_arguments(argv: list[str]) -> list[str]:
         args = list(argv[argv.index("labswarm.train.distributed.ps") + 1:])
     except ValueError:
         raise ValueError(f"not a parameter-server command line: {argv!r}") from None
-    if "--host" in args:
-        args[args.index("--host") + 1] = "0.0.0.0"  # every interface of the shard's own container
+    if host is not None and "--host" in args:
+        args[args.index("--host") + 1] = host
     return args
 
 
-def shard_service_spec(job_id: str, index: int, argv: list[str], settings: Settings) -> ServiceSpec:
-    """The service of shard ``index`` of ``job_id``, as data (see the module docstring).
+def free_port() -> int:
+    """A TCP port free on every address of this machine now (the kernel's choice): a shard's port on the host
+    network, where the shard runs on the manager's node."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def shard_service_spec(job_id: str, index: int, argv: list[str], settings: Settings,
+                       node_id: str | None = None) -> ServiceSpec:
+    """The service of shard ``index`` of ``job_id``, as data (see the module docstring). On the host network
+    (:data:`HOST_NETWORK`) the shard keeps the plan's ``--host`` and ``--port`` (the address the learners are
+    given) and, with ``node_id``, is placed on that node (``node.id==<node_id>``) besides ``swarm_constraints``.
 
     Raises:
         ValueError: ``argv`` is not a shard's command line, or an invalid ``swarm_data_nfs``.
     """
     name = ps_service_name(job_id, index)
+    host_network = settings.swarm_network == HOST_NETWORK
+    args = shard_arguments(argv, host=None if host_network else "0.0.0.0")
     script = (f"set -a && . /run/secrets/{PS_ENV_TARGET} && set +a && "
-              f"exec python -m labswarm.train.distributed.ps {shlex.join(shard_arguments(argv))}")
+              f"exec python -m labswarm.train.distributed.ps {shlex.join(args)}")
+    pinned = (f"node.id=={node_id}",) if host_network and node_id else ()
     return ServiceSpec(
         name=name,
         image=settings.swarm_image,
@@ -103,7 +135,7 @@ def shard_service_spec(job_id: str, index: int, argv: list[str], settings: Setti
         env={"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"},
         restart=RestartSpec(condition="none", delay_s=0.0, max_attempts=0),
         labels={LABEL_MANAGED: "true", LABEL_JOB: job_id, LABEL_SHARD: str(index)},
-        constraints=tuple(settings.swarm_constraints),
+        constraints=(*settings.swarm_constraints, *pinned),
         stop_grace_s=KILL_GRACE_S,
         secrets=(SecretSpec(f"{name}-env", PS_ENV_TARGET, "LABSWARM_PS_ENV"),),
     )
@@ -128,13 +160,38 @@ class SwarmShards:
         self.job_id = job_id
         self.master_host = manager_host(self.settings)
         self.checkpoint_dir = shard_checkpoint_dir(self.settings, job_id)
+        #: whether the containers are on their node's network (:data:`HOST_NETWORK`): a port per shard
+        self.host_network = self.settings.swarm_network == HOST_NETWORK
         #: the service id of each shard started (and not removed) by this runner
         self.services: dict[int, str] = {}
         self._codes: dict[int, int | None] = {}
+        self._ports: dict[int, int] = {}  # the host network: each shard's port, chosen once for the job
+        self._node: str | None = None  # the host network: the manager's node, where the shards run
 
     def address(self, index: int) -> tuple[str, int]:
-        """Shard ``index``'s address as the learners reach it: its service name and :data:`PS_PORT`."""
-        return ps_service_name(self.job_id, index), PS_PORT
+        """Shard ``index``'s address as the learners reach it, the same for the job's life: on an overlay network
+        its service name and :data:`PS_PORT`; on the host network the manager's address (``master_host``) and a
+        port of its own (:func:`free_port`, chosen at the first call)."""
+        if not self.host_network:
+            return ps_service_name(self.job_id, index), PS_PORT
+        if index not in self._ports:
+            self._ports[index] = free_port()
+        return self.master_host, self._ports[index]
+
+    def node(self) -> str | None:
+        """On the host network, the id of the node of the engine the manager talks to (where its shards run:
+        their address is the manager's), read once; ``None`` on an overlay network.
+
+        Raises:
+            DeployError: the engine cannot be reached or is not a swarm node.
+        """
+        if self.host_network and self._node is None:
+            with translate_errors("read the swarm node of the manager's engine"):
+                node = ((self.engine.client.info() or {}).get("Swarm") or {}).get("NodeID")
+            if not node:
+                raise DeployError("the manager's Docker engine is not a swarm node (docker swarm init)")
+            self._node = str(node)
+        return self._node
 
     def start(self, index: int, argv: list[str], env: dict[str, str], wait: bool = True) -> None:
         """Create shard ``index``'s secret and service (a stale one of this job under the name is removed first);
@@ -145,7 +202,7 @@ class SwarmShards:
                 the task failed or did not run within :data:`SHARD_RUNNING_S`; nothing of the shard is left.
         """
         try:
-            spec = shard_service_spec(self.job_id, index, argv, self.settings)
+            spec = shard_service_spec(self.job_id, index, argv, self.settings, self.node())
         except ValueError as exc:
             raise DeployError(f"parameter-server shard {index}: {exc}") from exc
         client = self.engine.client

@@ -168,6 +168,10 @@ def _matches(attrs: dict[str, Any], filters: dict | None) -> bool:
     return True
 
 
+#: The swarm node id the fake engine answers with (``FakeClient.info``).
+FAKE_NODE_ID = "fakenode0123456789abcdefg"
+
+
 class FakeEngine:
     """The fake engine: services, secrets and configs, a record of calls and of the SDK's converted create
     requests, and errors to raise on chosen operations."""
@@ -192,3 +196,9 @@ class FakeClient:
         self.services = engine.services_api
         self.secrets = engine.secrets
         self.configs = engine.configs
+        self.engine = engine
+
+    def info(self) -> dict[str, Any]:
+        """What ``docker info`` says of the swarm: the node this engine is (the engine's answer has more)."""
+        self.engine.fail("info")
+        return {"Swarm": {"NodeID": FAKE_NODE_ID, "LocalNodeState": "active"}}
