@@ -71,7 +71,7 @@ class FeaturesBlock:
         self.extractors: list[FeatureExtractor] = [FeatureExtractor.from_spec(f) for f in config.features]
         self._transformations: dict[str, Transformation] = {}
         self._identity = IdentityCache()
-        #: which keys the store holds: one listing of a remote store, not a request per key (store/listing.py)
+        #: which keys the store holds: listings of a remote store's shards, not a request per key (store/listing.py)
         self.present = KeyListing(self.store)
 
     def transformation(self, spec: dict[str, Any]) -> Transformation:

@@ -261,6 +261,18 @@ class FeatureStore:
         """Every stored key (lists the store)."""
         return iter(self.sizes())
 
+    def shard_keys(self, shard: str) -> list[str]:
+        """The stored keys that start with ``shard`` (two hex digits: the folder ``v1/<shard>/``; one listing
+        request per 1,000 of its entries on s3).
+
+        Raises:
+            StoreError: ``shard`` is not two lower-case hex digits, or the storage cannot be listed.
+        """
+        if not re.fullmatch(r"[0-9a-f]{2}", shard):
+            raise StoreError(f"invalid feature-store shard {shard!r}: expected 2 lower-case hex digits")
+        names = self._call(lambda: self.storage.list(f"v{LAYOUT_VERSION}/{shard}"))
+        return [m.group(1) for rel in names if (m := _ENTRY.match(rel)) and m.group(1).startswith(shard)]
+
 
 #: Parsed ``.npy`` headers by their bytes: the arrays of one feature share one header (fixed-length segments), and
 #: parsing one (``ast.literal_eval``) costs more than mapping the file. Cleared when it holds :data:`_HEADERS_MAX`.

@@ -15,8 +15,8 @@ leaves once the learner has started: :func:`memory_headroom`). When the split's 
 chunk's arrays from the store (a local folder, or the cache of a remote store, whose missing arrays are first
 fetched with parallel requests: :meth:`~labswarm.store.store.FeatureStore.fetch`) and copies out their crops, so
 its memory does not grow with the data set. The learner reads the next step's chunk while the current one trains
-(:mod:`labswarm.train.distributed.steps`). Whether a remote store holds a key is answered from one listing
-(:mod:`labswarm.store.listing`), not a request per key.
+(:mod:`labswarm.train.distributed.steps`). Whether a remote store holds a key is answered from a listing of
+its shard (:mod:`labswarm.store.listing`), not a request per key.
 
 Memory kept: the full-length features of the training split, up to ``keep_bytes``. On the demo set
 (``examples/music_speech_noise.yml``: 2,124 training samples, mel ``(128, 431)`` float32) that is 469 MB per
