@@ -38,6 +38,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -230,6 +231,8 @@ def main() -> None:
     parser.add_argument("--deadline", type=float, help="seconds after which the users stop waiting for their jobs "
                         "and the figures are taken as they are (jobs not ended are reported in their state)")
     args = parser.parse_args()
+    # a run stopped with SIGTERM (or SIGINT, ignored in a background job) still stops its manager and learners
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     with tempfile.TemporaryDirectory(prefix="bench-tenants-") as tmp:
         root = Path(tmp)
