@@ -4,10 +4,13 @@ attempt's token in a docker secret, its spec in a docker config), the learner tr
 experiment in its container (host network, the shared folder bind-mounted at the same path) and reports to the
 manager on the loopback; what tests/jobs/test_swarm_learners.py asserts against a fake engine holds against the
 real one: the job completes, its model downloads, and halt, resume and delete leave no service, secret or config.
+Distributed jobs: an ``allreduce`` learner killed restarts both as a new attempt; a ``downpour`` learner killed
+restarts alone, beside its parameter-server shard's service (on the host network: its own port on 127.0.0.1).
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +19,12 @@ import httpx
 import pytest
 from engine import docker, free_port, wait_for
 from helpers import missing
+from jobs.chunk_record import assert_every_sample_once_per_pass
+from jobs.manager import read_events
 from jobs.tiny import tiny_manifest
 
+from labswarm.deploy.swarm_jobs import learner_service_name, ps_service_name
+from labswarm.deploy.swarm_shards import PS_PORT
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer
 from labswarm.settings import Settings
@@ -36,8 +43,9 @@ def swarm(engine: None) -> None:
 @pytest.fixture
 def jobs_http(swarm: None, image: str, shared: Path) -> Iterator[httpx.Client]:
     """A manager on the host whose learners are swarm services of ``image``; the tiny manifest's data, store
-    and results store live in ``shared`` (writable by the image's user)."""
-    for folder in ("store", "results"):
+    and results store live in ``shared`` (writable by the image's user), as does the folder of the shards'
+    checkpoints (``<swarm_data_target>/.labswarm-jobs``)."""
+    for folder in ("store", "results", ".labswarm-jobs"):
         (shared / folder).mkdir(mode=0o777)
         (shared / folder).chmod(0o777)
     port = free_port()
@@ -137,4 +145,60 @@ def test_an_allreduce_learners_container_killed_restarts_both_as_a_new_attempt(j
     metrics = metrics["metrics"] if isinstance(metrics, dict) else metrics
     assert [r["epoch"] for r in metrics] == [1, 2, 3], metrics  # every epoch once
     wait_for("no service, secret or config of the job left",
+             lambda: not any(leftovers(job_id).values()), 120, interval=1.0)
+
+
+def running_container(service: str) -> str | None:
+    """The id of ``service``'s running container (``None``: none yet)."""
+    found = docker("ps", "-q", "--filter", f"label=com.docker.swarm.service.name={service}",
+                   "--filter", "status=running").stdout.split()
+    return found[0] if found else None
+
+
+def service_id(name: str) -> str | None:
+    done = docker("service", "inspect", "-f", "{{.ID}}", name, check=False)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def test_a_downpour_learners_container_killed_restarts_it_alone_and_every_sample_is_trained_once(
+        jobs_http: httpx.Client, shared: Path) -> None:
+    """Downpour with 2 learners and 1 parameter-server shard, three services on the host network: the shard on a
+    port of its own on 127.0.0.1 (no service name resolves there). Rank 1's container is frozen (docker pause) as
+    soon as it runs (Python and torch still importing: it trained nothing), rank 0 takes its first step, then rank
+    1's container is killed. Downpour is asynchronous: rank 1 alone starts again, a new service in the same attempt
+    (no new attempt), and the job completes with every epoch once and every sample trained once per pass in the
+    stored chunk record (tests/jobs/test_distributed_jobs.py's downpour restart, here with containers)."""
+    manifest = tiny_manifest(shared, epochs=3, learners=2, framework={"name": "downpour"}, ps_shards=1)
+    manifest["training"]["threads"] = 1  # 2 learners and a shard on 2 shared cores
+    job = jobs_http.post("/v1/jobs", json=manifest)
+    assert job.status_code == 201, job.text
+    job_id = job.json()["id"]
+    rank1 = learner_service_name(job_id, 1, 1)
+    victim = wait_for("rank 1's container running", lambda: running_container(rank1), JOB_TIMEOUT, interval=0.2)
+    docker("pause", str(victim))
+    started = read_events(jobs_http, job_id, until=lambda e: e["event"] == "attempt"
+                          and e["data"]["event"] == "started")[-1]["data"]
+    [address] = started["ps"]
+    host, port = address.rsplit(":", 1)
+    assert host == "127.0.0.1" and int(port) != PS_PORT, started  # the host network: a port of its own
+    shard = docker("service", "inspect", "-f", "{{json .Spec.TaskTemplate.ContainerSpec.Command}}",
+                   ps_service_name(job_id, 0)).stdout
+    assert f"--host 127.0.0.1 --port {port}" in shard, shard
+    with socket.create_connection((host, int(port)), timeout=10):  # the shard's container listens there
+        pass
+    old = service_id(rank1)
+    read_events(jobs_http, job_id, until=lambda e: e["event"] == "log" and e["data"].get("rank") == 0
+                and "first step" in e["data"]["line"])
+    docker("kill", str(victim))
+    wait_for("rank 1 started again as a new service", lambda: service_id(rank1) not in (None, old), JOB_TIMEOUT)
+    done = wait_status(jobs_http, job_id, "completed")
+    [attempt] = done["attempts"]  # the same attempt: only the dead learner restarted
+    [restart] = attempt["learner_restarts"]
+    assert restart["rank"] == 1 and restart["previous"]["exit_code"] == 137, restart  # SIGKILL, as docker reports
+    assert done["restarts"] == {"user": 0, "platform": 1}, done
+    metrics = jobs_http.get(f"/v1/jobs/{job_id}/metrics").json()
+    metrics = metrics["metrics"] if isinstance(metrics, dict) else metrics
+    assert [r["epoch"] for r in metrics] == [1, 2, 3], metrics  # every epoch once
+    assert_every_sample_once_per_pass(shared / "results" / "jobs" / job_id, done, manifest, 3)
+    wait_for("no service, secret or config of the job left (the shard's included)",
              lambda: not any(leftovers(job_id).values()), 120, interval=1.0)
