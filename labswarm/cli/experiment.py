@@ -203,6 +203,10 @@ def _session(config: Any, *, run: Any, workers: int, concurrency: int, broker: s
             def on_dashboard(self, url: str, token_file: Path | None) -> None:
                 console.print(dashboard_line(url, token_file), soft_wrap=True)
 
+            def on_resume(self, p: dict[str, Any]) -> None:
+                console.print(f"session {p['id']}, left running by a run that did not end it, taken over: "
+                              f"{p['finished']}/{p['total']} samples finished", highlight=False)
+
             def on_progress(self, p: dict[str, Any]) -> None:
                 phase.update(p["finished"], p["total"], rate=p["samples_per_s"], failed=p["failed"])
 

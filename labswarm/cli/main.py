@@ -117,11 +117,13 @@ def worker(
 
     gc.disable()  # while the audio libraries are imported and warmed up; run_worker freezes their objects and
     # turns it on again before the pool forks (measured: 2.8 s of CPU instead of 3.2 s for the start, load ~20)
+    from labswarm.deploy.lifeline import end_with_parent
     from labswarm.queue.worker import run_worker
     from labswarm.settings import load_settings
 
     warn_password("--broker", broker, "LABSWARM_BROKER_URL")
     try:
+        end_with_parent()  # a worker of a LocalLauncher ends with it (labswarm run killed: no worker left behind)
         run_worker(experiment, manager, broker_url=broker, concurrency=concurrency,
                    token=load_settings().api_token, loglevel=loglevel)
     except LabswarmError as exc:

@@ -12,7 +12,8 @@ Every worker runs in its own session and process group, which its pool processes
 worker (its orphaned pool processes) is killed before it is replaced, and :meth:`LocalLauncher.stop` kills each
 group after the warm-shutdown grace, so no process is left behind. Scaling down asks the surplus workers for a
 warm shutdown (SIGTERM: they finish their running tasks) and returns at once; the supervisor kills them after
-``stop_grace_s``.
+``stop_grace_s``. A worker also ends when the process that launched it ends, however that ends
+(:mod:`labswarm.deploy.lifeline`): ``kill -9`` of a ``labswarm run`` leaves no worker behind.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labswarm.deploy.base import Host, Launcher
+from labswarm.deploy.lifeline import lifeline_env
 from labswarm.errors import DeployError
 
 log = logging.getLogger(__name__)
@@ -169,6 +171,7 @@ class LocalLauncher(Launcher):
             env["LABSWARM_BROKER_URL"] = self.broker_url
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, "1")
+        env.update(lifeline_env())  # the worker ends with this process, however it ends (its own session hides it)
         command = self.command()
         n, self._started = self._started, self._started + 1
         if self.log_dir is None:

@@ -2,7 +2,8 @@
 
 With no manager URL it starts a manager inside this process (state in SQLite, broker: the embedded SQLite
 broker unless ``--broker`` names RabbitMQ) and N local workers; it posts the experiment, starts a session,
-follows it to the end, and returns the final progress with the failures. What the run does is a
+follows it to the end, and returns the final progress with the failures. A session that a killed run of the
+experiment left running in that manager is taken over instead of a new one (:mod:`labswarm.run.adopt`). What the run does is a
 :class:`RunOptions`; what a caller sees of it goes through :class:`RunHooks` (no-op ``on_*`` methods to override).
 
 Its dashboard (``/ui`` of the embedded manager) can be opened while the run lasts: the manager is closed even on
@@ -23,6 +24,7 @@ stays the plain in-process run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterable
@@ -34,6 +36,7 @@ from labswarm.client import ManagerClient
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.deploy.base import Host
 from labswarm.deploy.local import LocalLauncher
+from labswarm.run.adopt import RunLock, left_running
 from labswarm.run.health import HealthThread, health_figure
 from labswarm.run.training import JobTraining, job_manifest, train_job
 from labswarm.settings import Settings
@@ -122,6 +125,10 @@ class RunHooks:
         the token to log in with (mode 0600, removed at the end of the run), or ``None`` when the token is the
         user's own (``LABSWARM_API_TOKEN``, or the one of ``manager_url``'s manager)."""
 
+    def on_resume(self, progress: dict[str, Any]) -> None:
+        """A session that a killed run of this experiment left running is taken over instead of a new one
+        (:mod:`labswarm.run.adopt`): its progress then."""
+
     def on_progress(self, progress: dict[str, Any]) -> None:
         """The session's progress (``GET /sessions/{id}``), every :attr:`RunOptions.poll` seconds."""
 
@@ -162,9 +169,17 @@ def run_experiment(config: ExperimentConfig, options: RunOptions | None = None, 
         ConfigError: the job's manifest is invalid (it names its field).
     """
     options = options or RunOptions()
-    hooks = hooks or RunHooks()
-    started = time.perf_counter()
     settings = settings or Settings()
+    # a manager of its own: the experiment's runs on this home one at a time (a session a killed run left
+    # running is then this run's to take over, see labswarm.run.adopt), locked before that manager resumes it
+    lock = RunLock(settings.home, config.name) if options.manager_url is None else contextlib.nullcontext()
+    with lock:
+        return _run(config, options, settings, hooks or RunHooks())
+
+
+def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hooks: RunHooks) -> RunResult:
+    """:func:`run_experiment`'s run, under its lock."""
+    started = time.perf_counter()
     server, own_token, manager_url = None, False, options.manager_url
     if manager_url is None:
         server, settings, own_token = _embedded_manager(config, options, settings)
@@ -178,11 +193,12 @@ def run_experiment(config: ExperimentConfig, options: RunOptions | None = None, 
                                        settings.api_token)
         hooks.on_dashboard(f"{manager_url.rstrip('/')}/ui", token_file)
         client.post_experiment(config.model_dump(mode="json"))
-        session, local = _start_session(client, config.name, options, settings, manager_url, server is None)
+        session, local = _start_session(client, config.name, options, settings, manager_url, server is None,
+                                        hooks)
         if options.health:
             controller = HealthThread(manager_url, settings.api_token, options.rabbitmq_api,
                                       max(1, options.workers * options.concurrency), settings.home / "health").start()
-        progress = _wait(client, session["id"], options.poll, hooks, options.follow)
+        progress = _wait(client, session["id"], options.poll, hooks, session.get("follow", options.follow))
         failures = client.failures(session["id"]) if progress["failed"] else []
         figure = None
         if controller is not None:
@@ -244,13 +260,21 @@ def _embedded_manager(config: ExperimentConfig, options: RunOptions,
 
 
 def _start_session(client: ManagerClient, experiment: str, options: RunOptions, settings: Settings,
-                   manager_url: str, remote: bool) -> tuple[dict[str, Any], LocalLauncher | None]:
+                   manager_url: str, remote: bool, hooks: RunHooks) -> tuple[dict[str, Any], LocalLauncher | None]:
     """Start the experiment's session; a ``remote`` manager cannot start processes here, so with the ``local``
-    launcher this process runs and supervises the workers.
+    launcher this process runs and supervises the workers. The manager this run started may hold a session
+    that a killed run left running: it is taken over instead (:mod:`labswarm.run.adopt`).
 
     Returns:
         The session, and the workers this process runs (``None``: the manager runs them, or none).
     """
+    if not remote and (left := left_running(client, experiment)) is not None:
+        if options.rate is not None:
+            client.set_rate(left["id"], options.rate)
+        if left["launcher"] == "local" and options.launcher == "local" and options.workers:
+            left = client.set_workers(left["id"], options.workers)
+        hooks.on_resume(left)
+        return left, None
     if options.launcher == "local" and remote:
         session = client.start_session(experiment, options.rate, follow=options.follow)
         if not options.workers:
