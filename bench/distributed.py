@@ -16,8 +16,15 @@ The trivial-task run sends tiny samples (0.05-s clips, one small STFT) through t
 publish rate, to measure tasks/s and the system's wall time per task; its store is on disk (each write is
 fsynced: several ms a task on a busy disk) and, to see the path's own cost, on tmpfs (/dev/shm). Beside it, the
 baseline: bare Celery (no manager, no store) draining no-op tasks from RabbitMQ with 2 single-process workers.
-Goals (issue 10): distributed >= 0.97x the local pool on real features; <= 1.5 ms of system wall time per trivial
-task through manager + RabbitMQ + 2 workers. The publish rate alone: bench/publish.py.
+Goals, printed in a final block (goal, measured, met?): issue 27's on real features with the default settings
+(steady rate of `labswarm run` over RabbitMQ >= 0.97x the local pool's; wall time of the run, --clips 30 = 270
+samples, <= 1.3x the pool's, over RabbitMQ and on the embedded default; embedded >= 0.95x RabbitMQ's steady rate with
+the manager's CPU per task <= 1.5x RabbitMQ's) and on trivial tasks (>= 0.8x bare Celery's tasks/s with the default
+settings, i.e. with --trivial-controlled; the embedded pair again); issue 10's <= 1.5 ms of system wall time per
+trivial task through manager + RabbitMQ + 2 workers. The publish rate alone: bench/publish.py; 100,000 samples and
+the manager's memory: bench/scale.py.
+
+The last line says how long the benchmark took and the load average before and after it.
 """
 
 from __future__ import annotations
@@ -39,6 +46,28 @@ import soundfile as sf
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+
+#: The goals measured so far in this process: (goal, measured, met?), printed by :func:`print_goals`.
+GOALS: list[tuple[str, str, str]] = []
+
+
+def goal(name: str, measured: float, target: float, *, unit: str = "x", at_most: bool = False,
+         applies: bool = True) -> None:
+    """Record a goal's figure: met when ``measured >= target`` (``<=`` with ``at_most``); ``applies=False``: the
+    run did not measure what the goal names (then ``n/a``)."""
+    met = (measured <= target if at_most else measured >= target) if applies else None
+    shown = f"{measured:.2f}{unit}" if measured == measured else "nan"  # nan: not measured
+    GOALS.append((name, shown, "n/a" if met is None else ("yes" if met else "NO")))
+
+
+def print_goals(started: float, load_before: tuple[float, float, float]) -> None:
+    """The final block: every goal recorded, then how long the benchmark took and the load around it."""
+    print("\n## goals\n\n| goal | measured | met? |\n|---|---:|:---:|")
+    for name, measured, met in GOALS:
+        print(f"| {name} | {measured} | {met} |")
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    before = " ".join(f"{x:.1f}" for x in load_before)
+    print(f"\ntook {time.perf_counter() - started:.0f} s; load average before {before}, after {load}", flush=True)
 
 
 def steady(times: list[float]) -> float:
@@ -238,11 +267,13 @@ def main() -> None:
                         help="trivial runs with the default settings (start window, health controller) instead of "
                         "flat out: flat out publishes every sample before any task time is measured (one a message)")
     args = parser.parse_args()
+    started, load_before = time.perf_counter(), os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="labswarm-bench-dist-"))
     if not args.trivial_only:
         real_features(args, tmp)
     if not args.real_only:
         trivial_tasks(args, tmp)
+    print_goals(started, load_before)
 
 
 def real_features(args: argparse.Namespace, tmp: Path) -> None:
@@ -293,7 +324,7 @@ def real_features(args: argparse.Namespace, tmp: Path) -> None:
         wall, rate, _, cpu = distributed(config_with_store(slug).model_copy(update={"name": f"bench-{slug}"}), broker,
                                          tmp / f"home-{slug}", controlled=controlled, samples_per_message=per_message,
                                          meter=True)
-        rows.append((label, wall, rate))
+        rows.append((label, wall, rate, cpu.get("manager", (float("nan"), 0.0))[0]))
         print(f"{label}: {wall:.1f} s wall, {rate:.2f} samples/s steady; CPU {cpu_line(cpu)}", flush=True)
 
     plain_rate, local_rate = n / plain, local_steady
@@ -301,12 +332,22 @@ def real_features(args: argparse.Namespace, tmp: Path) -> None:
     print("|---|---:|---:|---:|---:|")
     print(f"| plain loop | {plain:.1f} | {plain_rate:.2f} | 1.00x | {plain_rate / local_rate:.2f}x |")
     print(f"| labswarm features --jobs 2 | {local:.1f} | {local_rate:.2f} | {local_rate / plain_rate:.2f}x | 1.00x |")
-    for name, wall, rate in rows:
+    for name, wall, rate, _ in rows:
         print(f"| {name} | {wall:.1f} | {rate:.2f} | {rate / plain_rate:.2f}x | {rate / local_rate:.2f}x |")
-    rmq_rate, emb_rate = rows[0][2], rows[-1][2]
+    (_, rmq_wall, rmq_rate, rmq_cpu), (_, emb_wall, emb_rate, emb_cpu) = rows[0], rows[-1]
     print(f"\nembedded broker vs RabbitMQ (steady rate): {emb_rate / rmq_rate:.2f}x")
     print(f"\ndistributed (RabbitMQ) vs local pool, steady rate: {rmq_rate / local_rate:.2f}x (goal >= 0.97x)",
           flush=True)
+    real = f"real features, {n} samples, default settings"
+    goal(f"issue 27: steady rate, labswarm run over RabbitMQ / local pool, {real} (>= 0.97x)",
+         rmq_rate / local_rate, 0.97)
+    goal(f"issue 27: wall time, labswarm run over RabbitMQ / local pool, {real} (<= 1.3x; 270 samples: --clips 30)",
+         rmq_wall / local, 1.3, at_most=True)
+    goal(f"issue 27: wall time, labswarm run embedded (the default) / local pool, {real} (<= 1.3x)",
+         emb_wall / local, 1.3, at_most=True)
+    goal(f"issue 27: steady rate, embedded / RabbitMQ, {real} (>= 0.95x)", emb_rate / rmq_rate, 0.95)
+    goal(f"issue 27: manager CPU per task, embedded / RabbitMQ, {real} (<= 1.5x)", emb_cpu / rmq_cpu, 1.5,
+         at_most=True)
 
 
 
@@ -337,6 +378,7 @@ def trivial_tasks(args: argparse.Namespace, tmp: Path) -> None:
             for where, store in (("disk", tmp), ("tmpfs", shm))]
     if not args.no_embedded:
         runs.append(("embedded, store on disk", None, tmp, None))
+    measured = {}
     for label, broker, store, per_message in runs:
         slug = uuid.uuid4().hex[:6]
         cfg = trivial.model_copy(update={
@@ -348,8 +390,30 @@ def trivial_tasks(args: argparse.Namespace, tmp: Path) -> None:
         parts = ", ".join(f"{ms.get(k, 0.0):.2f}" for k in ("manager", "workers", "rabbitmq"))
         print(f"| {label} | {per_message or 'auto'} | {rate:.0f} | {1000 / rate:.2f} | {rate / bare:.2f}x | "
               f"{parts} = {sum(ms.values()):.2f} |", flush=True)
+        measured.setdefault((label, per_message), (rate, ms.get("manager", float("nan"))))
     print(f"\nload average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"\ncompute alone (no store): {compute_ms:.2f} ms per task; goal: <= 1.5 ms of system wall time per task")
+    trivial_goals(measured, bare, len(ts), args.trivial_controlled)
+
+
+def trivial_goals(measured: dict[tuple[str, int | None], tuple[float, float]], bare: float, n: int,
+                  controlled: bool) -> None:
+    """The trivial runs' goals, from ``measured``: ``(label, samples per message) -> (tasks/s, manager CPU ms per
+    task)``; those of the default settings apply only to ``controlled`` runs (--trivial-controlled)."""
+    how = "default settings" if controlled else "flat out: not the default settings, see --trivial-controlled"
+    rmq = measured.get(("RabbitMQ, store on disk", None))
+    if rmq is None:
+        return
+    goal(f"issue 27: trivial tasks/s, RabbitMQ, store on disk / bare Celery, {n} samples, {how} (>= 0.8x; "
+         "100,000 samples: bench/scale.py)", rmq[0] / bare, 0.8, applies=controlled)
+    goal("issue 10: system wall time per trivial task, RabbitMQ, store on disk (<= 1.5 ms)", 1000 / rmq[0], 1.5,
+         unit=" ms", at_most=True)
+    embedded = measured.get(("embedded, store on disk", None))
+    if embedded is not None:
+        goal(f"issue 27: trivial tasks/s, embedded / RabbitMQ, store on disk, {how} (>= 0.95x)", embedded[0] / rmq[0],
+             0.95, applies=controlled)
+        goal(f"issue 27: manager CPU per trivial task, embedded / RabbitMQ, {how} (<= 1.5x)", embedded[1] / rmq[1],
+             1.5, at_most=True, applies=controlled)
 
 if __name__ == "__main__":
     main()

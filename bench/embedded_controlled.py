@@ -8,22 +8,33 @@ Each round runs ``--clips`` tiny clips x 5 through ``labswarm run --workers 2``'
 RabbitMQ. Prints per run the steady samples/s and the CPU of each part in ms per task and ms per s over the steady
 20-80 % of the outcomes (manager = this process). Goal (issue 27): embedded >= 0.95x RabbitMQ's rate, its manager's
 CPU per task <= 1.5x. The manager's CPU per second is about constant (routes, history, controller), so its CPU per
-task follows the rate: on a loaded machine compare the pairs, not the runs.
+task follows the rate: on a loaded machine compare the pairs, not the runs. The final block gives each goal's
+median over the pairs (each pair's ratio beside it), met or not; its last line says how long the benchmark took.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from distributed import cpu_line, distributed, trivial_experiment  # noqa: E402
+from distributed import GOALS, cpu_line, distributed, print_goals, trivial_experiment  # noqa: E402
+
+
+def median_goal(name: str, ratios: list[float], target: float, at_most: bool = False) -> None:
+    """Record a goal as the median of the pairs' ratios (each one shown beside it)."""
+    value = statistics.median(ratios)
+    met = value <= target if at_most else value >= target
+    pairs = ", ".join(f"{r:.2f}" for r in ratios)
+    GOALS.append((name, f"{value:.2f}x" + (f" (pairs: {pairs})" if len(ratios) > 1 else ""), "yes" if met else "NO"))
 
 
 def main() -> None:
@@ -32,8 +43,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="embedded/RabbitMQ pairs")
     parser.add_argument("--amqp", default="amqp://guest:guest@127.0.0.1:5672//")
     args = parser.parse_args()
+    started, load_before = time.perf_counter(), os.getloadavg()
     tmp = Path(tempfile.mkdtemp(prefix="labswarm-bench-embedded-"))
     trivial = trivial_experiment(tmp, args.clips)
+    rate_ratios: list[float] = []
+    cpu_ratios: list[float] = []
     for _ in range(args.repeat):
         rates = {}
         for name, broker in (("embedded", None), ("RabbitMQ", args.amqp)):
@@ -47,6 +61,14 @@ def main() -> None:
         (er, ec), (rr, rc) = rates["embedded"], rates["RabbitMQ"]
         print(f"embedded vs RabbitMQ: rate {er / rr:.2f}x (goal >= 0.95x), manager CPU per task {ec / rc:.2f}x "
               "(goal <= 1.5x)", flush=True)
+        rate_ratios.append(er / rr)
+        cpu_ratios.append(ec / rc)
+    samples = 5 * args.clips
+    median_goal(f"issue 27: steady rate, embedded / RabbitMQ, {samples} trivial samples, default settings (>= 0.95x)",
+                rate_ratios, 0.95)
+    median_goal("issue 27: manager CPU per task, embedded / RabbitMQ, same runs (<= 1.5x)", cpu_ratios, 1.5,
+                at_most=True)
+    print_goals(started, load_before)
 
 
 if __name__ == "__main__":
