@@ -171,7 +171,9 @@ class Learner(LearnerContext):
             code = self._train()
         except (ConfigError, DatasetError) as exc:
             log.error("the experiment cannot be trained: %s", exc)
-            code = EXIT_USER
+            # the learner's data does not fit its memory limit (train/distributed/data.py): the over-memory C107
+            memory = isinstance(exc, ConfigError) and any(path == "resources.memory_mb" for path, _ in exc.errors)
+            code = EXIT_MEMORY if memory else EXIT_USER
         except StorageError as exc:
             log.error("results store: %s", exc)
             code = EXIT_STORAGE

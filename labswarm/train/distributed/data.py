@@ -28,7 +28,9 @@ Under a memory limit (a local learner's ``resources.memory_mb``, its ``RLIMIT_AS
 checked: two batches of samples its size (the step's and the one read ahead, each full-length array mapped while
 its crop is copied) must fit what the limit leaves, or the learner stops at once with a
 :class:`~labswarm.errors.ConfigError` naming ``resources.memory_mb`` instead of going over its limit mid-epoch
-(``tests/train/test_memory_limit.py``: 1.7 GB of features stream under a limit of ~1.1 GiB in all).
+(``tests/train/test_memory_limit.py``: 1.7 GB of features stream under a limit of ~1.1 GiB in all); a job's
+learner then exits with the over-memory code, the user error ``C107`` (``tests/jobs/test_learner_memory_limit.py``:
+a 2-learner job through the manager).
 """
 
 from __future__ import annotations
