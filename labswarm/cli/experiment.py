@@ -235,13 +235,17 @@ def _train(config: Any, *, resume: bool, provenance: Any) -> None:
     from labswarm.jobs.client.follow import epoch_line
     from labswarm.run import reuse, training_table
     from labswarm.settings import load_settings
+    from labswarm.train.distributed.single import SingleLearner
     from labswarm.train.trainer import Trainer
 
     def show(r: dict[str, Any]) -> None:
         console.print(epoch_line(r), highlight=False)
 
-    try:
-        trainer = Trainer(config, load_settings().home, on_epoch=show)
+    try:  # it reads the training split as a job's learners do (in memory up to training.keep_bytes, else streamed);
+        # the Trainer refuses early stopping and freeze with loop hooks handed in: those train through the pipeline
+        reader = None if config.training.early_stopping or config.training.freeze else \
+            SingleLearner(report=lambda line: console.print(line, highlight=False))
+        trainer = Trainer(config, load_settings().home, on_epoch=show, distributed=reader)
         epochs = plural(config.training.epochs, "epoch")
         console.print(f"training {config.model.name} on {config.model.input} for {epochs}; "
                       f"metrics: {trainer.metrics_path}")
