@@ -11,8 +11,12 @@ Layout of the cache folder::
     .lock                   taken (``flock``, exclusive) by whoever adds or evicts
     .usage.json             {"bytes": N}: the bytes of the cached objects, changed under the lock
     objects/<full key>      one file per cached object (the remote's full key)
+    incoming/<random>.tmp   an object being added: written without the lock, then renamed under it
 
-The bound holds at every moment: an object is added under the lock, after evicting least recently used files until
+The bound holds at every moment for ``objects/``: an object is written into ``incoming/`` without the lock (so that
+the threads and processes filling the cache write at once: under the lock, each fill's write waited for the
+others', and at 32 threads they spent longer waiting for the lock than for their GETs, 2026-11-26, load ~34,
+docs/benchmarks/store.md), then renamed into place under the lock, after evicting least recently used files until
 the cache's bytes plus the new object's fit (down to :data:`LOW_WATER` of the bound, so that eviction, which lists
 the folder, runs once per many additions). Recency is the file's modification time, set on a hit (``os.utime``, no
 lock) unless the same process set it less than :data:`TOUCH_S` ago (then a hit costs no system call). Readers take
@@ -39,6 +43,8 @@ from typing import IO, ClassVar
 from labswarm.errors import StorageError
 from labswarm.storage.base import MissingObject, Storage, StorageConfig
 
+#: Seconds after which a file of the cache's ``incoming/`` folder is a killed process's, removed by an eviction.
+STALE_S = 3600.0
 #: After an eviction the cache holds at most this share of its bound (plus the object being added).
 LOW_WATER = 0.9
 #: Default bound of a cache, in bytes (10 GiB).
@@ -133,25 +139,33 @@ class CachedStorage(Storage):
         size = len(data)
         if size > self.max_bytes:
             return None, data
-        with self._locked() as state:
-            if path.is_file():  # another process fetched it meanwhile
-                return path, data if keep_bytes else None
-            if state["bytes"] + size > self.max_bytes:
-                state["bytes"] = self._evict(max(0, int(self.max_bytes * LOW_WATER) - size))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.tmp"
-            try:
-                tmp.write_bytes(data)
+        incoming = self.folder / "incoming"
+        incoming.mkdir(parents=True, exist_ok=True)
+        tmp = incoming / f"{uuid.uuid4().hex}.tmp"
+        try:
+            tmp.write_bytes(data)  # outside the lock: the fetching threads and processes write at once
+            with self._locked() as state:
+                if path.is_file():  # another process fetched it meanwhile
+                    return path, data if keep_bytes else None
+                if state["bytes"] + size > self.max_bytes:
+                    state["bytes"] = self._evict(max(0, int(self.max_bytes * LOW_WATER) - size))
+                path.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(tmp, path)
-            finally:
-                with contextlib.suppress(OSError):
-                    tmp.unlink()
-            state["bytes"] += size
+                state["bytes"] += size
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
         return path, data if keep_bytes else None
 
     def _evict(self, target: int) -> int:
-        """Remove least recently used files until at most ``target`` bytes remain (and every temporary file: the
-        lock is held, so none is being written). Called under the lock. Returns the bytes that remain."""
+        """Remove least recently used files until at most ``target`` bytes remain (and every temporary file left
+        among them by an older version, and those of ``incoming/`` older than :data:`STALE_S`: a killed process's).
+        Called under the lock. Returns the bytes that remain."""
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self.folder / "incoming"):
+                with contextlib.suppress(OSError):
+                    if time.time() - entry.stat().st_mtime > STALE_S:
+                        os.unlink(entry.path)
         files: list[tuple[int, int, str]] = []
         for dirpath, _dirs, names in os.walk(self._objects):
             for name in names:

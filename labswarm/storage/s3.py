@@ -43,6 +43,9 @@ _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
 
 #: The most keys one DeleteObjects request takes (S3's limit).
 _DELETE_BATCH = 1000
+#: Connections a client keeps open (botocore's default: 10), for :data:`labswarm.store.store.FETCH_THREADS`'s requests
+#: at once and more.
+POOL_CONNECTIONS = 32
 
 
 class S3StorageConfig(StorageConfig):
@@ -127,6 +130,10 @@ class _Connection:
             s3={"addressing_style": "path" if self.config.endpoint else "auto"},
             retries={"max_attempts": 3, "mode": "standard"},
             connect_timeout=5, read_timeout=60,
+            # botocore keeps 10 connections by default: a cold cache filled 32 requests at once (FeatureStore.fetch)
+            # opened and dropped a connection per request beyond them (92 against 43 GETs/s from moto, 32 at once,
+            # 2026-11-26, load ~29: docs/benchmarks/store.md)
+            max_pool_connections=POOL_CONNECTIONS,
             request_checksum_calculation="when_required", response_checksum_validation="when_required",
         )
         with _SESSION_LOCK:
