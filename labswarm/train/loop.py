@@ -158,6 +158,11 @@ class LoopHooks:
         """The folder of this process's metrics and checkpoint in the run folder ``run_dir``."""
         return run_dir
 
+    def agree(self, state: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The checkpoint this process resumes from, as its peers agree on it (called before :meth:`attach`, on
+        every start): ``state`` is its own (``None``: none, a fresh start); here kept."""
+        return state
+
     def attach(self, torch: Any, model: Any, optimizer: Any, train: Pipeline, output: str, run_dir: Path) -> Any:
         """Training starts: ``model`` and ``optimizer`` built (and restored from a checkpoint), ``train`` the
         training pipeline, ``output`` the model's input (a feature output name), ``run_dir`` this process's folder.

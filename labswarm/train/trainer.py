@@ -271,19 +271,18 @@ class Trainer:
 
     def _restore(self, resume: bool, model: Any, optimizer: Any, schedule: Any,
                  train: Pipeline) -> tuple[int, dict[str, Any] | None]:
-        """Load the checkpoint when resuming, else start a fresh run dir. Returns the epochs the checkpoint covers
-        and, for a mid-epoch checkpoint, the stopped epoch's running sums (else ``None``)."""
-        self._restored: dict[str, Any] | None = None
-        if not resume or not self.checkpoint_path.is_file():
-            if resume:
-                log.info("no checkpoint in %s: training from the start", self.run_dir)
+        """Load the checkpoint when resuming (the one the loop hooks' ``agree`` settles on), else start a fresh run
+        dir. Returns the epochs it covers and, mid-epoch, the stopped epoch's running sums (else ``None``)."""
+        found = resume and self.checkpoint_path.is_file()
+        if resume and not found:
+            log.info("no checkpoint in %s: training from the start", self.run_dir)
+        state = self._restored = self.loop.agree(checkpoint.load(self.checkpoint_path) if found else None)
+        if state is None:  # a fresh start (a worker group's members: when the group's newest is one too)
             shutil.rmtree(self.run_dir, ignore_errors=True)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             return 0, None
-        state = checkpoint.load(self.checkpoint_path)
         if state.get("fingerprint") != self.experiment.fingerprint():
             raise CheckpointError(f"{self.checkpoint_path} belongs to another configuration of the experiment")
-        self._restored = state
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         schedule.load_state_dict(state["schedule"])

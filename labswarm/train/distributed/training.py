@@ -23,7 +23,8 @@ the trainer trains as a single process, through the default hooks). With it, the
    dead learner. Worker groups (a framework's ``group_size`` > 1, issue 23) step in lockstep inside their group
    only, each group its own process group (:meth:`LearnerContext.join_group`): the groups never wait for each
    other, and once the fresh chunks are out a group takes over an expired lease or its dead predecessors'
-   (:meth:`GlobalCursor.claim_orphan`); a group restarts alone, each rank from its own newest copy. Either way
+   (:meth:`GlobalCursor.claim_orphan`); a group restarts alone, its members from the newest of their own copies
+   (:meth:`DistributedTraining.agree`: one position for the whole group). Either way
    each training sample is trained exactly once per pass across the learners; each learner records its chunks
    (pass, chunk, its process, sample ids) in ``chunks-rank-<r>.jsonl`` beside its run folder, or where its owner
    says (``chunk_log``), each line written before the chunk is marked done and kept across kills and restarts
@@ -70,6 +71,7 @@ import numpy as np
 from labswarm.pipeline.base import Block
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.train.distributed import lr_scaling
+from labswarm.train.distributed.agree import agree_on_resume
 from labswarm.train.distributed.context import LearnerContext
 from labswarm.train.distributed.cursor import Chunk, GlobalCursor
 from labswarm.train.distributed.data import TrainingSamples
@@ -188,9 +190,31 @@ class DistributedTraining(LoopHooks):
         total = sums.numpy()
         return np.rint(total[:-1]).astype(np.int64).reshape(matrix.shape), float(total[-1])
 
+    def _join(self) -> None:
+        """Join this learner's process group once: all learners (synchronous frameworks), or its worker group
+        alone (issue 23 item 3); none asynchronously."""
+        if self._joined or not self.lockstep or self.context.world_size == 1:
+            return
+        if self.framework.synchronous:
+            self.context.init_process_group("gloo")
+        else:
+            self.context.join_group(self.framework.group_size, "gloo")
+        self._joined = True
+
+    def agree(self, state: dict[str, Any] | None) -> dict[str, Any] | None:
+        """In lockstep, the members of this learner's process group (joined here) resume from one position, the
+        newest member's checkpoint (:func:`~labswarm.train.distributed.agree.agree_on_resume`); otherwise
+        ``state``, this learner's own.
+
+        Raises:
+            torch.distributed.DistError: a member failed or did not join within the collective timeout.
+        """
+        self._join()
+        return agree_on_resume(state, self.rank) if self._joined else state
+
     def attach(self, torch: Any, model: Any, optimizer: Any, train: Pipeline, output: str, run_dir: Path) -> Any:
-        """Join the group, attach the framework, read the training features (of ``output``, the model's input)
-        and open the cursor; this rank's chunks are recorded in :meth:`chunk_log`.
+        """Join the group (unless :meth:`agree` did), attach the framework, read the training features (of
+        ``output``, the model's input) and open the cursor; this rank's chunks are recorded in :meth:`chunk_log`.
 
         Returns:
             The module to train through.
@@ -200,12 +224,7 @@ class DistributedTraining(LoopHooks):
             torch.distributed.DistError: the peers did not join within the timeout.
         """
         self.started = time.perf_counter()
-        if self.framework.synchronous and self.context.world_size > 1:
-            self.context.init_process_group("gloo")
-            self._joined = True
-        elif self.lockstep:  # worker groups: this learner's group alone (issue 23 item 3)
-            self.context.join_group(self.framework.group_size, "gloo")
-            self._joined = True
+        self._join()
         module = self.framework.attach(model, optimizer, self.context)
         experiment = train.context.experiment
         settings = experiment.training
