@@ -1,7 +1,7 @@
 """Benchmark: a session's and a training job's figures under the real Docker engine next to the local launcher's
 (issue 21), side by side in this process.
 
-    .venv/bin/python bench/docker_launchers.py [--tones N] [--epochs E] [--rounds R]
+    .venv/bin/python bench/docker_launchers.py [--tones N] [--epochs E] [--rounds R] [--downpour] [--no-session]
 
 Needs the engine, the one-node swarm and the image of ``bash .ci/docker`` (labswarm:ci), the host's RabbitMQ.
 Each round runs, alternating:
@@ -12,7 +12,9 @@ Each round runs, alternating:
   seconds from the session's start to its first outcome and to its end, and samples/s over the whole session;
 - a training job of the tiny three-class manifest (tests/jobs/tiny.py, ``E`` epochs): the local job launcher (a
   learner process) then the swarm job launcher (a learner service). Reported: seconds from the POST to
-  ``completed``.
+  ``completed``. With ``--downpour`` the job is distributed: ``downpour`` with 2 learners and 1 parameter-server
+  shard (1 torch thread each), local processes or 3 services on the host network (the shard on a port of its own).
+  ``--no-session``: the jobs only.
 """
 
 from __future__ import annotations
@@ -74,24 +76,29 @@ def session(launcher: str, tones: int) -> dict[str, float]:
         m.close()
 
 
-def job(launcher: str, epochs: int) -> dict[str, float]:
-    """One tiny training job; ``launcher``: the job launcher (``local`` or ``swarm``)."""
+def job(launcher: str, epochs: int, downpour: bool = False) -> dict[str, float]:
+    """One tiny training job; ``launcher``: the job launcher (``local`` or ``swarm``); ``downpour``: 2 learners
+    and 1 shard."""
     shared = shared_folder()
-    for folder in ("store", "results"):
+    for folder in ("store", "results", ".labswarm-jobs"):  # the last: the swarm shards' checkpoints
         (shared / folder).mkdir(mode=0o777)
         (shared / folder).chmod(0o777)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    settings = Settings(home=shared / "home", data_roots=[str(shared)], job_launcher=launcher,
+    manifest = tiny_manifest(shared, epochs=epochs)
+    if downpour:
+        manifest = tiny_manifest(shared, epochs=epochs, learners=2, framework={"name": "downpour"}, ps_shards=1)
+        manifest["training"]["threads"] = 1
+    settings = Settings(home=shared / "home", data_roots=[str(shared)], job_launcher=launcher, job_slots=2,
                         swarm_image=IMAGE, swarm_network="host", swarm_manager_url=url,
                         swarm_data_volume=str(shared), swarm_data_target=str(shared))
     with EmbeddedServer(create_app(settings), port=port), httpx.Client(base_url=url, timeout=60) as http:
         start = time.monotonic()
-        job_id = http.post("/v1/jobs", json=tiny_manifest(shared, epochs=epochs)).json()["id"]
+        job_id = http.post("/v1/jobs", json=manifest).json()["id"]
         while (status := http.get(f"/v1/jobs/{job_id}").json()["status"]) not in ("completed", "failed"):
             time.sleep(0.5)
         assert status == "completed", status
-        return {"job s": time.monotonic() - start}
+        return {("downpour job s" if downpour else "job s"): time.monotonic() - start}
 
 
 def main() -> None:
@@ -101,10 +108,13 @@ def main() -> None:
     parser.add_argument("--tones", type=int, default=32, help="tones of the session's experiment (3 samples each)")
     parser.add_argument("--epochs", type=int, default=2, help="epochs of the tiny training job")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--downpour", action="store_true", help="the job: downpour, 2 learners and 1 shard")
+    parser.add_argument("--no-session", action="store_true", help="the job only, no session")
     args = parser.parse_args()
     for r in range(args.rounds):
         for launcher in ("local", "swarm"):
-            figures = {**session(launcher, args.tones), **job(launcher, args.epochs)}
+            figures = {**({} if args.no_session else session(launcher, args.tones)),
+                       **job(launcher, args.epochs, args.downpour)}
             print(f"round {r + 1} {launcher}: " + ", ".join(f"{k} {v:.1f}" for k, v in figures.items()), flush=True)
 
 
