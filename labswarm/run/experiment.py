@@ -3,8 +3,9 @@
 With no manager URL it starts a manager inside this process (state in SQLite, broker: the embedded SQLite
 broker unless ``--broker`` names RabbitMQ) and N local workers; it posts the experiment, starts a session,
 follows it to the end, and returns the final progress with the failures. A session that a killed run of the
-experiment left running in that manager is taken over instead of a new one (:mod:`labswarm.run.adopt`). What the run does is a
-:class:`RunOptions`; what a caller sees of it goes through :class:`RunHooks` (no-op ``on_*`` methods to override).
+experiment left running in that manager is taken over instead of a new one (:mod:`labswarm.run.adopt`). What the
+run does is a :class:`RunOptions`; what a caller sees of it goes through :class:`RunHooks` (no-op ``on_*`` methods
+to override).
 
 Its dashboard (``/ui`` of the embedded manager) can be opened while the run lasts: the manager is closed even on
 loopback with a token of this run only, which is written to ``<home>/dashboard-<port>.token``, readable by the
@@ -36,6 +37,7 @@ from labswarm.client import ManagerClient
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.deploy.base import Host
 from labswarm.deploy.local import LocalLauncher
+from labswarm.deploy.warm import prestart
 from labswarm.run.adopt import RunLock, left_running
 from labswarm.run.health import HealthThread, health_figure
 from labswarm.run.training import JobTraining, job_manifest, train_job
@@ -100,6 +102,8 @@ class RunOptions:
             that job, its model and metrics, are reused: :func:`~labswarm.run.training.train_job`).
         follow: the session follows the labels CSV (rows appended are computed as they appear) and runs until
             cancelled: a KeyboardInterrupt (Ctrl-C) during the wait cancels it, then goes on up.
+        warm: the local workers are forked from one warm parent started first thing, while the manager starts
+            (:mod:`labswarm.deploy.warm`), instead of each starting a fresh interpreter once the session runs.
     """
 
     workers: int = 2
@@ -115,6 +119,7 @@ class RunOptions:
     train: bool = False
     retrain: bool = False
     follow: bool = False
+    warm: bool = False
 
 
 class RunHooks:
@@ -180,6 +185,8 @@ def run_experiment(config: ExperimentConfig, options: RunOptions | None = None, 
 def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hooks: RunHooks) -> RunResult:
     """:func:`run_experiment`'s run, under its lock."""
     started = time.perf_counter()
+    if options.warm and options.launcher == "local" and options.workers:
+        prestart()  # its imports and warm-up overlap the manager's start
     server, own_token, manager_url = None, False, options.manager_url
     if manager_url is None:
         server, settings, own_token = _embedded_manager(config, options, settings)
@@ -255,7 +262,8 @@ def _embedded_manager(config: ExperimentConfig, options: RunOptions,
         settings = settings.model_copy(update={"api_token": new_token()})
     app = create_app(settings)
     # the manager runs the local workers itself (launcher "local"), as it runs a swarm service
-    app.state.sessions.launchers.host = Host(concurrency=options.concurrency, log_dir=options.log_dir)
+    app.state.sessions.launchers.host = Host(concurrency=options.concurrency, log_dir=options.log_dir,
+                                             warm=options.warm)
     return EmbeddedServer(app).start(), settings, own_token
 
 
@@ -280,7 +288,7 @@ def _start_session(client: ManagerClient, experiment: str, options: RunOptions, 
         if not options.workers:
             return session, None
         local = LocalLauncher(experiment, manager_url, concurrency=options.concurrency, token=settings.api_token,
-                              log_dir=options.log_dir or settings.home / "logs")
+                              log_dir=options.log_dir or settings.home / "logs", warm=options.warm)
         try:
             local.start(options.workers)
         except BaseException:  # the ones started stop: the caller never sees this launcher
