@@ -28,13 +28,11 @@ class Host:
             ``None`` while it is not served.
         concurrency: pool processes per local worker (``labswarm run --concurrency``); 1 by default.
         log_dir: folder of the local workers' logs; ``None``: ``<home>/logs`` (``LABSWARM_HOME``).
-        warm: local workers forked from one warm parent (:mod:`labswarm.deploy.warm`), not started afresh.
     """
 
     manager_url: str | None = None
     concurrency: int = 1
     log_dir: Path | None = None
-    warm: bool = False
 
 
 class Launcher(ABC):

@@ -4,14 +4,14 @@ ends (a crash, ``kill -9``, the OOM killer).
 :class:`~labswarm.deploy.local.LocalLauncher` starts each worker in a session and process group of its own (so that
 it can kill a worker and its pool processes as one), so the worker gets no signal when the launcher dies: a
 ``labswarm run`` killed with ``kill -9`` left its workers polling the embedded broker for good (issue 27). The
-launcher names itself in each worker's environment (:data:`PARENT_ENV`: its process id; the worker's parent, or
-its grandparent for a worker forked from the warm parent, :mod:`labswarm.deploy.warm`) and the worker runs
-:func:`end_with_parent`: a thread that waits for that process to end (a pidfd, Linux >= 5.3, woken by the kernel
-at its exit; elsewhere the process looked up every second), then asks the worker for a warm shutdown (SIGTERM:
-its running tasks finish and are acknowledged, useful when the manager is another process that still runs) and
-kills the worker's process group :data:`GRACE_S` later (a task that waits on a manager that died with the launcher
-never finishes). Nothing is lost either way: a task not acknowledged is delivered again (RabbitMQ) or published
-again from the session's ledger by the next run (the embedded broker, see :mod:`labswarm.sessions.ledger`).
+launcher names itself in each worker's environment (:data:`PARENT_ENV`: its process id, the worker's parent; the
+pid is watched, not the parent, so a worker forked by a helper process is bound to the launcher too) and the worker
+runs :func:`end_with_parent`: a thread that waits for that process to end (a pidfd, Linux >= 5.3, woken by the
+kernel at its exit; elsewhere the process looked up every second), then asks the worker for a warm shutdown
+(SIGTERM: its running tasks finish and are acknowledged, useful when the manager is another process that still
+runs) and kills the worker's process group :data:`GRACE_S` later (a task that waits on a manager that died with
+the launcher never finishes). Nothing is lost either way: a task not acknowledged is delivered again (RabbitMQ) or
+published again from the session's ledger by the next run (the embedded broker, see :mod:`labswarm.sessions.ledger`).
 
 The prediction endpoint's feature workers end with the server the same way (:mod:`labswarm.serve.features`,
 through their multiprocessing parent's sentinel).

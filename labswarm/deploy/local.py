@@ -32,13 +32,9 @@ from pathlib import Path
 
 from labswarm.deploy.base import Host, Launcher
 from labswarm.deploy.lifeline import lifeline_env
-from labswarm.deploy.warm import ForkedWorker
 from labswarm.errors import DeployError
 
 log = logging.getLogger(__name__)
-
-#: A worker's main process: started (the default) or forked from the warm parent (``warm=True``).
-Worker = subprocess.Popen | ForkedWorker
 
 #: Seconds between two looks of the supervisor at its workers.
 POLL_S = 0.2
@@ -88,7 +84,7 @@ class Restart:
 
 @dataclass
 class _Slot:
-    process: Worker | None = None
+    process: subprocess.Popen | None = None
     started: float = 0.0
     failures: int = 0  # early deaths in a row
     restart_at: float = 0.0
@@ -96,7 +92,7 @@ class _Slot:
 
 @dataclass
 class _Retiring:
-    process: Worker
+    process: subprocess.Popen
     deadline: float
 
 
@@ -116,8 +112,6 @@ class LocalLauncher(Launcher):
         log_name: prefix of the log files.
         restart: when dead workers are replaced; ``None``: never (they stay dead until the next :meth:`scale`).
         stop_grace_s: seconds a worker scaled away gets to finish its running tasks before it is killed.
-        warm: fork each worker from one warm parent (:mod:`labswarm.deploy.warm`) instead of starting a fresh
-            interpreter that imports and warms up the audio libraries itself.
     """
 
     outlives_owner = False
@@ -125,7 +119,7 @@ class LocalLauncher(Launcher):
     def __init__(self, experiment: str | list[str], manager_url: str | None, *, broker_url: str | None = None,
                  concurrency: int = 1, token: str | None = None, log_dir: Path | None = None,
                  log_name: str = "worker", restart: RestartPolicy | None = RestartPolicy(),
-                 stop_grace_s: float = 30.0, warm: bool = False) -> None:
+                 stop_grace_s: float = 30.0) -> None:
         self.experiment = experiment
         self.manager_url = manager_url
         self.broker_url = broker_url
@@ -135,7 +129,6 @@ class LocalLauncher(Launcher):
         self.log_name = log_name
         self.restart = restart
         self.stop_grace_s = stop_grace_s
-        self.warm = warm
         #: the deaths seen and replacements scheduled, oldest first (the last 1,000)
         self.restarts: deque[Restart] = deque(maxlen=1000)
         self._slots: list[_Slot] = []
@@ -153,7 +146,6 @@ class LocalLauncher(Launcher):
         self.concurrency = host.concurrency
         if host.log_dir is not None:
             self.log_dir = host.log_dir
-        self.warm = self.warm or host.warm
 
     def command(self) -> list[str]:
         """The command line of one worker.
@@ -171,7 +163,7 @@ class LocalLauncher(Launcher):
         cmd += ["--manager", self.manager_url, "--concurrency", str(self.concurrency)]
         return cmd  # secrets (broker URL, token) go through the environment: see _spawn
 
-    def _spawn(self) -> Worker:
+    def _spawn(self) -> subprocess.Popen:
         env = dict(os.environ)
         if self.token:
             env["LABSWARM_API_TOKEN"] = self.token
@@ -182,11 +174,6 @@ class LocalLauncher(Launcher):
         env.update(lifeline_env())  # the worker ends with this process, however it ends (its own session hides it)
         command = self.command()
         n, self._started = self._started, self._started + 1
-        if self.warm:
-            log = self.log_dir / f"{self.log_name}-{n}.log" if self.log_dir is not None else None
-            if log is not None:
-                log.parent.mkdir(parents=True, exist_ok=True)
-            return ForkedWorker(command[3:], env, log)  # the arguments after `python -m labswarm.cli`
         if self.log_dir is None:
             return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                                     start_new_session=True)
@@ -262,7 +249,7 @@ class LocalLauncher(Launcher):
             return sum(s.process is not None and s.process.poll() is None for s in self._slots)
 
     @property
-    def processes(self) -> list[Worker]:
+    def processes(self) -> list[subprocess.Popen]:
         """The main process of each worker slot (one may be dead, waiting for its replacement)."""
         with self._lock:
             return [s.process for s in self._slots if s.process is not None]
@@ -277,7 +264,7 @@ class LocalLauncher(Launcher):
         self._retiring.append(_Retiring(process, time.monotonic() + self.stop_grace_s))
 
     @staticmethod
-    def _reap(process: Worker | None) -> None:
+    def _reap(process: subprocess.Popen | None) -> None:
         """Kill what is left of a dead worker's process group (orphaned pool processes)."""
         if process is not None:
             _kill_group(process.pid)
@@ -296,7 +283,7 @@ class LocalLauncher(Launcher):
         next_due = now + POLL_S
         for index, slot in enumerate(self._slots):
             process = slot.process
-            if process is not None and (code := process.poll()) is not None:
+            if process is not None and process.poll() is not None:
                 self._reap(process)
                 slot.process = None
                 if self.restart is None:
@@ -306,9 +293,9 @@ class LocalLauncher(Launcher):
                 slot.failures = 1 if lived >= self.restart.reset_after_s else slot.failures + 1
                 delay = self.restart.delay(slot.failures)
                 slot.restart_at = now + delay
-                self.restarts.append(Restart(index, process.pid, code, lived, delay, now))
+                self.restarts.append(Restart(index, process.pid, process.returncode, lived, delay, now))
                 log.warning("worker %d (pid %d) of %s exited with %s after %.1f s; replaced in %.1f s",
-                            index, process.pid, self.experiment, code, lived, delay)
+                            index, process.pid, self.experiment, process.returncode, lived, delay)
             if slot.process is None and slot.restart_at < float("inf"):
                 if now >= slot.restart_at:
                     try:
@@ -330,8 +317,6 @@ class LocalLauncher(Launcher):
 def _kill_group(pid: int, wait_s: float = 0.0) -> None:
     """SIGKILL the process group ``pid`` leads (a worker and its pool), if any of it is left; with ``wait_s``,
     wait up to that many seconds until none of its processes runs (a signal is delivered asynchronously)."""
-    if pid <= 0:  # no process (a fork that failed): never this process's own group (0) nor every process (-1)
-        return
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -354,7 +339,7 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def _terminate(procs: list[Worker], timeout: float) -> None:
+def _terminate(procs: list[subprocess.Popen], timeout: float) -> None:
     """SIGTERM each worker, SIGKILL each one's group after ``timeout`` s in all, and reap them."""
     for p in procs:
         if p.poll() is None:

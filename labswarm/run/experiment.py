@@ -37,7 +37,6 @@ from labswarm.client import ManagerClient
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.deploy.base import Host
 from labswarm.deploy.local import LocalLauncher
-from labswarm.deploy.warm import prestart
 from labswarm.run.adopt import RunLock, left_running
 from labswarm.run.health import HealthThread, health_figure
 from labswarm.run.training import JobTraining, job_manifest, train_job
@@ -102,8 +101,6 @@ class RunOptions:
             that job, its model and metrics, are reused: :func:`~labswarm.run.training.train_job`).
         follow: the session follows the labels CSV (rows appended are computed as they appear) and runs until
             cancelled: a KeyboardInterrupt (Ctrl-C) during the wait cancels it, then goes on up.
-        warm: the local workers are forked from one warm parent started first thing, while the manager starts
-            (:mod:`labswarm.deploy.warm`), instead of each starting a fresh interpreter once the session runs.
     """
 
     workers: int = 2
@@ -119,7 +116,6 @@ class RunOptions:
     train: bool = False
     retrain: bool = False
     follow: bool = False
-    warm: bool = False
 
 
 class RunHooks:
@@ -185,8 +181,6 @@ def run_experiment(config: ExperimentConfig, options: RunOptions | None = None, 
 def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hooks: RunHooks) -> RunResult:
     """:func:`run_experiment`'s run, under its lock."""
     started = time.perf_counter()
-    if options.warm and options.launcher == "local" and options.workers:
-        prestart()  # its imports and warm-up overlap the manager's start
     server, own_token, manager_url = None, False, options.manager_url
     if manager_url is None:
         server, settings, own_token = _embedded_manager(config, options, settings)
@@ -262,8 +256,7 @@ def _embedded_manager(config: ExperimentConfig, options: RunOptions,
         settings = settings.model_copy(update={"api_token": new_token()})
     app = create_app(settings)
     # the manager runs the local workers itself (launcher "local"), as it runs a swarm service
-    app.state.sessions.launchers.host = Host(concurrency=options.concurrency, log_dir=options.log_dir,
-                                             warm=options.warm)
+    app.state.sessions.launchers.host = Host(concurrency=options.concurrency, log_dir=options.log_dir)
     return EmbeddedServer(app).start(), settings, own_token
 
 
@@ -288,7 +281,7 @@ def _start_session(client: ManagerClient, experiment: str, options: RunOptions, 
         if not options.workers:
             return session, None
         local = LocalLauncher(experiment, manager_url, concurrency=options.concurrency, token=settings.api_token,
-                              log_dir=options.log_dir or settings.home / "logs", warm=options.warm)
+                              log_dir=options.log_dir or settings.home / "logs")
         try:
             local.start(options.workers)
         except BaseException:  # the ones started stop: the caller never sees this launcher
