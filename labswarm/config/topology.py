@@ -195,13 +195,17 @@ def downpour(learners: int, shards: int | None = None, group_size: int = 1, **_:
                     shards_per_group=shards or 1, colocated=False)
 
 
-def distributed_hogwild(learners: int, shards: int | None = None, sync_period: int = 4, **_: Any) -> Topology:
+def distributed_hogwild(learners: int, shards: int | None = None, sync_period: int = 4, group_size: int = 1,
+                        **_: Any) -> Topology:
     """SINGA's Distributed Hogwild (asynchronous; Caffe): one worker group of one learner per node, each with its
     own server group in its process, neighbouring server groups synchronised every ``sync_period`` steps (Ooi et
     al. 2015, the figure "Training frameworks in SINGA", panel (d) Distributed Hogwild); labswarm's
-    ``distributed_hogwild`` (:mod:`labswarm.train.distributed.frameworks.hogwild`)."""
-    return Topology(worker_groups=learners, workers_per_group=1, server_groups=learners,
-                    sync_period=sync_period if learners > 1 else None)
+    ``distributed_hogwild`` (:mod:`labswarm.train.distributed.frameworks.hogwild`). With ``group_size`` > 1 the
+    hybrid of panels (b) and (d): ``learners / group_size`` worker groups of ``group_size``, each with its own
+    colocated server group (AllReduce inside a group, Distributed Hogwild between the groups)."""
+    groups = max(learners // group_size, 1)
+    return Topology(worker_groups=groups, workers_per_group=group_size, server_groups=groups,
+                    sync_period=sync_period if groups > 1 else None)
 
 
 def model_averaging(learners: int, shards: int | None = None, period: int = 4, **_: Any) -> Topology:
@@ -251,17 +255,18 @@ def implementing(topology: Topology) -> tuple[str, dict[str, Any]]:
         return ("sandblaster", {}) if t.worker_groups == 1 else ("downpour", {"group_size": t.workers_per_group})
     if t.server_groups == 1 and t.worker_groups == 1:
         return "allreduce", {}
-    if t.colocated and t.workers_per_group == 1 and t.server_groups == t.worker_groups:
-        return "distributed_hogwild", {"sync_period": t.sync_period}
+    if t.colocated and t.server_groups == t.worker_groups:  # groups of 1: SINGA's; of more: the hybrid
+        return "distributed_hogwild", {"sync_period": t.sync_period, "group_size": t.workers_per_group}
     if t.server_groups == 1:
         _unsupported("colocated", f"{t.worker_groups} worker groups sharing one colocated server group "
                                   "(asynchronous groups over an all-reduce) run under no framework yet: "
                                   "colocated: false (downpour) or 1 worker group (allreduce)")
     if not t.colocated:
-        _unsupported("server_groups", f"{t.server_groups} separate server groups run under no framework yet "
-                                      "(issue 23 item 4); one server group, or colocated ones")
-    _unsupported("workers_per_group", f"worker groups of {t.workers_per_group} with a server group each (hybrid) "
-                                      "run under no framework yet (issue 23 item 4); groups of 1")
+        _unsupported("server_groups", f"{t.server_groups} separate server groups run under no framework yet: one "
+                                      "server group, or colocated ones (one per worker group)")
+    _unsupported("server_groups", f"{t.server_groups} colocated server groups for {t.worker_groups} worker groups "
+                                  "(a server group serving several asynchronous groups) run under no framework yet: "
+                                  "one server group per worker group")
 
 
 def _unsupported(field: str, reason: str) -> NoReturn:

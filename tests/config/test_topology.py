@@ -37,6 +37,9 @@ PRESET_CASES = [
     ({"name": "distributed_hogwild", "sync_period": 5}, 3, None,  # (d): a server group per worker, synchronised
      {"worker_groups": 3, "workers_per_group": 1, "server_groups": 3, "shards_per_group": 1, "colocated": True,
       "serves": [[0], [1], [2]], "sync_period": 5}),
+    ({"name": "distributed_hogwild", "sync_period": 3, "group_size": 2}, 4, None,  # the hybrid of (b) and (d)
+     {"worker_groups": 2, "workers_per_group": 2, "server_groups": 2, "shards_per_group": 2, "colocated": True,
+      "serves": [[0], [1]], "sync_period": 3}),
     ({"name": "model_averaging", "period": 5}, 3, None,  # (d)'s topology, all replicas averaged synchronously
      {"worker_groups": 3, "workers_per_group": 1, "server_groups": 3, "shards_per_group": 1, "colocated": True,
       "serves": [[0], [1], [2]], "sync_period": 5}),
@@ -89,8 +92,8 @@ def test_every_preset_is_run_by_its_own_framework() -> None:
         shared = {"easgd": "downpour", "model_averaging": "distributed_hogwild"}  # the same topology: name it
         assert runs == shared.get(name, name)
         group_size = 1 if name == "easgd" else 2
-        assert params == {"downpour": {"group_size": group_size},
-                          "distributed_hogwild": {"sync_period": 3}}.get(runs, {})
+        hogwild = {"sync_period": 3, "group_size": 2 if name == "distributed_hogwild" else 1}  # groups: the hybrid
+        assert params == {"downpour": {"group_size": group_size}, "distributed_hogwild": hogwild}.get(runs, {})
     assert preset("downpour", 6, 1, {"group_size": 3}).worker_groups == 2
     assert preset("model_averaging", 2, None, {"period": 3}).sync_period == 3
     named = manifest(2, {"name": "model_averaging", "topology": {"worker_groups": 2, "workers_per_group": 1,
@@ -126,9 +129,9 @@ BAD = [  # (learners, framework, extra, the path the error names)
      {}, "framework.sync_period"),
     (4, {"name": "sandblaster", "topology": {"worker_groups": 2, "workers_per_group": 2, "colocated": False}},
      {}, "framework.topology.worker_groups"),
-    # settings no framework runs yet (issue 23 items 2-4)
-    (4, {"topology": {"worker_groups": 2, "workers_per_group": 2, "server_groups": 2, "sync_period": 3}},
-     {}, "framework.topology.workers_per_group"),
+    # settings no framework runs yet
+    (4, {"topology": {"worker_groups": 4, "workers_per_group": 1, "server_groups": 2, "sync_period": 3}},
+     {}, "framework.topology.server_groups"),
     (4, {"topology": {"worker_groups": 2, "workers_per_group": 2, "server_groups": 2, "sync_period": 3,
                       "colocated": False}}, {}, "framework.topology.server_groups"),
     (4, {"topology": {"worker_groups": 2, "workers_per_group": 2, "shards_per_group": 4}},

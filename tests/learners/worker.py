@@ -30,7 +30,7 @@ def main() -> None:
     torch.set_num_threads(1)
     ctx = LearnerContext.from_env()
     framework = Framework.from_spec(spec["framework"])
-    if not framework.needs_parameter_server:
+    if not framework.needs_parameter_server and framework.group_size == 1:  # worker groups join their own
         ctx.init_process_group("gloo")
     model = tiny_model(torch, seed=spec.get("init_seed", 0))
     opt_cls = {"sgd": torch.optim.SGD, "adamw": torch.optim.AdamW}[spec.get("optimizer", "sgd")]
@@ -39,7 +39,8 @@ def main() -> None:
     snapshots = (train_on_cursor(spec, ctx, module, optimizer) if "cursor" in spec
                  else train_steps(spec, ctx, model, module, optimizer))
     result = {"snapshots": snapshots, "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
-              "stats": framework.stats.as_dict(), "state": framework.state_dict()}
+              "stats": framework.stats.as_dict(), "state": framework.state_dict(),
+              "divergence": [list(framework.stats.divergence), list(getattr(framework, "divergence_after", []))]}
     if spec.get("eval"):
         framework.finish()
         x, y = tiny_batch(torch, 10**6, 2000, seed=99)

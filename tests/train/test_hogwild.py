@@ -112,6 +112,50 @@ def test_two_learner_processes_learn_the_task_above_the_floor(store: Any, tmp_pa
 
 
 @pytest.mark.slow
+def test_two_worker_groups_of_two_with_a_server_group_each_learn_and_their_replicas_draw_together(
+        store: Any, tmp_path: Path) -> None:
+    """The hybrid of the issue (2 worker groups of 2, 2 server groups): one replica per group, all-reduced inside
+    it; the groups' replicas gossip-averaged every sync_period steps."""
+    from learners.tiny import kill_all, start_learners, wait_all, wait_for
+
+    job = parse_manifest({"name": "job", "experiment": "music_speech_noise", "learners": 4,
+                          "results_store": {"name": "local", "path": "/tmp/results"},
+                          "framework": {"topology": {"worker_groups": 2, "workers_per_group": 2, "server_groups": 2,
+                                                     "sync_period": 4}}})
+    framework = job.framework.model_dump(mode="json")
+    assert (framework["name"], framework["group_size"], framework["sync_period"], job.shards) == \
+        ("distributed_hogwild", 2, 4, 0)
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port), "LABSWARM_COLLECTIVE_TIMEOUT_S": "60"}
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    steps = 40  # both groups wait after step 20 (each published by then): each group mixes the other's at least once
+    spec = {"framework": framework, "steps": steps, "batch": 16, "lr": 0.1, "eval": True, "out": str(tmp_path),
+            "pause": {"step": 20, "dir": str(pause)}, "snapshots": list(range(1, steps + 1))}
+    procs = start_learners(4, spec, env, tmp_path)
+    try:
+        wait_for(lambda: all((pause / f"paused-{r}").exists() for r in range(4)), 180, "all learners at step 20")
+        (pause / "go").touch()
+        wait_all(procs, 180, tmp_path)
+    finally:
+        kill_all(procs.values())
+    results = [torch.load(tmp_path / f"rank-{r}.pt") for r in range(4)]
+    for first in (0, 2):  # one replica per group after every step (the in-group all-reduce, the broadcast)
+        for step_ in range(1, steps + 1):
+            for name, value in results[first]["snapshots"][step_].items():
+                assert torch.equal(results[first + 1]["snapshots"][step_][name], value), (first, step_, name)
+    # the groups' replicas differ (each trains on its own half of every batch between exchanges)
+    assert any(not torch.equal(results[2]["params"][k], v) for k, v in results[0]["params"].items())
+    for result in results:  # chance is 1/3
+        assert result["accuracy"] > 0.85, result["accuracy"]
+    for leader in (0, 2):  # the distance to the neighbour group's replica halves at each exchange (mix 0.5)
+        before, after = results[leader]["divergence"]
+        assert before and len(after) == len(before), results[leader]["divergence"]
+        assert all(a == pytest.approx(0.5 * b, rel=1e-4) and a < b for a, b in zip(after, before, strict=True))
+    for member in (1, 3):  # members never exchange: their leader does
+        assert results[member]["divergence"] == [[], []]
+
+
+@pytest.mark.slow
 def test_two_hogwild_learners_of_the_trainer_train_every_sample_once_per_pass(three_classes: Path,
                                                                               tmp_path: Path) -> None:
     import json

@@ -1,13 +1,16 @@
-"""``distributed_hogwild``: SINGA's Distributed Hogwild. Every learner is a worker group of one with its own server
-group in its process (its replica and optimizer); it updates that replica without waiting for anyone, and every
-``sync_period`` steps exchanges with its neighbour on a ring, asynchronously.
+"""``distributed_hogwild``: SINGA's Distributed Hogwild. Every worker group (a learner, or ``group_size`` of them)
+has its own server group in its processes (its replica and optimizer); it updates that replica without waiting
+for anyone, and every ``sync_period`` steps exchanges with its neighbour group on a ring, asynchronously.
 
 Sources: Ooi et al., "SINGA: A Distributed Deep Learning Platform" (ACM MM 2015) and SINGA's "Distributed Training
 Framework" page: "Each node contains a complete server group and a complete worker group. Parameter updates are
 done locally [...]. However, the server group must periodically synchronize with neighboring groups to improve the
 training convergence" (the figure "Training frameworks in SINGA", panel (d)). The exchange is a gossip average with
 the ring neighbour (Boyd et al., "Randomized Gossip Algorithms", IEEE Trans. Inf. Theory 2006; asynchronous and
-decentralised as in Lian et al., "Asynchronous Decentralized Parallel SGD", ICML 2018, arXiv 1710.06952).
+decentralised as in Lian et al., "Asynchronous Decentralized Parallel SGD", ICML 2018, arXiv 1710.06952). Worker
+groups of more than one learner (``group_size``) are the hybrid of SINGA's topology the paper leaves to its users
+(issue 23: 2 worker groups of 2 with 2 server groups): AllReduce inside a group (its colocated server group's
+shards, one per worker), Distributed Hogwild between the groups.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from typing import Any
 
 from pydantic import Field
 
+from labswarm.errors import ConfigError
 from labswarm.train.distributed.frameworks.base import Framework, FrameworkConfig, register_framework, tensor_bytes
 
-#: The job store's keys of the published replicas: ``<prefix>/<rank>`` (kept across a learner's restart).
+#: The job store's keys of the published replicas: ``<prefix>/<worker group>`` (kept across a learner's restart).
 KEY_PREFIX = "labswarm/hogwild"
 #: A published replica: the publisher's step count (int64, little-endian), then its parameters (float32).
 _HEADER = struct.Struct("<q")
@@ -32,26 +36,38 @@ class HogwildConfig(FrameworkConfig):
         sync_period: steps between two exchanges with the ring neighbour (>= 1; default 4); the topology's
             ``sync_period``.
         mix: the neighbour's weight in the average, in (0, 1] (default 0.5: both replicas' midpoint).
+        group_size: learners per worker group (default 1: SINGA's Distributed Hogwild); the topology's
+            ``workers_per_group``. It must divide the number of learners.
     """
 
     sync_period: int = Field(4, ge=1, le=10**9)
     mix: float = Field(0.5, gt=0.0, le=1.0)
+    group_size: int = Field(1, ge=1, le=1024)
 
 
 @register_framework
 class DistributedHogwild(Framework):
-    """After every ``sync_period``-th step, learner ``r`` of ``N``, when its left neighbour ``(r - 1) mod N`` has
-    published a replica it has not mixed in yet, moves to ``(1 - mix) · own + mix · neighbour``, then publishes its
-    replica in the job's store (``labswarm/hogwild/<r>``: its step count and its parameters). Nobody waits:
-    a neighbour that has not published (slower, dead, restarting) is skipped until it has. The averaging matrix
-    of each exchange is doubly stochastic, so the replicas contract toward one another (gossip averaging) while
-    each trains on its own chunks. Measured (:class:`~labswarm.train.distributed.frameworks.base.CommStats`): per
-    exchange, the staleness (own steps less the neighbour's at its publication, at least 0) and the divergence
-    (the root-mean-square difference of the two replicas' parameters before the average, and after it in
-    ``divergence_after``). Optimizer state stays each learner's own; only parameters travel.
+    """After every ``sync_period``-th step, worker group ``g`` of ``G`` (learner ``g`` when ``group_size`` is 1),
+    when its left neighbour ``(g - 1) mod G`` has published a replica it has not mixed in yet, moves to
+    ``(1 - mix) · own + mix · neighbour``, then publishes its replica in the job's store (``labswarm/hogwild/<g>``:
+    its step count and its parameters). Nobody waits: a neighbour that has not published (slower, dead,
+    restarting) is skipped until it has. The averaging matrix of each exchange is doubly stochastic, so the
+    replicas contract toward one another (gossip averaging) while each group trains on its own chunks. Measured
+    (:class:`~labswarm.train.distributed.frameworks.base.CommStats`): per exchange, the staleness (own steps less
+    the neighbour's at its publication, at least 0) and the divergence (the root-mean-square difference of the two
+    replicas' parameters before the average, and after it in ``divergence_after``). Optimizer state stays each
+    group's own; only parameters travel.
 
-    Failure semantics: asynchronous, no process group: a dead learner is restarted alone from its own checkpoint
-    and picks up its neighbour's replica at its next exchange; the others never wait for it.
+    Worker groups (``group_size`` > 1): each group is a gloo process group of its own (joined by the trainer,
+    :meth:`LearnerContext.join_group`, or here), its gradients all-reduced every step through DDP, so its members
+    hold one replica (SINGA's colocated server group, one shard per worker); the group's first rank, its leader,
+    exchanges with the neighbour group's leader, then broadcasts the replica to its group (collective inside the
+    group at every ``sync_period``-th step and in :meth:`finish`: every member calls them, as the trainer's
+    lockstep inside a group does).
+
+    Failure semantics: asynchronous, no collective between groups: a dead learner (a dead group: its members fail
+    their next collective) is restarted alone from its own checkpoint and picks up its neighbour's replica at its
+    next exchange; the other groups never wait for it.
     """
 
     name = "distributed_hogwild"
@@ -63,45 +79,96 @@ class DistributedHogwild(Framework):
         super().__init__(config)
         self._seen = -1  # the neighbour's step count at the publication last mixed in
         self.divergence_after: list[float] = []
+        self._owns_process_group = False
+        self._store: Any = None
+
+    @property
+    def group_size(self) -> int:
+        """``group_size``: the trainer steps in lockstep inside a group, the groups asynchronously."""
+        return self.config.group_size
+
+    def check_learners(self, learners: int) -> None:
+        """``group_size`` must divide the number of learners.
+
+        Raises:
+            ConfigError: it does not (the error names ``framework.group_size``).
+        """
+        if learners % self.config.group_size:
+            raise ConfigError([("framework.group_size", f"must divide the number of learners ({learners}); got "
+                                                        f"{self.config.group_size}")])
+
+    @property
+    def leader(self) -> bool:
+        """This learner exchanges for its group (the group's first rank; every learner without groups)."""
+        return self.context.rank % self.config.group_size == 0
 
     def _attach(self) -> Any:
-        self._store = self.context.store() if self.context.world_size > 1 else None
+        size = self.config.group_size
+        self.check_learners(self.context.world_size)
+        self._groups = self.context.world_size // size
+        self._group_index = self.context.rank // size
+        if self._groups > 1 and self.leader:
+            self._store = self.context.store()
         self._param_bytes = tensor_bytes(self._params())
-        return self.model
+        if size == 1:
+            return self.model
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel
+
+        if not dist.is_initialized():  # the group's own process group: its members only
+            self.context.join_group(size, "gloo")
+            self._owns_process_group = True
+        elif dist.get_world_size() != size:
+            raise ConfigError([("framework.group_size", f"the process group joined has {dist.get_world_size()} "
+                                                        f"learners, a worker group {size}: join the group's own "
+                                                        "(LearnerContext.join_group)")])
+        # DDP broadcasts the group rank 0's (the leader's) parameters at construction: the group starts as one
+        return DistributedDataParallel(self.model)
 
     def after_step(self) -> None:
-        """On the schedule: mix in the neighbour's fresh replica, then publish."""
+        """On the schedule: mix in the neighbour's fresh replica, then publish (and, in a group, broadcast)."""
+        size = self.config.group_size
+        if size > 1:  # the backward pass's in-group all-reduce: a ring sends 2 (g - 1) / g of the gradient bytes
+            self.stats.bytes_sent += int(2 * (size - 1) / size * self._param_bytes)
+            self.stats.syncs += 1
         if self.steps % self.config.sync_period == 0:
             self.exchange()
 
     def exchange(self) -> bool:
         """Mix in the neighbour's replica, if it published one not yet mixed in, then publish this replica (the
-        freshest state it has). Returns whether it mixed (a one-learner job has no neighbour)."""
+        freshest state it has); in a group, the leader does both and broadcasts the replica to its members
+        (collective in the group). Returns whether it mixed (a job of one group has no neighbour)."""
         import torch
 
-        if self._store is None:
-            return False
         params = self._params()
         flat = torch.cat([p.detach().reshape(-1).to(torch.float32) for p in params])
-        mixed = self._mix(flat)
+        mixed = self._mix(flat) if self._store is not None else None
         if mixed is not None:
             flat = mixed
+        if self.config.group_size > 1:
+            import torch.distributed as dist
+
+            dist.broadcast(flat, src=0)  # the leader's (its group rank 0's) replica to its members
+            if self.leader:
+                self.stats.bytes_sent += (self.config.group_size - 1) * flat.numel() * 4
+        if mixed is not None or not self.leader:
             offset = 0
             with torch.no_grad():
                 for p in params:
                     p.copy_(flat[offset:offset + p.numel()].reshape(p.shape))
                     offset += p.numel()
-        self._store.set(f"{KEY_PREFIX}/{self.context.rank}", _HEADER.pack(self.steps) + flat.numpy().tobytes())
-        self.stats.bytes_sent += flat.numel() * 4
+        if self._store is not None:
+            self._store.set(f"{KEY_PREFIX}/{self._group_index}", _HEADER.pack(self.steps) + flat.numpy().tobytes())
+            self.stats.bytes_sent += flat.numel() * 4
         return mixed is not None
 
     def _mix(self, flat: Any) -> Any:
-        """``(1 - mix) · flat + mix · neighbour`` when the neighbour published a replica not mixed in yet (its
-        staleness and divergence counted), else ``None``."""
+        """``(1 - mix) · flat + mix · neighbour`` when the neighbour group published a replica not mixed in yet
+        (its staleness and divergence counted), else ``None``."""
         import torch
 
         store = self._store
-        key = f"{KEY_PREFIX}/{(self.context.rank - 1) % self.context.world_size}"
+        key = f"{KEY_PREFIX}/{(self._group_index - 1) % self._groups}"
         if store is None or not store.check([key]):
             return None
         payload = store.get(key)
@@ -118,7 +185,8 @@ class DistributedHogwild(Framework):
         return mixed
 
     def finish(self) -> None:
-        """A last exchange (not waited for): the replica the job delivers has its neighbour's latest steps in it."""
+        """A last exchange (not waited for): the replica the job delivers has its neighbour's latest steps in it.
+        Collective inside a group: every member calls it."""
         self.exchange()
 
     def state_dict(self) -> dict[str, Any]:
@@ -129,3 +197,13 @@ class DistributedHogwild(Framework):
         """Restores it too."""
         super().load_state_dict(state)
         self._seen = int(state.get("seen", -1))
+
+    def close(self) -> None:
+        """Remove the hook and close the process group this framework joined (the trainer's is the trainer's)."""
+        super().close()
+        if self._owns_process_group:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            self._owns_process_group = False
