@@ -180,7 +180,7 @@ def test_a_downpour_learner_killed_in_its_first_pass_keeps_its_chunks_in_the_sto
     results = _results(tmp_path, job["id"])
     assert_every_sample_once_per_pass(results, shown, manifest, 2)
     lines = record.read(results.glob("logs/attempt-1/chunks-1.jsonl"))
-    assert any(c["owner"].endswith(f":{victim}") for c in lines), "the premise: the killed process trained chunks"
+    assert any(c["owner"].split(":")[2] == str(victim) for c in lines), "the premise: the killed process trained chunks"
 
 
 @pytest.mark.slow

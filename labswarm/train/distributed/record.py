@@ -3,9 +3,9 @@
 Each learner appends one JSON line per chunk it trained (``chunks-rank-<r>.jsonl``, or the path its owner gives:
 a job's learner keeps it in its working folder, which the job stores as ``logs/attempt-<n>/chunks-<rank>.jsonl``)::
 
-    {"pass": 0, "chunk": 3, "owner": "1:1:4242", "ids": ["...", ...]}     trained; written BEFORE the cursor's done
-    {"pass": 0, "chunk": 3, "owner": "1:1:4242", "lost": true}            its lease was lost: the line above does
-                                                                           not count (the chunk's new holder trains it)
+    {"pass": 0, "chunk": 3, "owner": "1:1:7:9f2c01ab", "ids": [...]}    trained; written BEFORE the cursor's done
+    {"pass": 0, "chunk": 3, "owner": "1:1:7:9f2c01ab", "lost": true}    its lease was lost: the line above does
+                                                                         not count (the chunk's new holder trains it)
 
 Why it holds whatever is killed when:
 
@@ -21,13 +21,20 @@ Why it holds whatever is killed when:
   working folder with it anyway.
 - **append, never truncate**: a learner restarted from scratch appends to its predecessor's file (the trainer's
   fresh start wipes its run folder, so the record lives beside it, not in it), and each line names its process
-  (``owner``: ``rank:attempt:pid``, the cursor's owner).
+  (``owner``: :func:`owner`, the cursor's owner). A swarm learner keeps its record on the shared data volume, not
+  in its container (:func:`labswarm.deploy.swarm_learners.chunk_record_path`), and a learner whose working folder
+  has no record yet starts it from the one its rank stored (:meth:`labswarm.jobs.learner.context.LearnerContext.
+  open_chunk_record`): a replaced learner's stored lines are never overwritten.
+- **one owner per incarnation**: ``rank:attempt:pid:token``, the token random: a learner restarted in a fresh
+  container often gets its predecessor's pid (the container's first processes), and the same owner would let the
+  dead process's line count under the replacement's done mark, or its ``lost`` line cancel the replacement's.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,12 +43,20 @@ from typing import Any
 FSYNC = False
 
 
+def owner(rank: int, attempt: int) -> str:
+    """This process's owner string in the cursor and the chunk record: ``"<rank>:<attempt>:<pid>:<token>"``,
+    ``token`` 8 random hex digits (:func:`secrets.token_hex`), so that two incarnations of one rank in one attempt
+    (a learner restarted alone, in a new container with the same pid) never share it. The ``"<rank>:"`` prefix is
+    what :meth:`~labswarm.train.distributed.cursor.GlobalCursor.claim_orphan`'s ``heir_of`` matches."""
+    return f"{rank}:{attempt}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
 class ChunkRecord:
     """An open chunk record: one durable line a call (module docstring).
 
     Args:
         path: the record's file (created with its folder; appended to, never truncated).
-        owner: this process's cursor owner (``rank:attempt:pid``), written in every line.
+        owner: this process's cursor owner (:func:`owner`), written in every line.
         fsync: ``os.fsync`` after each line (default :data:`FSYNC`).
     """
 

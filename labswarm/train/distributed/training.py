@@ -58,7 +58,6 @@ the trainer trains as a single process, through the default hooks). With it, the
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -70,7 +69,7 @@ import numpy as np
 
 from labswarm.pipeline.base import Block
 from labswarm.pipeline.pipeline import Pipeline
-from labswarm.train.distributed import lr_scaling
+from labswarm.train.distributed import lr_scaling, record
 from labswarm.train.distributed.agree import agree_on_resume
 from labswarm.train.distributed.context import LearnerContext
 from labswarm.train.distributed.cursor import Chunk, GlobalCursor
@@ -235,7 +234,7 @@ class DistributedTraining(LoopHooks):
                  self.samples.nbytes / 1e6, " (streamed from the store)" if self.samples.streaming else "")
         chunk = next((b.config.size for b in train.blocks if b.name == "batch"), 32)  # the per-learner batch
         self.cursor = GlobalCursor(self.context.store(), n, chunk,
-                                   owner=f"{self.rank}:{self.context.attempt}:{os.getpid()}", lease_s=self.lease_s,
+                                   owner=record.owner(self.rank, self.context.attempt), lease_s=self.lease_s,
                                    seed=experiment.seed)
         self._chunks_path = self.chunk_log(run_dir)
         self.lr_scaling = lr_scaling.install(self.framework, optimizer, self.context.world_size,  # issue 23
