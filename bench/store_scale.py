@@ -17,13 +17,15 @@ shared: the load average is printed):
     .venv/bin/python bench/store_scale.py --learner examples/music_speech_noise.yml [--steps N] [--rounds R]
     .venv/bin/python bench/store_scale.py --features examples/music_speech_noise.yml [--clips N] [--rounds R]
     .venv/bin/python bench/store_scale.py --scale examples/music_speech_noise.yml [--factor 10] [--steps N]
+    .venv/bin/python bench/store_scale.py --job examples/music_speech_noise.yml [--factor 10] [--seconds S]
 
 The second form measures a distributed learner's training inputs (labswarm/train/distributed/data.py) on a
 computed store: features kept in memory against streamed from the store (memory kept, ``batch()`` samples/s),
 then the learner's training steps (the experiment's model and optimizer, one learner on a real TCPStore cursor):
 in memory, streamed reading each chunk in its step, streamed with the next chunk read ahead (steps.py).
 The third, feature computation (the local runner, 2 processes) writing to a local store against writing to s3.
-The fourth, a learner's peak memory on the training split synthesised 1x and 10x (bench/learner_memory.py).
+The fourth, a learner's peak memory on the training split synthesised 1x and 10x (bench/learner_memory.py); the
+fifth, each learner's peak memory in a 2-learner job through the manager on those sets (bench/job_memory.py).
 
 The endpoint defaults to moto's server on :9000 (``bash .ci/s3``; any credentials); a bucket is made and removed.
 Goals (issue 24): through a warm cache >= 0.95x the local store's reads, cold >= 0.5x; writing to s3 >= 0.9x
@@ -34,6 +36,7 @@ the request path, not a real object store's latency.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -55,6 +58,19 @@ DOCUMENTS_SAMPLES = 100_000 * 9  #: the source documents' workload: ~100k clips 
 #: Extra passes of local and warm-cache reads per round (a pass of a few hundred arrays lasts ~0.1 s: one
 #: descheduling on a loaded machine would swing a single pass's rate)
 LOCAL_PASSES = 10
+
+
+def server_cpu() -> float | None:
+    """CPU seconds (user + system) used so far by a moto server on this machine (``moto_server`` in its command
+    line, psutil), ``None`` when there is none: what each of its requests costs it."""
+    import psutil
+
+    for process in psutil.process_iter(["cmdline"]):
+        if any("moto_server" in part for part in process.info["cmdline"] or ()):
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                return float(times.user + times.system)
+    return None
 
 
 def rate(n: int, call: Callable[[], None]) -> float:
@@ -199,7 +215,17 @@ def main() -> None:
     parser.add_argument("--scale", metavar="EXPERIMENT", help="measure a learner's peak memory on this "
                         "experiment's training split synthesised 1x and --factor x (bench/learner_memory.py)")
     parser.add_argument("--factor", type=int, default=10)
+    parser.add_argument("--job", metavar="EXPERIMENT", help="measure each learner's peak memory in a 2-learner job "
+                        "through the manager on this experiment's training split 1x and --factor x "
+                        "(bench/job_memory.py)")
+    parser.add_argument("--seconds", type=float, default=150.0, help="how long each job is watched (--job)")
+    parser.add_argument("--keep-bytes", type=int, default=None, help="the job's training.keep_bytes (--job)")
     args = parser.parse_args()
+    if args.job:
+        from job_memory import job_scale  # bench/ is the script's folder, first on sys.path
+
+        job_scale(args.job, args.factor, args.seconds, args.keep_bytes)
+        return
     if args.scale:
         from learner_memory import scale  # bench/ is the script's folder, first on sys.path
 
@@ -221,6 +247,7 @@ def main() -> None:
     arrays = {uuid.uuid4().hex + "0" * 8: rng.standard_normal(SHAPE).astype(np.float32) for _ in range(args.arrays)}
     keys = sorted(arrays)
     rates: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}  # the S3 server's CPU seconds per array (a local moto server only)
     try:
         if args.features:
             features(args.features, args.clips, args.rounds, spec)
@@ -228,6 +255,7 @@ def main() -> None:
         local = FeatureStore(work / "local")
         direct = FeatureStore.open(work / "unused", remote=spec, cache_bytes=0)
         cached = FeatureStore.open(work / "cache", remote=spec, cache_bytes=4 * 2**30)
+        wide = FeatureStore.open(work / "cache", remote=spec, cache_bytes=4 * 2**30)  # fetch() with 32 threads
         cache = cached.storage
         assert isinstance(cache, CachedStorage)
 
@@ -241,12 +269,14 @@ def main() -> None:
             shutil.rmtree(work / "cache" / "objects", ignore_errors=True)
             (work / "cache" / ".usage.json").unlink(missing_ok=True)
 
-        def chunked_cold_reads() -> None:  # a streaming learner's path: a chunk fetched 8 at once, then read
-            for i in range(0, len(keys), 32):
-                chunk = keys[i:i + 32]
-                cached.fetch(chunk)
-                for k in chunk:
-                    float(cached.get(k, mmap=True)[0, 0])
+        def chunked_cold_reads(store: FeatureStore, threads: int) -> Callable[[], None]:
+            def run() -> None:  # a streaming learner's path: a chunk fetched `threads` at once, then read
+                for i in range(0, len(keys), 32):
+                    chunk = keys[i:i + 32]
+                    store.fetch(chunk, threads)
+                    for k in chunk:
+                        float(store.get(k, mmap=True)[0, 0])
+            return run
 
         def pull() -> None:
             with ThreadPoolExecutor(8) as pool:
@@ -262,8 +292,13 @@ def main() -> None:
             for _ in range(LOCAL_PASSES):  # local and warm reads take ~0.1 s a pass: more passes, alternated
                 for name, call in (("read local", reads(local)), ("read s3 cache warm", reads(cached))):
                     rates[name].append(rate(len(keys), call))
-            empty_cache()
-            rates.setdefault("read s3 cold, fetch 32x8", []).append(rate(len(keys), chunked_cold_reads))
+            for name, store, threads in (("read s3 cold, fetch 32x8", cached, 8),
+                                         ("read s3 cold, fetch 32x32", wide, 32)):
+                empty_cache()
+                before = server_cpu()
+                rates.setdefault(name, []).append(rate(len(keys), chunked_cold_reads(store, threads)))
+                if before is not None and (after := server_cpu()) is not None:
+                    cpu.setdefault(name, []).append((after - before) / len(keys))
             empty_cache()
             rates.setdefault("pull (8 threads)", []).append(rate(len(keys), pull))
             print(f"round {r + 1}/{args.rounds} done, load {os.getloadavg()[0]:.1f}", flush=True)
@@ -279,6 +314,9 @@ def main() -> None:
     for name, value in median.items():
         base = median["write local"] if name.startswith("write") else median["read local"]
         print(f"  {name:22s} {value:8.0f} arrays/s  {value / base:5.2f}x the local store's")
+    for name, values in cpu.items():
+        print(f"  {name}: the moto server's CPU {1000 * statistics.median(values):.1f} ms per array (median); "
+              f"a local read's whole time {1000 / median['read local']:.2f} ms")
     total = per_array * DOCUMENTS_SAMPLES
     hours = DOCUMENTS_SAMPLES / median["pull (8 threads)"] / 3600
     print(f"\nbytes per sample (one mel array): {per_array:,}; the documents' workload ({DOCUMENTS_SAMPLES:,} "
