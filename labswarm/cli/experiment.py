@@ -241,11 +241,9 @@ def _train(config: Any, *, resume: bool, provenance: Any) -> None:
     def show(r: dict[str, Any]) -> None:
         console.print(epoch_line(r), highlight=False)
 
-    try:  # it reads the training split as a job's learners do (in memory up to training.keep_bytes, else streamed);
-        # the Trainer refuses early stopping and freeze with loop hooks handed in: those train through the pipeline
-        reader = None if config.training.early_stopping or config.training.freeze else \
-            SingleLearner(report=lambda line: console.print(line, highlight=False))
-        trainer = Trainer(config, load_settings().home, on_epoch=show, distributed=reader)
+    try:  # it reads the training split as a job's learners do (in memory up to training.keep_bytes, else streamed)
+        trainer = Trainer(config, load_settings().home, on_epoch=show,
+                          distributed=SingleLearner(report=lambda line: console.print(line, highlight=False)))
         epochs = plural(config.training.epochs, "epoch")
         console.print(f"training {config.model.name} on {config.model.input} for {epochs}; "
                       f"metrics: {trainer.metrics_path}")

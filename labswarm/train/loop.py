@@ -125,6 +125,9 @@ class LoopHooks:
     epoch; the validation hooks after each epoch; :meth:`finish` when the last epoch is done.
     """
 
+    #: This process trains as one learner of several (the trainer refuses settings the learners would have to agree
+    #: on: early stopping, freeze).
+    several = False
     #: A stop asked between two epochs (during validation or the checkpoint) stops the next epoch before its first
     #: step (the mid-epoch path, at step 0); ``False``: after its first step.
     stops_between_epochs = False

@@ -124,7 +124,8 @@ class Trainer:
             raise ConfigError([("training", "the experiment has no `training` and `model` sections to train")])
         if not isinstance(experiment.model, ModelConfig):  # validated through the models' registry: always one
             raise ConfigError([("model", f"not a model's config: {type(experiment.model).__name__}")])
-        if distributed is not None and (experiment.training.early_stopping or experiment.training.freeze):
+        if distributed is not None and distributed.several and (experiment.training.early_stopping
+                                                                 or experiment.training.freeze):
             raise ConfigError([("training", "early_stopping and freeze: not yet supported with several learners")])
         self.experiment = experiment
         self.training = experiment.training

@@ -102,6 +102,7 @@ class DistributedTraining(LoopHooks):
         ConfigError: an unknown framework or bad parameters, or a malformed environment.
     """
 
+    several = True
     #: A halt asked during the last pass's validation or checkpoint stops the next pass before its first step.
     stops_between_epochs = True
 
