@@ -6,6 +6,7 @@ event) with the two things every part does with the results store: commit a chec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -15,11 +16,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from labswarm.config.manifest import JobManifest, parse_manifest
-from labswarm.deploy.learners import TOKEN_ENV
+from labswarm.deploy.learners import CHUNKS_FILE, TOKEN_ENV
 from labswarm.errors import ConfigError, format_loc
 from labswarm.jobs.learner.reporter import JobReporter
 from labswarm.jobs.spec import layout
-from labswarm.storage.base import Storage
+from labswarm.storage.base import MissingObject, Storage
 
 
 class LearnerSpec(BaseModel):
@@ -39,6 +40,9 @@ class LearnerSpec(BaseModel):
         checkpoint: the committed checkpoint pointer to start from (:func:`labswarm.jobs.spec.layout.latest_checkpoint`
             at deploy time); ``None``: from scratch.
         workdir: this learner's local working folder (created).
+        chunk_log: where a distributed learner keeps its chunk record (:mod:`labswarm.train.distributed.record`);
+            default ``<workdir>/chunks.jsonl``. A swarm learner's is on the shared data volume, so that it outlives
+            the container (:func:`labswarm.deploy.swarm_learners.chunk_record_path`).
         heartbeat_s: the longest time between two reports, in seconds.
         report_interval_s: seconds between reports while events wait.
         progress_s: the shortest time between two ``progress`` events, in seconds (each epoch's end sends one
@@ -58,6 +62,7 @@ class LearnerSpec(BaseModel):
     results_store: dict[str, Any]
     checkpoint: dict[str, Any] | None = None
     workdir: Path
+    chunk_log: Path | None = None
     heartbeat_s: float = Field(1.0, gt=0)
     report_interval_s: float = Field(0.2, gt=0)
     progress_s: float = Field(1.0, gt=0)
@@ -128,6 +133,23 @@ class LearnerContext:
             if old != key and not old.startswith(key + "/") and not layout.is_rank_copy(old):
                 self.storage.delete(old)
         return pointer
+
+    def open_chunk_record(self) -> Path:
+        """Where this distributed learner keeps its chunk record: the spec's ``chunk_log``, else
+        ``<workdir>/chunks.jsonl``; kept as :attr:`chunks_path` (:meth:`upload_log` stores it). A learner that finds
+        no record there (a fresh working folder: a learner replaced in a new container or on another node) first
+        fetches the one its rank stored in this attempt, so that its own uploads, which replace that object, keep
+        its predecessor's lines.
+
+        Raises:
+            StorageError: the results store failed (a record never stored is not an error).
+        """
+        path = self.spec.chunk_log or self.workdir / CHUNKS_FILE
+        if not path.is_file():
+            with contextlib.suppress(MissingObject):
+                self.storage.get_file(layout.chunks_key(self.spec.attempt, self.spec.rank), path)
+        self.chunks_path = path
+        return path
 
     def upload_log(self) -> None:
         """Store this learner's log file as ``logs/attempt-<n>/learner-<rank>.log`` (and a distributed learner's

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.config.manifest import CommandFramework, DistributedFramework
-from labswarm.deploy.learners import CHUNKS_FILE, EXIT_FILE
+from labswarm.deploy.learners import EXIT_FILE
 from labswarm.deploy.resource_limits import (
     MEMORY_ENV,
     apply_memory_limit,
@@ -222,12 +222,12 @@ class Learner(LearnerContext):
             from labswarm.train.distributed.training import DistributedTraining
 
             # its place in the job from the environment the lifecycle set (labswarm.train.distributed.context)
-            # its chunk record in the working folder, outside the trainer's run folder (a fresh start wipes that):
-            # a killed process's lines stay for its successor, or for the manager to store
+            # its chunk record outside the trainer's run folder (a fresh start wipes that): in the working folder,
+            # or a swarm learner's on the shared volume; a killed process's lines stay for its successor, or for
+            # the manager to store, and a fresh folder starts from the rank's stored record
             distributed = DistributedTraining(self.manifest.framework.model_dump(mode="json"), lease_s=LEASE_S,
-                                              chunk_log=self.workdir / CHUNKS_FILE)
+                                              chunk_log=self.open_chunk_record())
         trainer = Trainer(config, self.workdir / "home", hooks=[JobHooks(self)], distributed=distributed)
-        self.chunks_path = self.workdir / CHUNKS_FILE if distributed is not None else None
         resume = self._restore(trainer, distributed)
         result = trainer.fit(resume=resume)
         if result.stopped:
