@@ -11,7 +11,7 @@ import typer
 from labswarm.cli.experiment import load
 from labswarm.cli.output import console
 from labswarm.cli.output import fail as _fail
-from labswarm.errors import LabswarmError
+from labswarm.errors import ConfigError, LabswarmError
 
 
 def _printer() -> Any:
@@ -25,6 +25,17 @@ def _printer() -> Any:
         elif event["event"] == "status" and data.get("status") in ("running", "completed", "failed", "halted"):
             console.print(f"{job_id}: {data['status']}", highlight=False, markup=False)
     return on_event
+
+
+def _search(experiment: Path, budget: int, output: Path, options: Any, keep: int, trial_epochs: int,
+            manager: str | None, token: str | None) -> None:
+    """``--budget``: the search (:func:`labswarm.compare.budget.search`), its report printed."""
+    from labswarm.compare.budget import render, search
+
+    report = search(experiment, budget, output, options, keep=keep, trial_epochs=trial_epochs, manager_url=manager,
+                    token=token, on_event=_printer())
+    console.print(render(report), highlight=False, markup=False)
+    console.print(f"budget.md and budget.json in {output}")
 
 
 def compare_command(
@@ -64,6 +75,12 @@ def compare_command(
              "coordinator listen there).")] = None,
     gloo_ifname: Annotated[str | None, typer.Option(
         help="With --hosts: the network interface gloo uses on the hosts (GLOO_SOCKET_IFNAME).")] = None,
+    budget: Annotated[int | None, typer.Option(
+        min=1, help="Search the topologies that fit this many processes (learners + separate shards) instead of "
+                    "--framework/--learners: a short trial of each, then the --keep best for --epochs; reports the "
+                    "least time to --target and the table of what was tried (budget.md, budget.json).")] = None,
+    keep: Annotated[int, typer.Option(min=1, help="With --budget: trials that go on to a full run.")] = 2,
+    trial_epochs: Annotated[int, typer.Option(min=1, help="With --budget: epochs of a trial.")] = 1,
 ) -> None:
     """Train the experiment under each framework and learner count, one training job after another (same model,
     data, seed, epochs, per-learner batch and schedule), and write a table, plots and compare.json into the
@@ -71,6 +88,8 @@ def compare_command(
     from labswarm.compare.run import DEFAULT_FRAMEWORKS, CompareOptions, compare, default_output, parse_learners, table
     from labswarm.settings import Settings, load_settings
 
+    if budget is not None and (framework or frameworks):
+        raise _fail(ConfigError([("budget", "searches the topologies itself: not with --framework/--frameworks")]))
     if manager is None:  # the files it names, checked before any learner starts (a manager's are its own)
         load(experiment)
     if output is None:
@@ -88,6 +107,8 @@ def compare_command(
                                  env={"GLOO_SOCKET_IFNAME": gloo_ifname} if gloo_ifname else None)
         options = CompareOptions(learners=parse_learners(learners), epochs=epochs, target=target,
                                  ps_shards=ps_shards, threads=threads, owner=owner, hosts=placed)
+        if budget is not None:
+            return _search(experiment, budget, output, options, keep, trial_epochs, manager, token or None)
         rows = compare(experiment, names or list(DEFAULT_FRAMEWORKS), output, options, manager_url=manager,
                        token=token or None, on_event=_printer())
     except LabswarmError as exc:

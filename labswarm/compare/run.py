@@ -317,9 +317,6 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
         ManagerError: the manager refused a job or cannot be reached.
     """
     from labswarm.config.experiment import load_experiment
-    from labswarm.config.manifest import parse_manifest
-    from labswarm.config.roots import experiment_folders
-    from labswarm.jobs.client.client import JobsClient
 
     opts = options if options is not None else CompareOptions()
     if not frameworks:
@@ -329,18 +326,48 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
     specs = [s for f in frameworks for s in (parse_frameworks([f]) if isinstance(f, str) else [dict(f)])]
     counts = parse_learners(list(opts.learners))
     config = load_experiment(Path(experiment))
-    workload = config.model_dump(mode="json")
     output = Path(output).resolve()
     workdir = Path(workdir).resolve() if workdir is not None else output
-    results = workdir / "results"
     runs = [(n, None) for n in counts if n == 1] + sorted(  # a topology runs with its own learners only
         [(n, fw) for n in counts if n > 1 for fw in specs if topology_learners(fw) is None]
         + [(n, fw) for fw in specs if (n := topology_learners(fw)) is not None], key=lambda run: run[0])
-    manifests = [job_manifest(workload, fw, n, results, opts.epochs, opts.threads, opts.ps_shards)
+    rows = run_all(config, runs, workdir, opts, opts.epochs, manager_url=manager_url, token=token,
+                   on_event=on_event)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "compare.json").write_text(json.dumps({
+        "experiment": str(experiment), "learners": max(counts), "learner_counts": counts, "epochs": opts.epochs,
+        "threads": opts.threads, "owner": opts.owner, "frameworks": specs,
+        "hosts": None if opts.hosts is None else dict(zip(opts.hosts.names, opts.hosts.addresses, strict=True)),
+        "rows": rows}, indent=1))
+    (output / "compare.md").write_text(table(rows))
+    plot(rows, output)
+    return rows
+
+
+def run_all(config: Any, runs: Sequence[tuple[int, Mapping[str, Any] | None]], workdir: Path,
+            opts: CompareOptions, epochs: int | None, *, manager_url: str | None = None, token: str | None = None,
+            on_event: Callable[[str, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Each run ``(learners, framework spec or None: the single-process trainer)`` of the experiment ``config``
+    (an :class:`~labswarm.config.experiment.ExperimentConfig`) as a job for ``epochs`` epochs, one after another,
+    on ``manager_url`` or a manager embedded here (its state in ``workdir/manager``, the results in
+    ``workdir/results``). Every manifest is checked before the first job starts.
+
+    Returns:
+        One row per run, in order (:func:`~labswarm.compare.report.summarize`).
+
+    Raises:
+        ConfigError: a run's job is invalid (named by field). CompareError: a job failed. ManagerError: the manager
+            refused a job or cannot be reached.
+    """
+    from labswarm.config.manifest import parse_manifest
+    from labswarm.config.roots import experiment_folders
+    from labswarm.jobs.client.client import JobsClient
+
+    workload = config.model_dump(mode="json")
+    manifests = [job_manifest(workload, fw, n, workdir / "results", epochs, opts.threads, opts.ps_shards)
                  for n, fw in runs]
     for manifest in manifests:
         parse_manifest(manifest, source=f"job {manifest['name']}")  # every error before the first job
-    output.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         if manager_url is None:
             manager_url, token = stack.enter_context(embedded_manager(
@@ -349,13 +376,6 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
         rows = []
         for (n, fw), manifest in zip(runs, manifests, strict=True):
             events = run_job(client, manifest, opts.timeout_s, on_event)
-            rows.append(summarize("labswarm" if fw is None else fw["name"], rank_records(events, n), opts.target,
-                                  params=fw))
-    (output / "compare.json").write_text(json.dumps({
-        "experiment": str(experiment), "learners": max(counts), "learner_counts": counts, "epochs": opts.epochs,
-        "threads": opts.threads, "owner": opts.owner, "frameworks": specs,
-        "hosts": None if opts.hosts is None else dict(zip(opts.hosts.names, opts.hosts.addresses, strict=True)),
-        "rows": rows}, indent=1))
-    (output / "compare.md").write_text(table(rows))
-    plot(rows, output)
+            rows.append(summarize("labswarm" if fw is None else str(fw["name"]), rank_records(events, n),
+                                  opts.target, params=fw))
     return rows
