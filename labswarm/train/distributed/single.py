@@ -140,7 +140,7 @@ class SingleLearner(LoopHooks):
         self.seed = experiment.seed
         line = (f"{n} training samples, streamed from the store (one batch read ahead; their features exceed "
                 f"{self.samples.keep_bytes / 1e6:.0f} MB, training.keep_bytes)" if self.samples.streaming
-                else f"{n} training samples, {self.samples.nbytes / 1e6:.0f} MB of features in memory")
+                else f"{n} training samples, {self.samples.nbytes / 1e6:.1f} MB of features in memory")
         log.info("%s", line)
         if self.report is not None:
             self.report(line)
