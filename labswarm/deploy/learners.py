@@ -189,6 +189,15 @@ class LearnerLauncher(ABC):
         capturing), read before :meth:`kill` cleans up; none by default."""
         return []
 
+    def chunk_record(self, learner: LearnerRecord) -> Path:
+        """Where the manager finds a distributed learner's chunk record (to store it when the learner could not):
+        by default :data:`CHUNKS_FILE` in its working folder."""
+        return Path(learner.workdir) / CHUNKS_FILE
+
+    def collect(self, job_id: str) -> None:  # noqa: B027 (a hook, empty on purpose)
+        """Hook of a job's end (completed or failed): remove what its learners left outside their working folders
+        (a swarm learner's chunk records on the shared volume); nothing by default."""
+
     def sweep(self, live: set[str], owns: Callable[[str], bool]) -> None:  # noqa: B027 (a hook, empty on purpose)
         """Hook of a manager's first pass: remove what a previous manager started and never recorded.
 

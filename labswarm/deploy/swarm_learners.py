@@ -20,7 +20,9 @@ environment, command line and labels to anyone with access to the engine):
 - its spec (JSON: the resolved manifest, the stores, the checkpoint to start from; no secret) as a docker
   **config** ``<service>-spec`` mounted at :data:`SPEC_TARGET`, the learner's argument, so a learner on any node
   reads it. Its ``manager_url`` is ``swarm_manager_url``, its working folder is in the container
-  (:data:`WORKDIR`).
+  (:data:`WORKDIR`), but a distributed learner's chunk record is on the shared data volume
+  (:func:`chunk_record_path`): a killed container's lines stay there for its replacement, which appends to them,
+  and for the manager, which stores them (:meth:`SwarmLearners.chunk_record`).
 
 A distributed job (``learners: N``) has one service per learner (each has its own ``RANK``), created after its
 parameter-server shards' services (:mod:`labswarm.deploy.swarm_shards`, through :meth:`SwarmLearners.shard_runner`).
@@ -46,7 +48,9 @@ import json
 import logging
 import os
 import shlex
+import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from labswarm.deploy.learners import (
@@ -71,7 +75,7 @@ from labswarm.deploy.swarm_jobs import (
     task_status,
 )
 from labswarm.deploy.swarm_secrets import LABEL_MANAGED, SecretSpec
-from labswarm.deploy.swarm_shards import SwarmShards
+from labswarm.deploy.swarm_shards import SwarmShards, shard_checkpoint_dir
 from labswarm.deploy.swarm_spec import docker_sdk, translate_errors
 from labswarm.errors import DeployError
 
@@ -151,6 +155,22 @@ def learner_service_spec(launch: LearnerLaunch, settings: Settings) -> ServiceSp
     )
 
 
+def chunk_record_path(settings: Settings, job_id: str, attempt: int, rank: int) -> Path:
+    """Where a swarm learner keeps its chunk record (:mod:`labswarm.train.distributed.record`), in its container:
+    on the shared data volume, ``<swarm_data_target>/.labswarm-jobs/<job>/chunks/attempt-<n>/rank-<r>.jsonl``
+    (beside the shards' checkpoints), so that a killed container's lines outlive it."""
+    return shard_checkpoint_dir(settings, job_id).parent / "chunks" / f"attempt-{attempt}" / f"rank-{rank}.jsonl"
+
+
+def manager_view(settings: Settings, path: Path) -> Path:
+    """``path`` of the shared data volume (as the containers see it) as the manager sees it: under the host folder
+    when ``swarm_data_volume`` is one (a bind mount), else the same path (the manager mounts the volume where the
+    containers do, as ``docker/compose.yml`` does)."""
+    if settings.swarm_data_volume.startswith("/"):
+        return Path(settings.swarm_data_volume) / path.relative_to(settings.swarm_data_target)
+    return path
+
+
 class SwarmLearners(JobServices, LearnerLauncher):
     """Learners as docker swarm services (see the module docstring). Keeps no state: everything is found from
     the learner's row (its service id) and the labels.
@@ -173,7 +193,8 @@ class SwarmLearners(JobServices, LearnerLauncher):
         """
         spec = learner_service_spec(launch, self.settings)
         learner = dict(launch.spec, manager_url=self.settings.swarm_manager_url,
-                       workdir=f"{WORKDIR}/rank-{launch.rank}")
+                       workdir=f"{WORKDIR}/rank-{launch.rank}",
+                       chunk_log=str(chunk_record_path(self.settings, launch.job_id, launch.attempt, launch.rank)))
         data = json.dumps(learner)
         launch.spec_path.parent.mkdir(parents=True, exist_ok=True)
         launch.spec_path.write_text(data)
@@ -195,6 +216,16 @@ class SwarmLearners(JobServices, LearnerLauncher):
         log.info("job %s attempt %d learner %d: service %s (%s)", launch.job_id, launch.attempt, launch.rank,
                  spec.name, service.id)
         return LearnerHandle(service_id=service.id)
+
+    def chunk_record(self, learner: LearnerRecord) -> Path:
+        """The learner's chunk record on the shared volume (:func:`chunk_record_path`) as the manager sees it."""
+        return manager_view(self.settings, chunk_record_path(self.settings, learner.job_id, learner.attempt,
+                                                             learner.rank))
+
+    def collect(self, job_id: str) -> None:
+        """Remove the job's chunk records from the shared volume (each learner, or the manager, stored them)."""
+        folder = manager_view(self.settings, chunk_record_path(self.settings, job_id, 1, 0).parent.parent)
+        shutil.rmtree(folder, ignore_errors=True)
 
     def shard_runner(self, job_id: str) -> SwarmShards:
         """The runner of ``job_id``'s parameter-server shards as services (:mod:`labswarm.deploy.swarm_shards`),

@@ -102,6 +102,25 @@ def test_the_service_carries_what_a_learner_needs_and_no_secret(tmp_path: Path, 
     assert json.loads((tmp_path / "learner-0.json").read_text()) == spec  # the manager's copy, for a post-mortem
 
 
+def test_a_learners_chunk_record_is_on_the_shared_volume_where_the_manager_finds_it(tmp_path: Path,
+                                                                                   engine: FakeEngine) -> None:
+    """Not in the container (it goes with it when killed): a replacement appends to it, the manager stores it."""
+    host = tmp_path / "shared"
+    swarm = SwarmLearners(_settings(swarm_data_volume=str(host), swarm_data_target="/data"), client=FakeClient(engine))
+    swarm.start(_launch(tmp_path, rank=1))
+    spec = json.loads(engine.configs.items[f"{learner_service_name('abc123def456', 1, 1)}-spec"].data)
+    assert spec["chunk_log"] == "/data/.labswarm-jobs/abc123def456/chunks/attempt-1/rank-1.jsonl"
+    assert spec["workdir"].startswith("/tmp/")  # the rest of its working folder stays the container's
+    found = swarm.chunk_record(_row("abc123def456", 1, 1, None))  # the bind mount's host folder
+    assert found == host / ".labswarm-jobs" / "abc123def456" / "chunks" / "attempt-1" / "rank-1.jsonl"
+    found.parent.mkdir(parents=True)
+    found.write_text("{}\n")
+    swarm.collect("abc123def456")  # the job ended: its records were stored
+    assert not (host / ".labswarm-jobs" / "abc123def456" / "chunks").exists() and host.is_dir()
+    named = SwarmLearners(_settings(swarm_data_target="/data"), client=FakeClient(engine))  # a named volume
+    assert named.chunk_record(_row("j", 2, 0, None)) == Path("/data/.labswarm-jobs/j/chunks/attempt-2/rank-0.jsonl")
+
+
 @pytest.mark.parametrize(("state", "exit_code", "expected", "verdict"), [
     ("pending", None, LearnerStatus(True), None),
     ("preparing", None, LearnerStatus(True), None),

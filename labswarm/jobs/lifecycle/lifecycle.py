@@ -27,13 +27,12 @@ import logging
 import threading
 import time
 from datetime import datetime
-from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from labswarm.config.manifest import RestartPolicy
-from labswarm.deploy.learners import CHUNKS_FILE, learner_launcher
+from labswarm.deploy.learners import learner_launcher
 from labswarm.errors import StorageError
 from labswarm.jobs.lifecycle.cluster import JobCluster
 from labswarm.jobs.lifecycle.deployer import Deployer
@@ -223,10 +222,10 @@ class JobLifecycle:
 
     def _store_chunk_record(self, job: JobRow, learner: LearnerRow) -> None:
         """A distributed learner that ended badly (killed -9: it could not store it itself) has its chunk record
-        stored from its working folder, where it is (a local learner's; a swarm task's folder is in its container),
+        stored from where the launcher keeps it (a local learner's working folder; a swarm learner's shared volume),
         so the job's record holds every chunk the cursor marked done (:mod:`labswarm.train.distributed.record`).
         A learner restarted alone appends to the same file and stores it again later."""
-        path = Path(learner.workdir) / CHUNKS_FILE
+        path = self.learners.chunk_record(learner)
         if not path.is_file():
             return
         try:

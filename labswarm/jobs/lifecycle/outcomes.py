@@ -246,3 +246,4 @@ class AttemptOutcomes:
             cluster.close()
         for workdir in (self.runtime.home / job.id).glob("attempt-*/rank-*"):
             shutil.rmtree(workdir, ignore_errors=True)
+        self.learners.collect(job.id)  # what its learners left elsewhere (a swarm's chunk records)
