@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import copy
+import itertools
 import os
 import re
 import uuid
@@ -228,6 +229,18 @@ class Storage(ABC):
         folder = self._full(prefix, allow_empty=True)
         fulls = self._guard("list", folder, lambda: list(self._list(folder)))
         return sorted(key for full in fulls if (key := self._relative(full)) is not None)
+
+    def first(self, prefix: str = "", limit: int = 999) -> tuple[builtins.list[str], bool]:
+        """Up to ``limit`` keys under the folder ``prefix`` (relative to this view, in the backend's listing order,
+        not sorted) and whether there are more: an object store reads one page of its listing (1,000 entries, so
+        ``limit`` 999 and the one that tells whether more follow cost one request), not all of it.
+
+        Raises:
+            StorageError: invalid prefix, or the backend failed.
+        """
+        folder = self._full(prefix, allow_empty=True)
+        fulls = self._guard("list", folder, lambda: builtins.list(itertools.islice(self._list(folder), limit + 1)))
+        return [key for full in fulls[:limit] if (key := self._relative(full)) is not None], len(fulls) > limit
 
     def sizes(self, prefix: str = "") -> dict[str, int]:
         """Size in bytes of every object under the folder ``prefix`` (``""``: all of this view), by key relative

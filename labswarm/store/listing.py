@@ -11,7 +11,9 @@ shard's questions from the listing. Only shards asked about are listed and held,
 are bounded (:data:`MAX_KEYS` keys in all, least recently used shards dropped): a store of the source documents'
 ~900,000 arrays costs at most ~18 MB per process, where a set of every key's string took ~115 MiB
 (2026-11-26, ``tracemalloc``, docs/benchmarks/store.md), and one process asking about a few samples lists a few
-shards, not the store.
+shards, not the store. A small store is listed whole instead: the first page of its listing (:data:`PAGE` keys,
+one request) is asked first, and when it holds every key, every shard is answered from it (a worker of a
+small experiment would otherwise list up to 256 shards, one request each, where one listed the store).
 
 Staleness is safe either way for the content-addressed store: a key written by another worker after its shard's
 listing reads as missing, so it is computed again and its equal bytes replace the stored ones (an atomic put); a
@@ -40,6 +42,9 @@ TTL_S = 300.0
 #: Keys held in all shards' listings by default (~20 bytes each: ~40 MB at most): the documents' ~900,000 arrays
 #: fit twice; a bigger store drops the least recently used shards' listings and lists them again when asked.
 MAX_KEYS = 2**21
+#: Keys of the store's first listing page (1,000 entries, one request): a store holding no more is listed whole by
+#: it, once per :data:`TTL_S`, instead of a request per shard asked about (0: no page, shards only).
+PAGE = 999
 #: Width of a packed key: the 38 hex digits after the shard's two, as bytes.
 _PACKED = np.dtype("S19")
 
@@ -83,17 +88,21 @@ class KeyListing:
         ttl_s: seconds a shard's listing is used before the shard is listed again.
         max_keys: keys held in all listings before the least recently used shards' are dropped (the shard just
             listed is always held, however big).
+        page: keys of the first listing page asked once per ``ttl_s``: a store with no more is listed whole by
+            that one request (0: shards only).
 
     Attributes:
         listed: whether answers come from listings (the store's entries are in an object store).
         listings: shard listings made so far (for tests and benchmarks).
     """
 
-    def __init__(self, store: FeatureStore, ttl_s: float = TTL_S, max_keys: int = MAX_KEYS) -> None:
-        self.store, self.ttl_s, self.max_keys = store, ttl_s, max_keys
+    def __init__(self, store: FeatureStore, ttl_s: float = TTL_S, max_keys: int = MAX_KEYS, page: int = PAGE) -> None:
+        self.store, self.ttl_s, self.max_keys, self.page = store, ttl_s, max_keys, page
         self.listed = not isinstance(store.origin, LocalStorage)
         self.listings = 0
         self._shards: OrderedDict[str, _Shard] = OrderedDict()
+        self._paged_at = -float("inf")  # when the store was last asked for one page of its keys
+        self._whole = False  # that page held every key: every shard is listed by it
 
     @property
     def held(self) -> int:
@@ -137,6 +146,17 @@ class KeyListing:
         self.store.relpath(key)  # an invalid key fails as the store's own check does
         name, now = key[:2], time.monotonic()
         shard = self._shards.get(name)
+        if (shard is None or now - shard.at > self.ttl_s) and self.page and now - self._paged_at > self.ttl_s:
+            self._paged_at = now
+            keys, more = self.store.first_keys(self.page)
+            self.listings += 1
+            self._whole = not more and len(keys) <= self.max_keys
+            if self._whole:  # a small store: one request listed all of it
+                shards: dict[str, list[str]] = {f"{i:02x}": [] for i in range(256)}
+                for found in keys:
+                    shards[found[:2]].append(found)
+                self._shards = OrderedDict((n, _Shard(pack(ks), now)) for n, ks in shards.items())
+            shard = self._shards.get(name)
         if shard is None or now - shard.at > self.ttl_s:
             self._shards.pop(name, None)
             shard = self._shards[name] = _Shard(pack(self.store.shard_keys(name)), now)

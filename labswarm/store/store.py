@@ -261,6 +261,16 @@ class FeatureStore:
         """Every stored key (lists the store)."""
         return iter(self.sizes())
 
+    def first_keys(self, limit: int = 999) -> tuple[list[str], bool]:
+        """Up to ``limit`` stored keys (in the listing's order) and whether there are more: one listing request of
+        a remote store (bypassing its cache: :attr:`origin`), the 1,000 entries of its first page.
+
+        Raises:
+            StoreError: the storage cannot be listed.
+        """
+        names, more = self._call(lambda: self.origin.first(f"v{LAYOUT_VERSION}", limit))
+        return [m.group(1) for rel in names if (m := _ENTRY.match(rel))], more
+
     def shard_keys(self, shard: str) -> list[str]:
         """The stored keys that start with ``shard`` (two hex digits: the folder ``v1/<shard>/``; one listing
         request per 1,000 of its entries on s3).

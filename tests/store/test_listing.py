@@ -1,7 +1,7 @@
 """A remote store's keys from listings of the shards asked about (labswarm/store/listing.py): a worker's
 FeaturesBlock on s3 (moto's server) asks no HEAD per key, before computing nor after, and lists only the shards
-(``v1/<k0k1>/``) of the keys it asks about, one LIST each; the listings held stay under their bound; a local store
-is asked per key as before."""
+(``v1/<k0k1>/``) of the keys it asks about, one LIST each, or a small store whole with one LIST of its first page;
+the listings held stay under their bound; a local store is asked per key as before."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def test_workers_on_s3_list_the_shards_they_ask_about_instead_of_a_head_per_key(
     config = parse_experiment(data)
     samples = list(iter_samples(config))[:4]
     worker = FeaturesBlock(config)
+    worker.present.page = 0  # shards only (a store this small is otherwise listed whole by one page: below)
     counts, prefixes = _requests(worker)
     results = [worker.process(s) for s in samples]
     assert [r.status for r in results] == ["computed"] * len(samples), [r.reason for r in results]
@@ -48,6 +49,7 @@ def test_workers_on_s3_list_the_shards_they_ask_about_instead_of_a_head_per_key(
     assert sorted(worker.present.shards) == sorted(shards) and worker.present.held == 2 * len(samples)
     # another worker (a fresh process) finds every sample cached from the same shards' listings
     other = FeaturesBlock(config)
+    other.present.page = 0
     counts, prefixes = _requests(other)
     assert [other.process(s).status for s in samples] == ["cached"] * len(samples)
     assert counts == {"ListObjectsV2": len(shards)} and other.present.held == 2 * len(samples), counts
@@ -55,6 +57,7 @@ def test_workers_on_s3_list_the_shards_they_ask_about_instead_of_a_head_per_key(
     # a key of a shard not listed yet is found by listing that shard
     fresh = list(iter_samples(config))[4]
     late = FeaturesBlock(config)
+    late.present.page = 0
     for key in late.keys(fresh).values():
         late.present.contains(key)  # its shards listed, before the arrays below exist
     assert worker.process(fresh).status == "computed"
@@ -66,6 +69,13 @@ def test_workers_on_s3_list_the_shards_they_ask_about_instead_of_a_head_per_key(
     assert other.is_cached(samples[0])
     other.present.ttl_s = 0.0
     assert other.process(samples[0]).status == "computed" and other.store.contains(results[0].keys["mel"])
+    # a small store (one listing page holds every key) is listed whole by that one request
+    whole = FeaturesBlock(config)
+    counts, prefixes = _requests(whole)
+    assert [whole.process(s).status for s in samples] == ["cached"] * len(samples)
+    assert whole.is_cached(fresh)  # computed by the first worker since: in the page
+    assert counts == {"ListObjectsV2": 1} and prefixes == ["features/v1/"], (counts, prefixes)
+    assert len(whole.present.shards) == 256 and whole.present.held == len(whole.store.sizes())
     # bounded: with room for one key, only the shard asked last is held; a shard dropped is listed again
     small = KeyListing(other.store, max_keys=1)
     keys = [key for r in results for key in r.keys.values()]
