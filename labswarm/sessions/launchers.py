@@ -173,8 +173,9 @@ class SessionLaunchers:
             instance.bind(self.host)
             if not instance.outlives_owner:
                 # its workers stopped with the previous manager process; how many it ran is not recorded
-                log.warning("session %s: its %s workers stopped with the previous manager; scale them again "
-                            "(PUT /sessions/%s/workers)", session_id, name, session_id)
+                log.warning("session %s: its %s workers stopped with the previous manager; it has none until they "
+                            "are scaled again (PUT /sessions/%s/workers; a labswarm run taking the session over does "
+                            "so itself)", session_id, name, session_id)
             self._launchers.setdefault(session_id, instance)
 
     def close(self, timeout: float = 30.0) -> None:
