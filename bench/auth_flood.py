@@ -15,10 +15,11 @@ machine's other load falls on all three alike:
   use at the flood's concurrency, the baseline a flood is held to.
 
 Printed per phase: the valid user's latency p50 / p99 (ms) and request count, the other clients' requests per
-second and their answers. The stated bound (docs/benchmarks/tenants.md): under the wrong-token flood the valid
-user's p50 is no more than under the same clients' valid requests (a wrong token costs the manager no more than
-a right one: no lookup past the per-address budget, a 429 instead); the lookups themselves are counted in
-tests/auth/test_failures.py. The machine may be shared: compare the phases of one run, not runs.
+second and their answers, and the p50 ratios. The stated bound (docs/benchmarks/tenants.md): under the wrong-token
+flood the valid user's p50 is within 1.25x of its p50 under the same clients' valid requests, though the flood
+sends more requests a second (a wrong token costs the manager no more than a right one: no lookup past the
+per-address budget, a 429 instead); the lookups themselves are counted in tests/auth/test_failures.py. The
+machine may be shared: compare the phases of one run, not runs.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ def measure(args, url: str, alice: str, bob: str) -> None:
               f"{dict(sorted(others[name].items()))}")
     p50 = {name: float(np.percentile(seconds[name], 50)) for name in PHASES}
     print(f"  p50 ratios: wrong/quiet {p50['wrong'] / p50['quiet']:.2f}, wrong/valid {p50['wrong'] / p50['valid']:.2f}"
-          f" (the bound: wrong/valid <= 1)")
+          f" (the bound: wrong/valid <= 1.25)")
 
 
 if __name__ == "__main__":
