@@ -4,14 +4,14 @@ ends (a crash, ``kill -9``, the OOM killer).
 :class:`~labswarm.deploy.local.LocalLauncher` starts each worker in a session and process group of its own (so that
 it can kill a worker and its pool processes as one), so the worker gets no signal when the launcher dies: a
 ``labswarm run`` killed with ``kill -9`` left its workers polling the embedded broker for good (issue 27). The
-launcher names itself in each worker's environment (:data:`PARENT_ENV`: its process id, the worker's parent; the
-pid is watched, not the parent, so a worker forked by a helper process is bound to the launcher too) and the worker
-runs :func:`end_with_parent`: a thread that waits for that process to end (a pidfd, Linux >= 5.3, woken by the
-kernel at its exit; elsewhere the process looked up every second), then asks the worker for a warm shutdown
-(SIGTERM: its running tasks finish and are acknowledged, useful when the manager is another process that still
-runs) and kills the worker's process group :data:`GRACE_S` later (a task that waits on a manager that died with
-the launcher never finishes). Nothing is lost either way: a task not acknowledged is delivered again (RabbitMQ) or
-published again from the session's ledger by the next run (the embedded broker, see :mod:`labswarm.sessions.ledger`).
+launcher names itself in each worker's environment (:data:`PARENT_ENV`: its process id; it is the worker's parent)
+and the worker runs :func:`end_with_parent`: a thread that waits for that process to end (a pidfd, Linux >= 5.3,
+woken by the kernel at its exit; elsewhere the parent's id polled every second, which changes when the parent
+dies and the worker is re-parented), then asks the worker for a warm shutdown (SIGTERM: its running tasks finish
+and are acknowledged, useful when the manager is another process that still runs) and kills the worker's process
+group :data:`GRACE_S` later (a task that waits on a manager that died with the launcher never finishes). Nothing is
+lost either way: a task not acknowledged is delivered again (RabbitMQ) or published again from the session's
+ledger by the next run (the embedded broker, see :mod:`labswarm.sessions.ledger`).
 
 The prediction endpoint's feature workers end with the server the same way (:mod:`labswarm.serve.features`,
 through their multiprocessing parent's sentinel).
@@ -40,8 +40,8 @@ POLL_S = 1.0
 
 
 def lifeline_env(pid: int | None = None) -> dict[str, str]:
-    """The environment entries that bind a worker to the process ``pid`` (default: this one), which starts it
-    now (a pid named later could be another process's by then)."""
+    """The environment entries that bind a worker to the process ``pid`` (default: this one), which must be the
+    worker's parent (the process that starts it)."""
     return {PARENT_ENV: str(os.getpid() if pid is None else pid)}
 
 
@@ -73,7 +73,8 @@ def end_with_parent(environ: Mapping[str, str] | None = None, grace_s: float = G
 
 
 def _watch(parent: int, grace_s: float) -> None:
-    _wait_for_exit(parent)
+    if os.getppid() == parent:
+        _wait_for_exit(parent)
     log.warning("the launcher (pid %d) of this worker ended: warm shutdown, killed in %.0f s", parent, grace_s)
     os.kill(os.getpid(), signal.SIGTERM)  # Celery's warm shutdown; before Celery runs, the default: an exit
     time.sleep(grace_s)
@@ -83,22 +84,16 @@ def _watch(parent: int, grace_s: float) -> None:
 
 
 def _wait_for_exit(parent: int) -> None:
-    """Return once the process ``parent`` has ended (exited: a zombie not yet reaped counts as ended)."""
+    """Return once ``parent``, this process's parent, has ended."""
     try:
         fd = os.pidfd_open(parent)
-    except ProcessLookupError:
-        return
-    except (AttributeError, OSError):  # no pidfd here (another system, an old kernel): look it up every second
-        import psutil
-
-        while True:
-            try:
-                if psutil.Process(parent).status() == psutil.STATUS_ZOMBIE:
-                    return
-            except psutil.NoSuchProcess:
-                return
+    except (AttributeError, OSError):  # no pidfd here (another system, an old kernel): poll the parent's id
+        while os.getppid() == parent:
             time.sleep(POLL_S)
+        return
     try:
+        if os.getppid() != parent:  # ended before the pidfd was opened: the pidfd may name another process
+            return
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         while not poller.poll():  # readable once the process has exited
