@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,3 +162,21 @@ def test_a_job_id_downloads_the_jobs_model_from_the_manager(tmp_path: Path) -> N
     assert all(isinstance(Prediction(**row).label, str) for row in expected)
     assert unknown.exit_code == 2 and "0123456789ab" in unknown.output and "404" in unknown.output, unknown.output
     assert no_token.exit_code == 2 and "401" in no_token.output, no_token.output
+
+
+def test_labswarm_predict_runs_its_maths_libraries_on_one_thread(trained: Trained) -> None:
+    """A process of its own (the limit is process-wide), started with 3-thread pools: after ``labswarm predict``
+    every pool threadpoolctl sees (numpy's BLAS, torch's OpenMP) has one thread, as in a feature worker."""
+    code = ("import json, sys, typer; from threadpoolctl import threadpool_info; from labswarm.cli.main import app\n"
+            "try:\n    typer.main.get_command(app).main(sys.argv[1:], standalone_mode=False)\n"
+            "except SystemExit:\n    pass\n"
+            "print(json.dumps({i['filepath']: i['num_threads'] for i in threadpool_info()}))")
+    env = {**os.environ, "OMP_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": "3", "MKL_NUM_THREADS": "3"}
+    clip = next((trained.root / "low").glob("*.wav"))
+    done = subprocess.run([sys.executable, "-c", code, "predict", str(trained.model), str(clip), "--json"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    *answer, pools = done.stdout.strip().splitlines()
+    assert json.loads("\n".join(answer))[0]["error"] is None
+    threads = json.loads(pools)
+    assert threads and set(threads.values()) == {1}, threads

@@ -89,7 +89,9 @@ def predict_command(
     Exit status 1 when some file could not be classified (its row says why), 2 when the model is unusable.
     """
     from labswarm.predict import Predictor
+    from labswarm.threads import limit_threads
 
+    limit_threads(1)  # as every feature worker: two threads per pool made the mel projection 5-70x slower under load
     try:
         with model_file(model_or_job, manager, token_file) as path:
             predictor = Predictor(path)
