@@ -64,6 +64,11 @@ class AudioError(SampleError):
         self.reason = reason
         super().__init__(f"{path}: {reason}")
 
+    def __reduce__(self) -> tuple[type[AudioError], tuple[str, str]]:
+        """Pickled as its two arguments (the default, its one message, does not unpickle: a process pool's worker
+        raising it broke the pool)."""
+        return type(self), (self.path, self.reason)
+
 
 class TransformError(SampleError):
     """A transformation (augmentation) that cannot be applied to a waveform."""
