@@ -160,9 +160,10 @@ class Framework(ABC):
     @property
     def group_size(self) -> int:
         """Learners per worker group when the groups are asynchronous to each other (SINGA's worker groups:
-        ``downpour``'s ``group_size``): the trainer steps in lockstep inside a group only, each group in its own
-        process group (:meth:`LearnerContext.join_group`), and a dead group restarts alone. 1 (the default): no
-        such groups (a :attr:`synchronous` framework steps all its learners together)."""
+        ``downpour``'s and ``distributed_hogwild``'s ``group_size``): the trainer steps in lockstep inside a group
+        only, each group in its own process group (:meth:`LearnerContext.join_group`), and a dead group restarts
+        alone, its members agreeing on one checkpoint. 1 (the default): no such groups (a :attr:`synchronous`
+        framework steps all its learners together)."""
         return 1
 
     def _stepped(self) -> None:
