@@ -130,6 +130,9 @@ class Settings(BaseSettings):
         job_launcher: how learners run (``LABSWARM_JOB_LAUNCHER``): ``local`` processes (the default) or one docker
             swarm ``service`` per learner, configured by the ``swarm_*`` settings
             (:mod:`labswarm.deploy.swarm_learners`).
+        learner_cgroups: a local learner's ``resources`` enforced by a cgroup of its own where the manager may
+            create one (``LABSWARM_LEARNER_CGROUPS``, :mod:`labswarm.deploy.cgroups`); ``false``: always by CPU
+            affinity and ``RLIMIT_AS`` (:mod:`labswarm.deploy.resource_limits`).
     """
 
     model_config = SettingsConfigDict(env_prefix="LABSWARM_", extra="ignore")
@@ -180,6 +183,7 @@ class Settings(BaseSettings):
     job_start_timeout: float = Field(300.0, gt=0)
     job_halt_grace: float = Field(30.0, gt=0)
     job_launcher: Literal["local", "swarm"] = "local"
+    learner_cgroups: bool = True
 
     @field_validator("data_roots", mode="before")
     @classmethod
