@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from helpers import experiment_dict
 from jobs.conftest import S3Endpoint
 
@@ -30,6 +31,7 @@ def _requests(block: FeaturesBlock) -> tuple[dict[str, int], list[str]]:
     return counts, prefixes
 
 
+@pytest.mark.slow  # 15.7 s at load ~13, 29 s at ~30 (features computed for 4 samples, twice)
 def test_workers_on_s3_list_the_shards_they_ask_about_instead_of_a_head_per_key(
         tone_dataset: Path, tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
     data = experiment_dict(tone_dataset, tmp_path / "cache")
