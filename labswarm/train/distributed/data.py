@@ -84,16 +84,32 @@ def keep_bytes_default() -> int:
 def memory_headroom() -> int | None:
     """Bytes this process may still map before its ``RLIMIT_AS`` soft limit (a local learner's
     ``resources.memory_mb`` plus its threads' allowance: :mod:`labswarm.deploy.resource_limits`): the limit less
-    its address space now (``VmSize``); ``None`` without a limit (or where ``/proc/self/status`` is unreadable)."""
+    its address space now (``VmSize``); ``None`` without a limit (or where ``/proc/self/status`` is unreadable).
+    A learner in a memory cgroup instead (:mod:`labswarm.deploy.cgroups`, folder in ``LABSWARM_MEMORY_CGROUP``):
+    its limit less the cgroup's usage (v2 ``memory.max`` - ``memory.current``, v1 ``memory.limit_in_bytes`` -
+    ``memory.usage_in_bytes``)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
-        return None
+        return _cgroup_headroom(os.environ.get("LABSWARM_MEMORY_CGROUP"))
     try:
         with open("/proc/self/status") as status:
             used = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmSize:"))
     except (OSError, StopIteration, ValueError):
         return None
     return max(0, soft - used)
+
+
+def _cgroup_headroom(folder: str | None) -> int | None:
+    """Bytes the memory cgroup ``folder`` allows beyond its usage now; ``None`` without one (or unreadable)."""
+    if not folder:
+        return None
+    for limit, usage in (("memory.max", "memory.current"), ("memory.limit_in_bytes", "memory.usage_in_bytes")):
+        try:
+            with open(os.path.join(folder, limit)) as a, open(os.path.join(folder, usage)) as b:
+                return max(0, int(a.read()) - int(b.read()))
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 class _StoreFeatures(Features):
