@@ -6,9 +6,13 @@ learner is identified by its pid together with its process start time (psutil's 
 by another program is never taken for the learner: a restarted manager re-attaches to a learner that is still
 alive and never starts a second copy of it.
 
-Its ``resources`` are enforced without cgroups (:mod:`labswarm.deploy.resource_limits`): the learner is pinned to
-``ceil(cpus)`` cores (the least used by the other local learners) right after it starts, and it limits its own
-address space to ``memory_mb`` (a learner over it exits with the user error ``C107``).
+Its ``resources`` are enforced by a cgroup of its own where this process may create one
+(:mod:`labswarm.deploy.cgroups`: ``memory_mb`` of resident memory, ``cpus`` of CPU quota; a learner the OOM killer
+ends there is reported as over its memory limit, the user error ``C107``), else (or with ``learner_cgroups`` off)
+by its own ``RLIMIT_AS`` (:mod:`labswarm.deploy.resource_limits`: it limits its address space to ``memory_mb`` and
+exits with ``C107`` past it). Either way it is pinned to ``ceil(cpus)`` cores (the least used by the other local
+learners) right after it starts, so its thread pools fit its CPUs. The path applied is the first line the launcher
+writes to its raw output.
 
 A halt signals the learner's pid only (SIGTERM: it checkpoints and exits; its process group holds the
 data-loading processes, which must not be stopped under it); a kill (watchdog, grace over, delete) sends SIGKILL
@@ -29,6 +33,7 @@ from pathlib import Path
 
 import psutil
 
+from labswarm.deploy.cgroups import CGROUP_ENV, EXIT_MEMORY, LearnerCgroup, cgroup_name, create, existing
 from labswarm.deploy.learners import (
     EXIT_FILE,
     PROGRAM_FILE,
@@ -48,11 +53,15 @@ class LocalLearners(LearnerLauncher):
     Attributes:
         place: where each learner runs: called with the launch, the learner's command line (argv) and environment,
             it returns the command line to start instead (``labswarm compare --hosts``:
-            :mod:`labswarm.compare.hosts`, the learner on another host); ``None``: here.
+            :mod:`labswarm.compare.hosts`, the learner on another host; no cgroup then); ``None``: here.
+        cgroups: give each learner a cgroup where possible (the ``learner_cgroups`` setting); ``False``: always the
+            affinity and ``RLIMIT_AS`` fallback.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cgroups: bool = True) -> None:
         self.place: Callable[[LearnerLaunch, list[str], dict[str, str]], list[str]] | None = None
+        self.cgroups = cgroups
+        self._groups: dict[int, LearnerCgroup] = {}  # each child learner's cgroup
         self._children: dict[int, subprocess.Popen] = {}
         self._cores: dict[int, list[int]] = {}  # the cores each child learner is pinned to
 
@@ -75,15 +84,33 @@ class LocalLearners(LearnerLauncher):
         if launch.gpus is not None:
             env["CUDA_VISIBLE_DEVICES"] = launch.gpus
         env.update(launch.env)  # a distributed learner's place in the job and the per-job shard secret
-        env.update(memory_limit_env(launch.resources, env))  # the learner limits itself once imported
+        cgroup = self._cgroup(launch)
+        if cgroup is None:
+            env.update(memory_limit_env(launch.resources, env))  # the learner limits itself once imported
+            how = "CPU affinity and RLIMIT_AS (labswarm.deploy.resource_limits)"
+        else:
+            if cgroup.memory is not None:
+                env[CGROUP_ENV] = str(cgroup.memory)
+            how = cgroup.describe()
         launch.out.parent.mkdir(parents=True, exist_ok=True)
         with open(launch.out, "ab") as handle:
+            handle.write(f"labswarm: learner {launch.rank}'s resources enforced by {how}\n".encode())
+            handle.flush()
             argv = [sys.executable, "-m", "labswarm.jobs.learner.entry", str(launch.spec_path)]
             if self.place is not None:
                 argv = self.place(launch, argv, env)
-            process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env=env, start_new_session=True)
+            if cgroup is not None:
+                argv = cgroup.wrap(argv)
+            try:
+                process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
+                                           stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+            except OSError:
+                if cgroup is not None:
+                    cgroup.remove()
+                raise
         self._children[process.pid] = process
+        if cgroup is not None:
+            self._groups[process.pid] = cgroup
         self._pin(process.pid, float(launch.resources.get("cpus") or 1.0))
         if self.on_exit is not None:
             threading.Thread(target=self._wait, args=(process, self.on_exit), daemon=True,
@@ -93,6 +120,15 @@ class LocalLearners(LearnerLauncher):
         except psutil.Error:  # already gone: its exit is found by poll
             created = 0.0
         return LearnerHandle(pid=process.pid, pid_created=created)
+
+    def _cgroup(self, launch: LearnerLaunch) -> LearnerCgroup | None:
+        """The learner's cgroup with its limits written (:func:`~labswarm.deploy.cgroups.create`), or ``None``:
+        cgroups off, the learner placed on another host, no limits asked, or no writable cgroup here."""
+        if not self.cgroups or self.place is not None:
+            return None
+        memory, cpus = launch.resources.get("memory_mb"), launch.resources.get("cpus")
+        return create(cgroup_name(launch.job_id, launch.attempt, launch.rank),
+                      int(memory) if memory else None, float(cpus) if cpus else None)
 
     def _pin(self, pid: int, cpus: float) -> None:
         """Pin the new learner ``pid`` to its cores (:func:`~labswarm.deploy.resource_limits.pick_cores`: the
@@ -126,13 +162,15 @@ class LocalLearners(LearnerLauncher):
                 return LearnerStatus(True)
             del self._children[pid]
             self._cores.pop(pid, None)
-            return LearnerStatus(False, code)
+            return _ended(LearnerStatus(False, code), self._groups.pop(pid, None))
         if self._alive(pid, created):
             return LearnerStatus(True)
+        cgroup = existing(cgroup_name(learner.job_id, learner.attempt, learner.rank)) if self.cgroups else None
         try:
-            return LearnerStatus(False, int(json.loads((Path(learner.workdir) / EXIT_FILE).read_text())["code"]))
+            status = LearnerStatus(False, int(json.loads((Path(learner.workdir) / EXIT_FILE).read_text())["code"]))
         except (OSError, ValueError, KeyError, TypeError):
-            return LearnerStatus(False)
+            status = LearnerStatus(False)
+        return _ended(status, cgroup)
 
     def terminate(self, learner: LearnerRecord) -> None:
         """SIGTERM to the learner only (a cooperative halt)."""
@@ -177,6 +215,20 @@ class LocalLearners(LearnerLauncher):
             return process.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
+
+
+def _ended(status: LearnerStatus, cgroup: LearnerCgroup | None) -> LearnerStatus:
+    """The status of a learner that ended, its cgroup (if any) removed: killed (SIGKILL, or of unknown status)
+    while its cgroup's OOM killer had struck, it ended over its memory limit (:data:`EXIT_MEMORY`: ``C107``)."""
+    if cgroup is None:
+        return status
+    killed = status.exit_code in (None, -signal.SIGKILL, 128 + signal.SIGKILL)
+    if killed and cgroup.oom_kills() > 0:
+        status = LearnerStatus(False, EXIT_MEMORY, reason=(
+            f"the learner went over its memory limit (resources.memory_mb: {cgroup.memory_mb} MiB) and the kernel's "
+            f"OOM killer ended it ({cgroup.describe()}): raise resources.memory_mb or use less memory"))
+    cgroup.remove()
+    return status
 
 
 def _program(path: Path) -> int | None:

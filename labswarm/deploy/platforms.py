@@ -42,7 +42,7 @@ class LocalPlatform(Platform):
     @classmethod
     def learners(cls, settings: Settings) -> LearnerLauncher:
         """:class:`~labswarm.deploy.local_learners.LocalLearners`."""
-        return LocalLearners()
+        return LocalLearners(cgroups=settings.learner_cgroups)
 
 
 @register_launcher

@@ -1,7 +1,10 @@
-"""A local learner's resources enforced (labswarm.deploy.resource_limits) on a real manager with real learner
-processes: a ``command`` learner's program runs pinned to ceil(cpus) cores under an address-space limit of
-memory_mb (plus the threads' allowance); a training learner whose memory_mb is below what it needs fails with the
-user error C107 and says so in its log, not as an unexplained kill. In real processes with 256 PyTorch threads:
+"""A local learner's resources enforced on a real manager with real learner processes, by a cgroup of its own
+(labswarm.deploy.cgroups, v1 on this machine) or, forced (learner_cgroups off) or where none can be created, by
+affinity and RLIMIT_AS (labswarm.deploy.resource_limits): a ``command`` learner's program runs pinned to ceil(cpus)
+cores in its cgroup, or under an address-space limit of memory_mb (plus the threads' allowance); a training learner
+whose memory_mb is below what it needs fails with the user error C107 and says so in its log, not as an unexplained
+kill (the OOM killer's SIGKILL in its cgroup, or its own exit past RLIMIT_AS), and no cgroup is left behind.
+In real processes with 256 PyTorch threads:
 the threads' allowance lets them start under memory_mb 3000, and without it libgomp's exit(1) ("Thread creation
 failed") becomes the over-memory exit with its message; Python's own exit keeps its status under the watch."""
 
@@ -15,15 +18,31 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import missing
 from jobs.manager import manager, read_events, statuses
 from jobs.tiny import tiny_manifest
 
+from labswarm.deploy.cgroups import own_folders
 from labswarm.deploy.resource_limits import MEMORY_ENV, THREAD_MIB, apply_memory_limit, out_of_memory, pick_cores
 from labswarm.jobs.spec.errors import EXIT_MEMORY, ErrorCode, classify_exit
 
 _REPORT = ("import json, os, resource; print('limits', json.dumps({'cores': sorted(os.sched_getaffinity(0)), "
-           "'as': resource.getrlimit(resource.RLIMIT_AS)[0], 'arenas': os.environ.get('MALLOC_ARENA_MAX')}), "
-           "flush=True)")
+           "'as': resource.getrlimit(resource.RLIMIT_AS)[0], 'arenas': os.environ.get('MALLOC_ARENA_MAX'), "
+           "'cgroup': open('/proc/self/cgroup').read()}), flush=True)")
+
+
+def _cgroups(cgroups: bool) -> None:
+    """Skip (fail in CI) a cgroup case where this process has no writable memory cgroup."""
+    memory = own_folders().get("memory")
+    if cgroups and (memory is None or not os.access(memory, os.W_OK)):
+        missing("no writable memory cgroup v1 here")
+
+
+def _left(job_id: str) -> list[str]:
+    """The job's learner cgroups still there."""
+    folders = own_folders()
+    return [str(child) for key in ("memory", "cpu", "v2") if key in folders
+            for child in folders[key].glob(f"labswarm-{job_id}-*")]
 
 
 def _logs(m, job_id: str) -> list[str]:
@@ -31,24 +50,35 @@ def _logs(m, job_id: str) -> list[str]:
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning needs two cores to be seen")
-def test_a_command_learner_runs_pinned_to_its_cpus_under_its_memory_limit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cgroups", [True, False], ids=["cgroup", "fallback"])
+def test_a_command_learner_runs_pinned_to_its_cpus_under_its_memory_limit(tmp_path: Path, cgroups: bool) -> None:
+    _cgroups(cgroups)
     manifest = tiny_manifest(tmp_path, name="limits", resources={"cpus": 1, "memory_mb": 3000},
                              framework={"name": "command", "command": [sys.executable, "-c", _REPORT]})
-    with manager(tmp_path, job_slots=2) as m:
+    with manager(tmp_path, job_slots=2, learner_cgroups=cgroups) as m:
         job = m.submit(manifest)
         assert statuses(read_events(m.http, job["id"]))[-1] == "completed"
         lines = _logs(m, job["id"])
     [line] = [line for line in lines if line.startswith("limits ")]
     seen = json.loads(line.removeprefix("limits "))
     assert len(seen["cores"]) == 1 and set(seen["cores"]) <= os.sched_getaffinity(0)
-    assert seen["as"] == (3000 + THREAD_MIB) * 1024 * 1024  # memory_mb and one thread's allowance (1 core)
-    assert seen["arenas"] == "2"
+    name = f"labswarm-{job['id']}-1-0"
+    if cgroups:  # its program in the learner's memory cgroup, no address-space limit
+        assert f"/{name}\n" in seen["cgroup"], seen["cgroup"]
+        assert seen["as"] == resource.RLIM_INFINITY and seen["arenas"] is None
+    else:
+        assert name not in seen["cgroup"]
+        assert seen["as"] == (3000 + THREAD_MIB) * 1024 * 1024  # memory_mb and one thread's allowance (1 core)
+        assert seen["arenas"] == "2"
+    assert _left(job["id"]) == []
 
 
 @pytest.mark.slow
-def test_a_learner_over_its_memory_limit_fails_with_its_user_error_code(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cgroups", [True, False], ids=["cgroup", "fallback"])
+def test_a_learner_over_its_memory_limit_fails_with_its_user_error_code(tmp_path: Path, cgroups: bool) -> None:
+    _cgroups(cgroups)
     manifest = tiny_manifest(tmp_path, name="greedy", resources={"cpus": 1, "memory_mb": 64})
-    with manager(tmp_path) as m:
+    with manager(tmp_path, learner_cgroups=cgroups) as m:
         job = m.submit(manifest)
         stream = read_events(m.http, job["id"])
         shown = m.show(job["id"])
@@ -57,6 +87,11 @@ def test_a_learner_over_its_memory_limit_fails_with_its_user_error_code(tmp_path
     assert shown["error_code"] == "C107" and shown["fault"] == "user", shown
     assert "resources.memory_mb" in shown["error"]
     assert any("over its memory limit (resources.memory_mb: 64 MiB)" in line for line in lines), lines[-20:]
+    how = "enforced by cgroup v1 memory 64 MiB" if cgroups else "enforced by CPU affinity and RLIMIT_AS"
+    assert any(how in line for line in lines), lines[:20]
+    if cgroups:
+        assert any("OOM killer" in line for line in lines), lines[-20:]
+    assert _left(job["id"]) == []
 
 
 def test_cores_go_to_the_least_used_and_the_codes_are_classified() -> None:
