@@ -10,24 +10,35 @@ restarts alone, beside its parameter-server shard's service (on the host network
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import signal
 import socket
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from engine import docker, free_port, wait_for
 from helpers import missing
 from jobs.chunk_record import assert_every_sample_once_per_pass
 from jobs.manager import read_events
 from jobs.tiny import tiny_manifest
+from torch.distributed import TCPStore
+from train.three_classes import write_three_classes
 
 from labswarm.deploy.swarm_jobs import learner_service_name, ps_service_name
 from labswarm.deploy.swarm_shards import PS_PORT
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer
 from labswarm.settings import Settings
+from labswarm.train.distributed import record
+from labswarm.train.distributed.cursor import PREFIX as CURSOR_PREFIX
 
 #: Seconds a job may take here (a learner's container starts Python and torch on a loaded machine).
 JOB_TIMEOUT = 600.0
@@ -48,6 +59,9 @@ def jobs_http(swarm: None, image: str, shared: Path) -> Iterator[httpx.Client]:
     for folder in ("store", "results", ".labswarm-jobs"):
         (shared / folder).mkdir(mode=0o777)
         (shared / folder).chmod(0o777)
+    # the manager, root here, stores a killed learner's chunk record into the local results store whose folders the
+    # image's user must still write into (a manager in the image runs as that user)
+    umask = os.umask(0)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     settings = Settings(home=shared / "home", data_roots=[str(shared)], job_launcher="swarm", job_slots=2,
@@ -58,6 +72,7 @@ def jobs_http(swarm: None, image: str, shared: Path) -> Iterator[httpx.Client]:
         with httpx.Client(base_url=url, timeout=60) as http:
             yield http
     finally:
+        os.umask(umask)
         server.stop()
         for kind in ("service", "secret", "config"):
             left = docker(kind, "ls", "-q", "--filter", "name=labswarm-job-").stdout.split()
@@ -160,22 +175,57 @@ def service_id(name: str) -> str | None:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+def kill_after_a_done_chunk(pid: int, chunks: Path, store: Any, timeout: float) -> list[dict[str, Any]]:
+    """SIGKILL the learner process ``pid`` (in its container, seen from the host) once it has trained
+    a chunk and marked it done in the cursor: whenever its chunk record ``chunks`` has grown it is stopped
+    (SIGSTOP) and, when the last line's chunk is done under the line's owner (the job's ``store``), killed; else
+    continued. (Killed between a line and its done mark, the chunk would be trained again by another learner and
+    the record would rightly show it twice.) Returns the record's lines at the kill."""
+    deadline, seen = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline:
+        assert psutil.pid_exists(pid), f"the learner ended before it trained a chunk: {record.read([chunks])}"
+        if len(record.read([chunks])) > seen:
+            os.kill(pid, signal.SIGSTOP)
+            wait_for("the learner stopped", lambda: psutil.Process(pid).status() == psutil.STATUS_STOPPED, 10,
+                     interval=0.001)
+            lines = record.read([chunks])
+            last = lines[-1]
+            if store.get(f"{CURSOR_PREFIX}/{last['pass']}/{last['chunk']}").decode() == f"D|{last['owner']}":
+                os.kill(pid, signal.SIGKILL)
+                return lines
+            seen = len(lines)
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.002)
+    raise AssertionError(f"no chunk of the learner done within {timeout} s: {record.read([chunks])}")
+
+
 def test_a_downpour_learners_container_killed_restarts_it_alone_and_every_sample_is_trained_once(
         jobs_http: httpx.Client, shared: Path) -> None:
     """Downpour with 2 learners and 1 parameter-server shard, three services on the host network: the shard on a
-    port of its own on 127.0.0.1 (no service name resolves there). Rank 1's container is frozen (docker pause) as
-    soon as it runs (Python and torch still importing: it trained nothing), rank 0 takes its first step, then rank
-    1's container is killed. Downpour is asynchronous: rank 1 alone starts again, a new service in the same attempt
-    (no new attempt), and the job completes with every epoch once and every sample trained once per pass in the
-    stored chunk record (tests/jobs/test_distributed_jobs.py's downpour restart, here with containers)."""
+    port of its own on 127.0.0.1 (no service name resolves there). Rank 1's container is killed once it has
+    trained a chunk (its record on the shared volume, its done mark in the cursor). Downpour is asynchronous: rank 1
+    alone starts again, a new service in the same attempt (no new attempt), and the job completes with every epoch
+    once and every sample trained once per pass in the stored chunk record, the killed container's lines included
+    (tests/jobs/test_distributed_jobs.py's downpour restarts, here with containers)."""
+    write_three_classes(shared / "data", per_class=16)  # 72 training samples a pass, one a step
     manifest = tiny_manifest(shared, epochs=3, learners=2, framework={"name": "downpour"}, ps_shards=1)
+    manifest["experiment"]["pipeline"][3]["size"] = 1
     manifest["training"]["threads"] = 1  # 2 learners and a shard on 2 shared cores
     job = jobs_http.post("/v1/jobs", json=manifest)
     assert job.status_code == 201, job.text
     job_id = job.json()["id"]
     rank1 = learner_service_name(job_id, 1, 1)
     victim = wait_for("rank 1's container running", lambda: running_container(rank1), JOB_TIMEOUT, interval=0.2)
-    docker("pause", str(victim))
+    init = psutil.Process(int(docker("inspect", "-f", "{{.State.Pid}}", str(victim)).stdout))  # docker-init
+    pid = wait_for("rank 1's learner process", lambda: next(
+        (c.pid for c in init.children() if "labswarm.jobs.learner.entry" in " ".join(c.cmdline())), None), 60,
+        interval=0.05)
+    env = dict(v.split("=", 1) for v in json.loads(docker(
+        "service", "inspect", "-f", "{{json .Spec.TaskTemplate.ContainerSpec.Env}}", rank1).stdout))
+    store = TCPStore(env["MASTER_ADDR"], int(env["MASTER_PORT"]), is_master=False, timeout=timedelta(seconds=30))
+    old = service_id(rank1)
+    chunks = shared / ".labswarm-jobs" / job_id / "chunks" / "attempt-1" / "rank-1.jsonl"  # not in the container
+    killed = kill_after_a_done_chunk(pid, chunks, store, JOB_TIMEOUT)
     started = read_events(jobs_http, job_id, until=lambda e: e["event"] == "attempt"
                           and e["data"]["event"] == "started")[-1]["data"]
     [address] = started["ps"]
@@ -186,10 +236,6 @@ def test_a_downpour_learners_container_killed_restarts_it_alone_and_every_sample
     assert f"--host 127.0.0.1 --port {port}" in shard, shard
     with socket.create_connection((host, int(port)), timeout=10):  # the shard's container listens there
         pass
-    old = service_id(rank1)
-    read_events(jobs_http, job_id, until=lambda e: e["event"] == "log" and e["data"].get("rank") == 0
-                and "first step" in e["data"]["line"])
-    docker("kill", str(victim))
     wait_for("rank 1 started again as a new service", lambda: service_id(rank1) not in (None, old), JOB_TIMEOUT)
     done = wait_status(jobs_http, job_id, "completed")
     [attempt] = done["attempts"]  # the same attempt: only the dead learner restarted
@@ -199,6 +245,15 @@ def test_a_downpour_learners_container_killed_restarts_it_alone_and_every_sample
     metrics = jobs_http.get(f"/v1/jobs/{job_id}/metrics").json()
     metrics = metrics["metrics"] if isinstance(metrics, dict) else metrics
     assert [r["epoch"] for r in metrics] == [1, 2, 3], metrics  # every epoch once
-    assert_every_sample_once_per_pass(shared / "results" / "jobs" / job_id, done, manifest, 3)
+    results = shared / "results" / "jobs" / job_id
+    stored = record.read([results / "logs" / "attempt-1" / "chunks-1.jsonl"])
+    assert stored[:len(killed)] == killed, "the killed container's lines, first in its rank's stored record"
+    after = {line["owner"] for line in stored[len(killed):]}
+    logs = jobs_http.get(f"/v1/jobs/{job_id}/logs").text
+    pids = re.findall(rf"learner 1/2 of job {job_id}, attempt 1, pid (\d+)", logs)  # each incarnation's
+    print(f"killed {killed[-1]['owner']} after {len(killed)} chunk(s); rank 1's pids {pids}; replacement: {after}")
+    assert killed[-1]["owner"] not in after  # the replacement's own owner, even with the same pid
+    assert_every_sample_once_per_pass(results, done, manifest, 3)
+    wait_for("the job's chunk records gone from the shared volume", lambda: not chunks.parent.exists(), 60)
     wait_for("no service, secret or config of the job left (the shard's included)",
              lambda: not any(leftovers(job_id).values()), 120, interval=1.0)
