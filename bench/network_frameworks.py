@@ -17,11 +17,12 @@ what the learners count themselves (``CommStats``: message payloads), and ``job_
 last event (start-up included; ``wall_s`` is the training only, from the job's ``running`` status).
 
 The model: the experiment's, with ``--model key=value`` overrides (values read as YAML). Without any, the bench
-trains the demo's CNN with a fifth block of 512 channels (:data:`DEFAULT_MODEL`, at 8 × 8 after the pools): 363 k
-parameters, 1.45 MB a message against the demo CNN's 0.25 MB, for 1.4x its compute (12.8 against 9.2 GFLOP a
-32-sample step): one step's gradients take ~0.6 s at 20 Mbit/s, about a step's compute on one core, so the links
-separate the frameworks (the demo CNN's 0.1 s did not: docs/benchmarks/network.md). ``--model
-channels=[16,32,64,64]`` trains the demo's own.
+trains the demo's CNN with a fifth block of 256 channels (:data:`DEFAULT_MODEL`, on 8 × 8 maps after the pools):
+212 k parameters, 0.85 MB a message against the demo CNN's 0.25 MB, for 1.2x its compute (11.0 against 9.2 GFLOP
+a 32-sample step): one step's gradients take ~0.34 s at 20 Mbit/s, about a step's compute on one core (~0.3 s),
+so the links separate the frameworks (the demo CNN's 0.1 s did not: docs/benchmarks/network.md).
+``--model channels=[16,32,64,64]`` trains the demo's own CNN, ``channels=[16,32,64,64,512]`` a larger one
+(363 k parameters, 1.45 MB, 1.4x the compute).
 
 Written into ``--output``: ``network.json`` (every row and the run's settings), ``network.md`` (the tables:
 samples/s, time to the target and final accuracy per framework and profile, then every row's figures),
@@ -60,7 +61,7 @@ DEFAULT_FRAMEWORKS = ("allreduce", "model_averaging", "downpour", "easgd")
 #: 28 (the job then restarts as a new attempt, which is no figure of the network); a link cut is not measured here.
 TIMEOUT_S = 600.0
 #: The model overrides used when no ``--model`` is given (module docstring: why).
-DEFAULT_MODEL = {"channels": [16, 32, 64, 64, 512]}
+DEFAULT_MODEL = {"channels": [16, 32, 64, 64, 256]}
 
 
 def place(cluster: Cluster, jobs: Any) -> None:
@@ -110,10 +111,12 @@ def run_profile(profile: str, manifests: list[tuple[dict[str, Any], dict[str, An
                                wire_sent_per_learner=sum(sent[h] for h in LEARNER_HOSTS.values()) / 2,
                                wire_sent_shard=sent[SHARD_HOST], job_s=took)
                     rows.append(row)
+                    args.took.append(took)
                     print(f"{profile:9s} {name(row):24s} {row['samples_per_s']:7.1f} samples/s  "
                           f"wire {row['wire_sent_per_learner'] / 1e6:7.2f} MB/learner  CommStats "
                           f"{row['bytes_sent_per_learner'] / 1e6:7.2f} MB  acc {row['final_val_accuracy']}  "
-                          f"to target {row['time_to_target_s']}  job {took:.0f} s  load {os.getloadavg()[0]:.1f}",
+                          f"to target {row['time_to_target_s']}  job {took:.0f} s  load {os.getloadavg()[0]:.1f}  ~"
+                          f"{(args.jobs - len(args.took)) * sum(args.took) / len(args.took) / 60:.0f} min left",
                           flush=True)
         finally:
             server.stop()
@@ -301,6 +304,7 @@ def main() -> int:
     profiles = args.profile or list(PROFILES)
     args.output = args.output.resolve()
     args.workdir = (args.workdir or Path(f"/tmp/labswarm-network-{uuid.uuid4().hex[:6]}")).resolve()
+    args.jobs, args.took = len(profiles) * len(manifests), []
     started, load = time.time(), os.getloadavg()
     print(f"load average before: {load}; model {workload['model']}", flush=True)
     rows = [row for profile in profiles
