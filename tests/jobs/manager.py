@@ -18,6 +18,7 @@ import psutil
 from sqlalchemy import select
 
 from labswarm.client import parse_sse
+from labswarm.deploy.cgroups import cgroup_name, existing
 from labswarm.jobs.records.models import LearnerRow
 from labswarm.jobs.service.service import JobService
 from labswarm.manager.api import create_app
@@ -71,11 +72,16 @@ def manager(tmp_path: Path, **settings: Any) -> Iterator[Manager]:
         yield Manager(server, http, jobs)
     finally:
         pids = Manager(server, http, jobs).learner_pids()
+        with jobs.db() as db:  # the learners' cgroups (labswarm.deploy.cgroups), removed with them
+            groups = [cgroup_name(r.job_id, r.attempt, r.rank) for r in db.scalars(select(LearnerRow))]
         http.close()
         server.stop()
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+        for name in groups:
+            if (cgroup := existing(name)) is not None:
+                cgroup.remove()
 
 
 def read_events(http: httpx.Client, job_id: str, *, last_event_id: int | None = None,
