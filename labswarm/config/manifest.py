@@ -70,8 +70,9 @@ class Resources(_Strict):
         cpus: CPU cores (fractions allowed: a docker ``--cpus`` limit); default 1.
         gpus: GPUs, each learner getting its own ``CUDA_VISIBLE_DEVICES``; default 0.
         memory_mb: memory limit in MiB; default 4096 (the shipped experiment's prefetch alone may take 2048).
-            A local learner without GPUs gets it as an address-space limit (``RLIMIT_AS``, not resident
-            memory) plus 16 MiB per thread (:mod:`labswarm.deploy.resource_limits`).
+            A local learner gets it as the resident-memory limit of a cgroup of its own where the manager
+            may create one (:mod:`labswarm.deploy.cgroups`), else, without GPUs, as an address-space limit
+            (``RLIMIT_AS``) plus 16 MiB per thread (:mod:`labswarm.deploy.resource_limits`).
     """
 
     cpus: float = Field(1.0, gt=0, le=1024)

@@ -1,6 +1,8 @@
 """A local learner's ``resources.cpus`` and ``resources.memory_mb`` enforced without cgroups (issue 26 item 4).
 
-This fallback is used on every machine for now (cgroup v2 delegation is not assumed):
+The pinning applies to every local learner; the memory limit is the fallback where the learner gets no cgroup of
+its own (:mod:`labswarm.deploy.cgroups`: none writable here, ``learner_cgroups`` off, or a learner placed on another
+host):
 
 - **CPUs**: the learner is pinned (``sched_setaffinity``) to ``ceil(cpus)`` of the cores the manager may run on,
   the ones fewest other local learners are pinned to (:func:`pick_cores`); its threads and children inherit the
