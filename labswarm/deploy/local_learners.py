@@ -11,8 +11,8 @@ Its ``resources`` are enforced by a cgroup of its own where this process may cre
 ends there is reported as over its memory limit, the user error ``C107``), else (or with ``learner_cgroups`` off)
 by its own ``RLIMIT_AS`` (:mod:`labswarm.deploy.resource_limits`: it limits its address space to ``memory_mb`` and
 exits with ``C107`` past it). Either way it is pinned to ``ceil(cpus)`` cores (the least used by the other local
-learners) right after it starts, so its thread pools fit its CPUs. The path applied is the first line the launcher
-writes to its raw output.
+learners) right after it starts, so its thread pools fit its CPUs. The path applied is logged by the learner as it
+starts (``resources enforced by ...``) and named in the reason of a learner the OOM killer ended.
 
 A halt signals the learner's pid only (SIGTERM: it checkpoints and exits; its process group holds the
 data-loading processes, which must not be stopped under it); a kill (watchdog, grace over, delete) sends SIGKILL
@@ -44,7 +44,7 @@ from labswarm.deploy.learners import (
     LearnerStatus,
     learner_environment,
 )
-from labswarm.deploy.resource_limits import memory_limit_env, pick_cores
+from labswarm.deploy.resource_limits import LIMITS_ENV, memory_limit_env, pick_cores
 
 
 class LocalLearners(LearnerLauncher):
@@ -92,10 +92,9 @@ class LocalLearners(LearnerLauncher):
             if cgroup.memory is not None:
                 env[CGROUP_ENV] = str(cgroup.memory)
             how = cgroup.describe()
+        env[LIMITS_ENV] = how  # the learner logs it as it starts
         launch.out.parent.mkdir(parents=True, exist_ok=True)
         with open(launch.out, "ab") as handle:
-            handle.write(f"labswarm: learner {launch.rank}'s resources enforced by {how}\n".encode())
-            handle.flush()
             argv = [sys.executable, "-m", "labswarm.jobs.learner.entry", str(launch.spec_path)]
             if self.place is not None:
                 argv = self.place(launch, argv, env)

@@ -40,6 +40,9 @@ from typing import Any
 
 from labswarm.threads import usable_cores
 
+#: The variable through which the local launcher tells a learner how its resources are enforced (a cgroup and its
+#: limits, or this fallback); the learner logs it as it starts.
+LIMITS_ENV = "LABSWARM_LEARNER_LIMITS"
 #: The variable through which the local launcher gives a learner its memory limit, in MiB.
 MEMORY_ENV = "LABSWARM_MEMORY_LIMIT_MB"
 #: glibc arenas a limited learner may create (``MALLOC_ARENA_MAX``; glibc's default is 8 per core).

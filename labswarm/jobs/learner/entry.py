@@ -51,6 +51,7 @@ from labswarm.config.experiment import ExperimentConfig
 from labswarm.config.manifest import CommandFramework, DistributedFramework
 from labswarm.deploy.learners import EXIT_FILE
 from labswarm.deploy.resource_limits import (
+    LIMITS_ENV,
     MEMORY_ENV,
     apply_memory_limit,
     lift_memory_limit,
@@ -165,6 +166,8 @@ class Learner(LearnerContext):
         log.info("learner %d/%d of job %s, attempt %d, pid %d, %s", self.spec.rank, self.spec.world_size,
                  self.spec.job_id, self.spec.attempt, os.getpid(),
                  f"from checkpoint {self.spec.checkpoint['key']}" if self.spec.checkpoint else "from scratch")
+        if os.environ.get(LIMITS_ENV):  # how the launcher enforces resources (labswarm.deploy.local_learners)
+            log.info("resources enforced by %s", os.environ[LIMITS_ENV])
         try:
             if apply_memory_limit() is not None:  # resources.memory_mb, once the modules are imported
                 watch_native_exit(self._native_exit)  # libgomp's exit(1) when a thread's stack does not fit
