@@ -38,6 +38,25 @@ def _search(experiment: Path, budget: int, output: Path, options: Any, keep: int
     console.print(f"budget.md and budget.json in {output}")
 
 
+def _refuse_with_budget(frameworks: Any, learners: str | None, ps_shards: int | None) -> None:
+    """``--budget`` sets the frameworks, learner counts and shards itself: any of them given besides it is refused
+    (exit 2 naming the option), not silently ignored.
+
+    Raises:
+        typer.Exit: code 2, with the fields ``budget`` (``--framework``/``--frameworks``), ``learners`` or
+            ``ps_shards``.
+    """
+    errors = []
+    if frameworks:
+        errors.append(("budget", "searches the topologies itself: not with --framework/--frameworks"))
+    if learners is not None:
+        errors.append(("learners", "not with --budget: the search sets the learner counts itself"))
+    if ps_shards is not None:
+        errors.append(("ps_shards", "not with --budget: the search sets the shards itself"))
+    if errors:
+        raise _fail(ConfigError(errors))
+
+
 def compare_command(
     experiment: Annotated[Path, typer.Argument(help="Experiment YAML with model and training sections.")],
     framework: Annotated[list[str] | None, typer.Option(
@@ -46,11 +65,12 @@ def compare_command(
                             "colocated=false (run with its own learners). Default: allreduce and downpour.")] = None,
     frameworks: Annotated[str | None, typer.Option(help="Comma-separated framework names (the same as repeated "
                                                         "--framework NAME).")] = None,
-    learners: Annotated[str, typer.Option(help="Comma-separated learner counts; each framework runs with each "
-                                               "count >= 2, and 1 runs the single-process trainer once.")] = "1,2",
+    learners: Annotated[str | None, typer.Option(help="Comma-separated learner counts; each framework runs with "
+                                                      "each count >= 2, and 1 runs the single-process trainer "
+                                                      "once. Default: 1,2.")] = None,
     epochs: Annotated[int | None, typer.Option(min=1, help="Override training.epochs.")] = None,
     target: Annotated[float, typer.Option(min=0.0, max=1.0, help="Validation accuracy to time.")] = 0.8,
-    ps_shards: Annotated[int, typer.Option(min=1, help="Parameter-server shards.")] = 1,
+    ps_shards: Annotated[int | None, typer.Option(min=1, help="Parameter-server shards. Default: 1.")] = None,
     threads: Annotated[int, typer.Option(min=1, help="Torch threads (and CPUs) per learner.")] = 1,
     output: Annotated[Path | None, typer.Option(
         help="Output folder; default <LABSWARM_HOME>/compare/<UTC stamp> when that home exists (the dashboard's "
@@ -88,8 +108,8 @@ def compare_command(
     from labswarm.compare.run import DEFAULT_FRAMEWORKS, CompareOptions, compare, default_output, parse_learners, table
     from labswarm.settings import Settings, load_settings
 
-    if budget is not None and (framework or frameworks):
-        raise _fail(ConfigError([("budget", "searches the topologies itself: not with --framework/--frameworks")]))
+    if budget is not None:
+        _refuse_with_budget(framework or frameworks, learners, ps_shards)
     if manager is None:  # the files it names, checked before any learner starts (a manager's are its own)
         load(experiment)
     if output is None:
@@ -105,8 +125,9 @@ def compare_command(
 
             placed = parse_hosts(hosts, address, host_command,
                                  env={"GLOO_SOCKET_IFNAME": gloo_ifname} if gloo_ifname else None)
-        options = CompareOptions(learners=parse_learners(learners), epochs=epochs, target=target,
-                                 ps_shards=ps_shards, threads=threads, owner=owner, hosts=placed)
+        options = CompareOptions(learners=parse_learners(learners if learners is not None else "1,2"),
+                                 epochs=epochs, target=target, ps_shards=ps_shards if ps_shards is not None else 1,
+                                 threads=threads, owner=owner, hosts=placed)
         if budget is not None:
             return _search(experiment, budget, output, options, keep, trial_epochs, manager, token or None)
         rows = compare(experiment, names or list(DEFAULT_FRAMEWORKS), output, options, manager_url=manager,

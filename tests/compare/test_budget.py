@@ -68,7 +68,12 @@ def test_a_budget_of_two_tries_each_topology_and_reports_the_soonest_to_the_targ
     assert "Budget 2 processes" in result.output
 
 
-def test_budget_with_frameworks_is_refused_naming_it(tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["compare", str(tmp_path / "none.yml"), "--budget", "2", "--framework",
-                                      "allreduce"])
-    assert result.exit_code == 2 and "budget: searches the topologies itself" in result.output, result.output
+@pytest.mark.parametrize(("given", "named"), [
+    (["--framework", "allreduce"], "budget: searches the topologies itself"),
+    (["--learners", "3"], "learners: not with --budget"),  # once the default "1,2", silently ignored
+    (["--ps-shards", "2"], "ps_shards: not with --budget"),
+])
+def test_budget_with_an_option_it_sets_itself_is_refused_naming_it(tmp_path: Path, given: list[str],
+                                                                   named: str) -> None:
+    result = CliRunner().invoke(app, ["compare", str(tmp_path / "none.yml"), "--budget", "4", *given])
+    assert result.exit_code == 2 and named in result.output, result.output
