@@ -47,6 +47,7 @@ class BatchedModel:
         self._queue: queue.SimpleQueue[tuple[np.ndarray, Future[np.ndarray]] | None] = queue.SimpleQueue()
         self._closed = False
         self._lock = threading.Lock()  # held across submit's check-and-put and close's flag-and-sentinel
+        self._passing = threading.Lock()  # held across a forward pass: one at a time, in any thread
         self._name = name
         self._thread = threading.Thread(target=self._run, name=f"labswarm-serve-{name}", daemon=True)
         self._thread.start()
@@ -63,6 +64,20 @@ class BatchedModel:
         threading.Thread(target=self._pass, args=([(inputs, done)],), name=f"labswarm-serve-{self._name}-closed",
                          daemon=True).start()
         return done
+
+    def run(self, inputs: np.ndarray) -> np.ndarray:
+        """The softmax of ``inputs`` (float32 ``(n, *input_shape)`` -> float64 ``(n, n_classes)``), run in the
+        caller's thread, after the pass in progress if there is one (a lone request spares the hand-over to the
+        model's thread and back). Counted in :attr:`passes` and :attr:`rows`.
+
+        Raises:
+            Exception: whatever the model raised.
+        """
+        with self._passing:
+            out = self.forward(inputs)
+            self.passes += 1
+            self.rows += len(inputs)
+        return out
 
     def close(self) -> None:
         """Stop the thread once what is queued has gone through; later :meth:`submit` calls run unbatched, each
@@ -128,13 +143,11 @@ class BatchedModel:
             return
         try:
             inputs = live[0][0] if len(live) == 1 else np.concatenate([x for x, _ in live])
-            out = self.forward(inputs)
+            out = self.run(inputs)
         except Exception as exc:  # the model failed on this batch: every caller in it gets the error
             for _, done in live:
                 done.set_exception(exc)
             return
-        self.passes += 1
-        self.rows += len(inputs)
         first = 0
         for x, done in live:
             done.set_result(out[first:first + len(x)])

@@ -75,6 +75,15 @@ class ModelCache:
             self._evict()
         return entry.result()
 
+    def peek(self, key: str) -> Served | None:
+        """The model of ``key`` if it is loaded (marked most recently used), else ``None``; never blocks."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or not entry.done() or entry.exception() is not None:
+                return None
+            self._entries.move_to_end(key)
+        return entry.result()
+
     def drop(self, key: str) -> None:
         """Forget ``key`` (a deleted job), closing its model."""
         with self._lock:

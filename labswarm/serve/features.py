@@ -61,8 +61,9 @@ def _end_with(sentinel: int) -> None:
 
 class WorkerError(Exception):
     """An exception raised in a feature worker, as its type's name (``kind``) and its message: every exception
-    crosses back this way (labswarm's :class:`~labswarm.errors.AudioError` and many libraries' exceptions do not
-    unpickle, and one that fails to unpickle would break the whole pool). ``str()`` is ``"kind: message"``."""
+    crosses back this way (many libraries' exceptions do not unpickle, and one that fails to unpickle would break
+    the whole pool; labswarm's :class:`~labswarm.errors.AudioError` does since 2026-11-26). ``str()`` is
+    ``"kind: message"``."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(kind, message)

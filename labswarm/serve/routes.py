@@ -65,9 +65,11 @@ def _server(request: Request) -> ModelServer:
 
 async def _served(request: Request, job: str):
     """The model of ``job`` for the caller, as HTTP errors: 404 (none, or not theirs), 409 (not completed), 422
-    (its model file is not usable)."""
+    (its model file is not usable). A loaded model whose source checks without I/O is answered here, on the event
+    loop (no hand-over to a thread and back: ``labswarm serve``'s model file); otherwise in a thread."""
+    server, user = _server(request), getattr(request.state, "user", None)
     try:
-        return await run_in_threadpool(_server(request).model, job, getattr(request.state, "user", None))
+        return server.model_now(job, user) or await run_in_threadpool(server.model, job, user)
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from None
     except Conflict as exc:

@@ -3,10 +3,14 @@
 Each file goes as it would through ``labswarm predict`` (:class:`labswarm.predict.Predictor`: the same decoding,
 windows, features and mean of the windows' softmax), with limits checked first: a file over ``max_file_bytes``
 or ``max_duration_s`` (read from its header, before decoding) is refused in its row with 413, one that cannot be
-decoded or classified with 422, and the other files are answered. Features are computed by ``workers``
-processes (:mod:`labswarm.serve.features`); the forward passes of concurrent requests are batched
-(:mod:`labswarm.serve.batching`). A file goes from its features straight to the model's queue (no turn of the
-event loop between them): under load every hand-over between threads waits for a core.
+decoded or classified with 422, and the other files are answered. A file alone in flight is computed in an
+upload thread of the server (features, then its forward pass: no hand-over to a worker process, no arrays pickled
+back, no turn of the model's thread; setting ``compute_alone``); files that arrive while another is in flight
+have their features computed by ``workers`` processes (:mod:`labswarm.serve.features`) and their forward passes
+batched with the other requests' (:mod:`labswarm.serve.batching`). Such a file goes from its features straight
+to the model's queue (no turn of the event loop between them): under load every hand-over between threads waits
+for a core. Uploads are written to one folder of the server's (a folder per request cost ~0.15 ms to make and
+remove on the quiet machine, up to ~5 ms under load, on the event loop), each file removed once computed.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ import asyncio
 import shutil
 import tempfile
 import threading
+import uuid
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from labswarm.audio.io import audio_info
 from labswarm.auth.tokens import User
@@ -64,6 +70,11 @@ class ModelServer:
         self.features = FeaturePool(self.settings.workers)
         # writing uploads to files, reading their headers, removing them: short, mostly I/O
         self.files = ThreadPoolExecutor(max(4, self.settings.workers), thread_name_prefix="labswarm-upload")
+        self.alone = 0  # files computed in the server's own thread (none other in flight)
+        self._flight = threading.Lock()
+        self._busy = 0  # files between their duration check and their last forward pass
+        self._limits: ThreadpoolController | None = None
+        self._uploads: Path | None = None
 
     def _load(self, key: str) -> Served:
         predictor = self.source.load(key, threads=self.settings.threads)
@@ -78,6 +89,20 @@ class ModelServer:
         """
         self.source.check(key, user)
         return self.cache.get(key)
+
+    def model_now(self, key: str, user: User | None) -> Served | None:
+        """:meth:`model` without blocking: the model when its source checks without I/O
+        (:attr:`ModelSource.instant`) and it is loaded, else ``None`` (call :meth:`model` in a thread).
+
+        Raises:
+            NotFound, Conflict: see :meth:`ModelSource.check`.
+        """
+        if not self.source.instant:
+            return None
+        served = self.cache.peek(key)
+        if served is not None:
+            self.source.check(key, user)
+        return served
 
     def describe(self, key: str, user: User | None) -> dict[str, Any]:
         """What a client needs to know of a model: classes, input feature, experiment, segment, the limits; and
@@ -98,15 +123,21 @@ class ModelServer:
         """One result per upload, in order: ``{path, label, probabilities, windows, error, status}`` (the
         ``labswarm predict --json`` row of the file, ``path`` the name it was sent with, and the row's HTTP
         status: 200, 413 or 422; 422 also when the worker computing its features died)."""
-        folder = Path(tempfile.mkdtemp(prefix="labswarm-upload-"))
-        try:
-            return list(await asyncio.gather(*(self._file(served, upload, folder / f"{i}{_suffix(upload.name)}",
-                                                          top) for i, upload in enumerate(uploads))))
-        finally:
-            try:
-                self.files.submit(shutil.rmtree, folder, ignore_errors=True)  # not awaited: the answer waits for none
-            except RuntimeError:  # the server is closing: its threads take no more work
-                shutil.rmtree(folder, ignore_errors=True)
+        folder = self._folder()
+        if len(uploads) == 1:  # no task to gather
+            return [await self._file(served, uploads[0], folder / f"{uuid.uuid4().hex}{_suffix(uploads[0].name)}",
+                                     top)]
+        return list(await asyncio.gather(*(self._file(served, upload, folder / f"{uuid.uuid4().hex}"
+                                                      f"{_suffix(upload.name)}", top) for upload in uploads)))
+
+    def _folder(self) -> Path:
+        """The server's folder of uploaded files (made on the first upload, removed by :meth:`close`): each file
+        is removed once computed; a folder a request would spend ~0.1-5 ms making and removing (the file system
+        under load)."""
+        with self._flight:
+            if self._uploads is None:
+                self._uploads = Path(tempfile.mkdtemp(prefix="labswarm-upload-"))
+            return self._uploads
 
     async def _file(self, served: Served, upload: Upload, path: Path, top: int | None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -127,23 +158,63 @@ class ModelServer:
         return {**served.predictor.prediction(upload.name, mean, windows).to_dict(top), "status": 200}
 
     def _start(self, served: Served, upload: Upload, path: Path) -> Future[list[np.ndarray]]:
-        """In a thread: write the upload to ``path`` and check its duration; then its features go to a worker
-        process and, once computed, to the model's queue. The future gives the softmax of each of its input
-        arrays (float64 ``(n, n_classes)``), or the first error."""
-        with open(path, "wb") as out:
-            shutil.copyfileobj(upload.file, out)
-        frames, rate = audio_info(path)  # AudioError: not decodable (422)
-        seconds = frames / rate
-        if seconds > self.settings.max_duration_s:
-            raise Refused(413, f"{seconds:.1f} s of audio: over the limit of {self.settings.max_duration_s:g} s "
-                               "(setting predict_max_duration_s, LABSWARM_PREDICT_MAX_DURATION_S)")
-        return forward_when_ready(served.batched, self.features.submit(served.predictor.inputs_of, path))
+        """In a thread: write the upload to ``path`` and check its duration; then compute it: in this thread when no
+        other file is in flight (:meth:`_compute_alone`), else its features in a worker process and, once computed,
+        its arrays on the model's queue (batched with the other requests'). The future gives the softmax of each of
+        its input arrays (float64 ``(n, n_classes)``), or the first error. ``path`` is removed once computed."""
+        try:
+            with open(path, "wb") as handle:
+                shutil.copyfileobj(upload.file, handle)
+            frames, rate = audio_info(path)  # AudioError: not decodable (422)
+            seconds = frames / rate
+            if seconds > self.settings.max_duration_s:
+                raise Refused(413, f"{seconds:.1f} s of audio: over the limit of {self.settings.max_duration_s:g} "
+                                   "s (setting predict_max_duration_s, LABSWARM_PREDICT_MAX_DURATION_S)")
+            with self._flight:
+                alone = not self._busy and self.settings.compute_alone
+                self._busy += 1
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        if alone:
+            try:
+                return self._compute_alone(served, path)
+            finally:
+                self._landed(path)
+        passed = forward_when_ready(served.batched, self.features.submit(served.predictor.inputs_of, path))
+        passed.add_done_callback(lambda _: self._landed(path))
+        return passed
+
+    def _landed(self, path: Path) -> None:
+        """A file computed (or failed): no longer in flight, removed."""
+        with self._flight:
+            self._busy -= 1
+        path.unlink(missing_ok=True)
+
+    def _compute_alone(self, served: Served, path: Path) -> Future[list[np.ndarray]]:
+        """The file's features and forward passes in this thread, its maths libraries on one thread meanwhile
+        (as a feature worker's): the lone request spares the hand-overs to a worker process, the arrays pickled
+        back, and the model's thread."""
+        done: Future[list[np.ndarray]] = Future()
+        done.set_running_or_notify_cancel()
+        if self._limits is None:
+            self._limits = ThreadpoolController()
+        try:
+            with self._limits.limit(limits=1):
+                arrays = served.predictor.inputs_of(path)
+            done.set_result([served.batched.run(x) for x in arrays])
+        except Exception as exc:
+            done.set_exception(exc)
+        self.alone += 1
+        return done
 
     def close(self) -> None:
         """Close the cached models, the feature processes and the upload threads."""
         self.cache.close()
         self.features.close()
         self.files.shutdown(wait=False, cancel_futures=True)
+        if self._uploads is not None:
+            shutil.rmtree(self._uploads, ignore_errors=True)
 
 
 def forward_when_ready(batched: BatchedModel, inputs: Future[list[np.ndarray]]) -> Future[list[np.ndarray]]:

@@ -25,6 +25,9 @@ class ServeSettings(BaseSettings):
             may run on, :func:`~labswarm.threads.usable_cores`), each with one thread per maths library.
         threads: torch's intra-op threads in a forward pass (1, as ``labswarm predict``: see
             :class:`labswarm.predict.Predictor`).
+        compute_alone: compute a file in the server's own process when no other file is in flight (true), sparing
+            the hand-overs to a worker process and back; false: always in a worker process (the server's process
+            computes no features).
     """
 
     model_config = SettingsConfigDict(env_prefix="LABSWARM_PREDICT_", extra="ignore")
@@ -37,3 +40,4 @@ class ServeSettings(BaseSettings):
     max_batch: int = Field(64, ge=1)
     workers: int = Field(default_factory=lambda: len(usable_cores()), ge=1)
     threads: int = Field(1, ge=1)
+    compute_alone: bool = True

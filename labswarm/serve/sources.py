@@ -15,7 +15,14 @@ from labswarm.predict import Predictor
 
 
 class ModelSource(Protocol):
-    """The models an endpoint serves, by key (the ``{job}`` of the URL)."""
+    """The models an endpoint serves, by key (the ``{job}`` of the URL).
+
+    Attributes:
+        instant: :meth:`check` does no I/O (it may run on the event loop: a cached model is then answered without
+            a hand-over to a thread).
+    """
+
+    instant: bool
 
     def check(self, key: str, user: User | None) -> None:
         """Raise unless ``user`` may use the model of ``key`` now.
@@ -40,6 +47,8 @@ class JobModels:
     Args:
         jobs: the manager's job service.
     """
+
+    instant = False  # check() reads the database
 
     def __init__(self, jobs: JobService) -> None:
         self.jobs = jobs
@@ -67,6 +76,8 @@ class FileModel:
 
     Every caller the app authenticated may use it.
     """
+
+    instant = True  # check() compares names
 
     def __init__(self, path: Path, name: str) -> None:
         self.path = path

@@ -12,23 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 from jobs.manager import wait_until
-from train.three_classes import training_experiment, write_three_classes
 
-from labswarm.config.experiment import parse_experiment
 from labswarm.manager.server import free_port
 from labswarm.predict import predict
-from labswarm.train.trainer import Trainer
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The three-class model (2 epochs, in this process: a few seconds)."""
-    tmp = tmp_path_factory.mktemp("serve")
-    root = write_three_classes(tmp / "data")
-    config = parse_experiment(training_experiment(root, tmp / "store", pipeline=[
-        {"name": "source"}, {"name": "shuffle"}, {"name": "features"}, {"name": "batch", "size": 8}],
-        training={"epochs": 2, "learning_rate": 0.01, "validation": 0.25, "threads": 1}))
-    return Trainer(config, tmp / "home").fit().model_path
 
 
 def test_labswarm_serve_answers_over_http_as_labswarm_predict(model: Path, tmp_path: Path) -> None:

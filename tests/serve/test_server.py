@@ -1,0 +1,79 @@
+"""ModelServer (labswarm/serve/server.py) without HTTP, on a real model, real files and a real worker process: a
+file alone in flight is computed in the server's own thread, one that arrives beside it in a worker process;
+both answer labswarm predict's probabilities, a bad file fails its row alone, and no upload is left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from labswarm.predict import predict
+from labswarm.serve.server import ModelServer, Upload
+from labswarm.serve.settings import ServeSettings
+from labswarm.serve.sources import FileModel
+
+
+def _upload(path: Path) -> Upload:
+    data = path.read_bytes()
+    return Upload(path.name, io.BytesIO(data), len(data))
+
+
+def _waited(condition: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.01)
+
+
+@pytest.mark.slow
+def test_a_lone_file_is_computed_in_the_server_and_one_beside_it_in_a_worker(model: Path, tmp_path: Path) -> None:
+    """~5-20 s: the second file starts the worker process (the feature libraries' imports)."""
+    data = model.parents[2] / "data"
+    first, second = data / "low" / "low_1.wav", data / "noise" / "noise_3.wav"
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(range(256)) * 4)
+    expected = {Path(p.path).name: p.to_dict()["probabilities"] for p in predict(model, [first, second])}
+    server = ModelServer(FileModel(model, "three"), ServeSettings(workers=1))
+    entered, gate = threading.Event(), threading.Event()
+    try:
+        served = server.model_now("three", None) or server.model("three", None)
+        alone = asyncio.run(server.predict(served, [_upload(first)]))
+        bad = asyncio.run(server.predict(served, [_upload(corrupt)]))
+        assert server.alone == 1 and not server.features.pids  # no worker process (the corrupt file: its header)
+
+        forward = served.batched.forward
+
+        def gated(x: np.ndarray) -> np.ndarray:  # the lone file's pass waits here while the second one arrives
+            entered.set()
+            assert gate.wait(120)
+            return forward(x)
+
+        served.batched.forward = gated
+
+        async def side_by_side() -> list[list[dict[str, Any]]]:
+            lone = asyncio.ensure_future(server.predict(served, [_upload(first)]))
+            await asyncio.to_thread(_waited, entered.is_set, 60, "the lone file's forward pass")
+            beside = asyncio.ensure_future(server.predict(served, [_upload(second)]))
+            await asyncio.to_thread(_waited, lambda: server.features.pids, 120, "the worker's features")
+            gate.set()
+            return [await lone, await beside]
+
+        lone_again, beside = asyncio.run(side_by_side())
+    finally:
+        gate.set()
+        server.close()
+    assert server.alone == 2 and len(server.features.pids) == 1  # the second file's features: the worker's
+    for row in (alone[0], lone_again[0], beside[0]):
+        assert row["status"] == 200 and row["error"] is None, row
+        assert row["probabilities"] == pytest.approx(expected[row["path"]], rel=0, abs=1e-6)
+    assert beside[0]["path"] == second.name and served.batched.passes == 3
+    assert bad[0]["status"] == 422 and bad[0]["error"].startswith("AudioError: corrupt.wav"), bad
+    assert str(server._folder()) not in bad[0]["error"]
+    assert not server._folder().exists()  # removed with the server; each file was removed once computed
