@@ -246,3 +246,53 @@ def test_a_hogwild_learner_killed_9_restarts_alone_and_every_sample_trains_once_
     finally:
         kill_all(procs.values())
         del coordinator
+
+
+_GROUP_MEMBER = """
+import json, sys
+import torch
+from labswarm.train.distributed import Framework, LearnerContext
+from labswarm.train.distributed.agree import agree_on_resume
+
+rank, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+torch.manual_seed(1)
+model = torch.nn.Linear(4, 2)
+framework = Framework.from_spec({"name": "distributed_hogwild", "group_size": 2, "sync_period": 1})
+framework.attach(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                 LearnerContext(rank=rank, world_size=4, master_addr="127.0.0.1", master_port=port, timeout_s=60))
+mixed = framework.exchange()  # the leader mixes group 1's replica (step 7) in, then broadcasts to its member
+saved = framework.state_dict()
+# the leader's own checkpoint is older (epoch 0: it died before its newest copy was stored), its member's newer
+state = {"epoch": 1 if rank == 1 else 0, "framework": saved if rank == 1 else {**saved, "seen": -1}}
+agreed = agree_on_resume(state, rank)
+framework.load_state_dict(agreed["framework"])
+before = [p.detach().clone() for p in model.parameters()]
+again = framework.exchange()  # nothing new published by group 1: nothing to mix
+moved = any(not torch.equal(a, p.detach()) for a, p in zip(before, model.parameters()))
+json.dump({"mixed": mixed, "saved_seen": saved["seen"], "again": again, "moved": moved}, open(out, "w"))
+framework.close()
+"""
+
+
+@pytest.mark.slow
+def test_a_group_leader_resumed_from_its_members_checkpoint_does_not_mix_the_same_replica_again(
+        store: Any, tmp_path: Path) -> None:
+    """Worker group 0 of 2 (ranks 0 and 1): its leader mixes in group 1's replica, and the broadcast gives the
+    member the leader's ``seen`` too; the leader then resumes from its member's (newer) checkpoint
+    (``agree_on_resume``) and does not mix that replica in again (before: members checkpointed ``seen`` -1)."""
+    import json
+    import subprocess
+    import sys
+
+    from labswarm.train.distributed.frameworks.hogwild import _HEADER, KEY_PREFIX
+
+    torch.manual_seed(5)
+    neighbour = torch.cat([torch.randn(2, 4).reshape(-1), torch.randn(2)])  # Linear(4, 2): weight, bias
+    store.set(f"{KEY_PREFIX}/1", _HEADER.pack(7) + neighbour.numpy().tobytes())
+    procs = [subprocess.Popen([sys.executable, "-c", _GROUP_MEMBER, str(r), str(store.port),
+                               str(tmp_path / f"rank-{r}.json")]) for r in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    results = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
+    assert results[0]["mixed"] and not results[1]["mixed"]  # the leader exchanges, the member receives
+    assert [r["saved_seen"] for r in results] == [7, 7]  # the member's checkpoint holds the group's seen
+    assert not results[0]["again"] and not any(r["moved"] for r in results), results

@@ -146,11 +146,7 @@ class DistributedHogwild(Framework):
         if mixed is not None:
             flat = mixed
         if self.config.group_size > 1:
-            import torch.distributed as dist
-
-            dist.broadcast(flat, src=0)  # the leader's (its group rank 0's) replica to its members
-            if self.leader:
-                self.stats.bytes_sent += (self.config.group_size - 1) * flat.numel() * 4
+            flat = self._broadcast(flat)
         if mixed is not None or not self.leader:
             offset = 0
             with torch.no_grad():
@@ -161,6 +157,23 @@ class DistributedHogwild(Framework):
             self._store.set(f"{KEY_PREFIX}/{self._group_index}", _HEADER.pack(self.steps) + flat.numpy().tobytes())
             self.stats.bytes_sent += flat.numel() * 4
         return mixed is not None
+
+    def _broadcast(self, flat: Any) -> Any:
+        """The leader's replica and ``seen`` (the neighbour's step count it last mixed in) to its members, in one
+        broadcast (collective in the group): every member's checkpoint then holds the group's ``seen``, so a leader
+        resumed from a member's checkpoint (:func:`~labswarm.train.distributed.agree.agree_on_resume`) does not mix
+        in a neighbour replica it mixed already. ``seen`` travels as the bits of an int64 (two float32 slots, copied,
+        never computed on). Returns the replica (float32, flat)."""
+        import torch
+        import torch.distributed as dist
+
+        n = flat.numel()
+        payload = torch.cat([flat, torch.tensor([self._seen], dtype=torch.int64).view(torch.float32)])
+        dist.broadcast(payload, src=0)  # from the leader (its group rank 0)
+        self._seen = int(payload[n:].clone().view(torch.int64)[0])
+        if self.leader:
+            self.stats.bytes_sent += (self.config.group_size - 1) * payload.numel() * 4
+        return payload[:n]
 
     def _mix(self, flat: Any) -> Any:
         """``(1 - mix) · flat + mix · neighbour`` when the neighbour group published a replica not mixed in yet
