@@ -156,8 +156,13 @@ def test_two_worker_groups_of_two_with_a_server_group_each_learn_and_their_repli
 
 
 @pytest.mark.slow
-def test_two_hogwild_learners_of_the_trainer_train_every_sample_once_per_pass(three_classes: Path,
-                                                                              tmp_path: Path) -> None:
+@pytest.mark.parametrize(("learners", "framework"), [
+    (2, {"name": "distributed_hogwild", "sync_period": 1}),
+    # the hybrid of the issue: 2 worker groups of 2, 2 (colocated) server groups
+    (4, {"topology": {"worker_groups": 2, "workers_per_group": 2, "server_groups": 2, "sync_period": 1}}),
+], ids=["two-learners", "hybrid-2x2"])
+def test_two_hogwild_learners_of_the_trainer_train_every_sample_once_per_pass(
+        three_classes: Path, tmp_path: Path, learners: int, framework: dict[str, Any]) -> None:
     import json
     import sys
     from collections import Counter
@@ -169,21 +174,34 @@ def test_two_hogwild_learners_of_the_trainer_train_every_sample_once_per_pass(th
     from labswarm.pipeline.pipeline import Pipeline
     from labswarm.train import checkpoint
 
+    resolved = parse_manifest({"name": "job", "experiment": "e", "learners": learners, "framework": framework,
+                               "results_store": {"name": "local", "path": "/tmp/results"}}).framework
+    spec = resolved.model_dump(mode="json")
+    size = int(spec.get("group_size", 1))
+    assert (spec["name"], size) == ("distributed_hogwild", learners // 2)  # one learner or 2 per group
     data, experiment, home = write_learner_experiment(three_classes, tmp_path, epochs=2)
-    spec = json.dumps({"name": "distributed_hogwild", "sync_period": 1})
     codes = run_attempt(1, lambda _rank: [sys.executable, "-m", "labswarm.train.distributed.learner", str(experiment),
-                                          "--home", str(home), "--framework", spec], tmp_path,
-                        framework={"name": "distributed_hogwild"})
-    assert codes == {0: 0, 1: 0}, logs(tmp_path)
+                                          "--home", str(home), "--framework", json.dumps(spec)], tmp_path,
+                        learners=learners, framework=spec, timeout_s=400)
+    assert codes == {r: 0 for r in range(learners)}, logs(tmp_path)
     run = next((home / "train").iterdir())
     with Pipeline(parse_experiment(data), split="train", train=False).epoch(0) as batches:
         train_ids = Counter(i for b in batches for i in b.ids)
-    logged = [json.loads(line) for r in range(2) for line in (run / f"chunks-rank-{r}.jsonl").read_text().splitlines()]
-    for pass_ in range(2):  # asynchronous: each claims on its own; every sample once per pass across the two
+    logged = [json.loads(line) for r in range(learners)
+              for line in (run / f"chunks-rank-{r}.jsonl").read_text().splitlines()]
+    for pass_ in range(2):  # asynchronous: each group claims on its own; every sample once per pass across them
         assert Counter(i for c in logged if c["pass"] == pass_ for i in c["ids"]) == train_ids, pass_
-    records = [checkpoint.read_metrics(run / f"rank-{r}" / "metrics.jsonl") for r in range(2)]
+    records = [checkpoint.read_metrics(run / f"rank-{r}" / "metrics.jsonl") for r in range(learners)]
     assert "val_accuracy" in records[0][-1] and "val_accuracy" not in records[1][-1]  # rank 0 validates its own
     assert all("syncs" in r["comm"] for rank in records for r in rank)
+    final = [checkpoint.load(run / f"rank-{r}" / "checkpoint.pt") for r in range(learners)]
+    assert [s["epoch"] for s in final] == [2] * learners
+    buffers = ("running_mean", "running_var", "num_batches_tracked")  # batch-norm statistics: each rank's own
+    for leader in range(0, learners, size):  # one replica per worker group: its members' parameters are equal
+        for member in range(leader + 1, leader + size):
+            for name, value in final[leader]["model"].items():
+                if not name.endswith(buffers):
+                    assert torch.equal(final[member]["model"][name], value), (leader, member, name)
 
 
 @pytest.mark.slow
