@@ -73,7 +73,8 @@ class GlobalCursor:
         store: a ``torch.distributed.TCPStore`` (client or server) shared by the job.
         n_samples: samples in the training split.
         chunk_size: samples per chunk (the last chunk of a pass may be shorter).
-        owner: who claims (a learner's ``rank:attempt:pid``), recorded in leases and done marks.
+        owner: who claims (a learner's ``rank:attempt:pid:token``, :func:`~labswarm.train.distributed.record.owner`),
+            recorded in leases and done marks.
         lease_s: how long a claim holds without a renewal, in s (default 30: longer than a chunk's training).
         seed: the seed of each pass's permutation (the experiment's seed).
 
