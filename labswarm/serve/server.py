@@ -137,6 +137,8 @@ class ModelServer:
         with self._flight:
             if self._uploads is None:
                 self._uploads = Path(tempfile.mkdtemp(prefix="labswarm-upload-"))
+            else:  # made again where it went (a /tmp cleaner, systemd-tmpfiles after days without an upload)
+                self._uploads.mkdir(mode=0o700, exist_ok=True)
             return self._uploads
 
     async def _file(self, served: Served, upload: Upload, path: Path, top: int | None) -> dict[str, Any]:
@@ -181,7 +183,11 @@ class ModelServer:
                 return self._compute_alone(served, path)
             finally:
                 self._landed(path)
-        passed = forward_when_ready(served.batched, self.features.submit(served.predictor.inputs_of, path))
+        try:
+            passed = forward_when_ready(served.batched, self.features.submit(served.predictor.inputs_of, path))
+        except BaseException:  # no worker took it (the pool shut down, a spawn failed): not in flight any more
+            self._landed(path)
+            raise
         passed.add_done_callback(lambda _: self._landed(path))
         return passed
 

@@ -66,6 +66,8 @@ def test_a_lone_file_is_computed_in_the_server_and_one_beside_it_in_a_worker(mod
             return [await lone, await beside]
 
         lone_again, beside = asyncio.run(side_by_side())
+        folder = server._folder()
+        _waited(lambda: not any(folder.iterdir()), 60, "each file removed once computed")
     finally:
         gate.set()
         server.close()
@@ -75,5 +77,5 @@ def test_a_lone_file_is_computed_in_the_server_and_one_beside_it_in_a_worker(mod
         assert row["probabilities"] == pytest.approx(expected[row["path"]], rel=0, abs=1e-6)
     assert beside[0]["path"] == second.name and served.batched.passes == 3
     assert bad[0]["status"] == 422 and bad[0]["error"].startswith("AudioError: corrupt.wav"), bad
-    assert str(server._folder()) not in bad[0]["error"]
-    assert not server._folder().exists()  # removed with the server; each file was removed once computed
+    assert str(server._uploads) not in bad[0]["error"]
+    assert server._uploads is not None and not server._uploads.exists()  # removed with the server
