@@ -150,6 +150,20 @@ class LearnerCgroup:
         return True
 
 
+def _fresh(folder: Path) -> None:
+    """Make a learner's cgroup folder. A leftover of the same name (a removal that timed out, a manager that
+    crashed before it recorded its learner) is made again when no process is in it; one that still holds
+    processes is left alone: ``FileExistsError``, and the caller falls back, killing nothing it did not make."""
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        with contextlib.suppress(FileNotFoundError):
+            if (folder / "cgroup.procs").read_text().split():
+                raise
+        folder.rmdir()
+        folder.mkdir()
+
+
 def _v2(base: Path, name: str, memory_mb: int | None, cpus: float | None) -> LearnerCgroup | None:
     """The learner's v2 cgroup under ``base``, or ``None`` where memory (and cpu) cannot be delegated there."""
     try:
@@ -169,9 +183,10 @@ def _v2(base: Path, name: str, memory_mb: int | None, cpus: float | None) -> Lea
     if not wanted:
         return None
     folder = base / name
-    cgroup = LearnerCgroup(2, [folder])
+    cgroup = LearnerCgroup(2)
     try:
-        folder.mkdir()
+        _fresh(folder)
+        cgroup.folders.append(folder)
         if memory_mb is not None:
             _write(folder / "memory.max", str(memory_mb * 2**20))
             if (folder / "memory.swap.max").exists():
@@ -194,7 +209,7 @@ def _v1(folders: dict[str, Path], name: str, memory_mb: int | None, cpus: float 
             if "memory" not in folders or not os.access(folders["memory"], os.W_OK):
                 return None
             folder = folders["memory"] / name
-            folder.mkdir()
+            _fresh(folder)
             cgroup.folders.append(folder)
             _write(folder / "memory.limit_in_bytes", str(memory_mb * 2**20))
             with contextlib.suppress(OSError):  # swap accounting off: no such file
@@ -202,7 +217,7 @@ def _v1(folders: dict[str, Path], name: str, memory_mb: int | None, cpus: float 
             cgroup.memory, cgroup.memory_mb = folder, memory_mb
         if cpus is not None and "cpu" in folders and os.access(folders["cpu"], os.W_OK):
             folder = folders["cpu"] / name
-            folder.mkdir()
+            _fresh(folder)
             cgroup.folders.append(folder)
             _write(folder / "cpu.cfs_period_us", str(PERIOD_US))
             _write(folder / "cpu.cfs_quota_us", str(max(1000, round(cpus * PERIOD_US))))

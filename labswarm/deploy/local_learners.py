@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -45,6 +46,8 @@ from labswarm.deploy.learners import (
     learner_environment,
 )
 from labswarm.deploy.resource_limits import LIMITS_ENV, memory_limit_env, pick_cores
+
+log = logging.getLogger(__name__)
 
 
 class LocalLearners(LearnerLauncher):
@@ -226,7 +229,9 @@ def _ended(status: LearnerStatus, cgroup: LearnerCgroup | None) -> LearnerStatus
         status = LearnerStatus(False, EXIT_MEMORY, reason=(
             f"the learner went over its memory limit (resources.memory_mb: {cgroup.memory_mb} MiB) and the kernel's "
             f"OOM killer ended it ({cgroup.describe()}): raise resources.memory_mb or use less memory"))
-    cgroup.remove()
+    if not cgroup.remove():
+        log.warning("a learner's cgroup could not be removed within 5 s (a process still in it): %s",
+                    ", ".join(str(f) for f in cgroup.folders))
     return status
 
 

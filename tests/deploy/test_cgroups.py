@@ -6,6 +6,8 @@ tests/deploy/test_learner_limits.py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from labswarm.deploy import cgroups
@@ -55,3 +57,20 @@ def test_no_cgroup_where_memory_cannot_be_delegated(tmp_path: Path) -> None:
     (own / "cgroup.subtree_control").write_text("cpu")
     assert cgroups.create("labswarm-j-1-0", 512, 1, root=root, proc=proc) is None
     assert cgroups.create("labswarm-j-1-0", None, None, root=root, proc=proc) is None
+
+
+def test_a_leftover_cgroup_of_the_same_name_is_never_killed_and_an_empty_one_is_made_again(tmp_path: Path) -> None:
+    root, proc, own = _tree(tmp_path, "+memory +cpu")
+    leftover = own / "labswarm-job1-1-0"
+    leftover.mkdir()
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) as stranger:
+        try:
+            (leftover / "cgroup.procs").write_text(f"{stranger.pid}\n")  # a process still in it
+            assert cgroups.create("labswarm-job1-1-0", 512, 1, root=root, proc=proc) is None  # the fallback
+            assert stranger.poll() is None, "a cgroup this call did not make had its process killed"
+            assert (leftover / "cgroup.procs").read_text() == f"{stranger.pid}\n"
+        finally:
+            stranger.kill()
+    (leftover / "cgroup.procs").unlink()  # (real cgroupfs: its files go with rmdir; the fake's folder must be empty)
+    made = cgroups.create("labswarm-job1-1-0", 512, 1, root=root, proc=proc)
+    assert made is not None and made.folders == [leftover] and (leftover / "memory.max").read_text() == str(512 * 2**20)
