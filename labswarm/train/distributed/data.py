@@ -100,16 +100,35 @@ def memory_headroom() -> int | None:
 
 
 def _cgroup_headroom(folder: str | None) -> int | None:
-    """Bytes the memory cgroup ``folder`` allows beyond its usage now; ``None`` without one (or unreadable)."""
+    """Bytes the memory cgroup ``folder`` allows beyond its working set now; ``None`` without one (or unreadable).
+    The working set is the usage less the inactive file cache (v2 ``memory.stat`` ``inactive_file``, v1
+    ``total_inactive_file``), which the kernel reclaims before it would kill: as kubelet counts it (Kubernetes,
+    "Node-pressure eviction", memory.available); a learner that has just read its libraries or the store would
+    otherwise see its page cache as used."""
     if not folder:
         return None
-    for limit, usage in (("memory.max", "memory.current"), ("memory.limit_in_bytes", "memory.usage_in_bytes")):
+    for limit, usage, inactive in (("memory.max", "memory.current", "inactive_file"),
+                                   ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")):
         try:
             with open(os.path.join(folder, limit)) as a, open(os.path.join(folder, usage)) as b:
-                return max(0, int(a.read()) - int(b.read()))
+                cap, used = int(a.read()), int(b.read())
         except (OSError, ValueError):
             continue
+        return max(0, cap - max(0, used - _stat(folder, inactive)))
     return None
+
+
+def _stat(folder: str, key: str) -> int:
+    """The value of ``key`` in the cgroup's ``memory.stat`` (bytes), 0 where absent or unreadable."""
+    try:
+        with open(os.path.join(folder, "memory.stat")) as stat:
+            for line in stat:
+                name, _, value = line.partition(" ")
+                if name == key:
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 class _StoreFeatures(Features):
