@@ -130,6 +130,7 @@ class Framework(ABC):
         self.optimizer: Any = None
         self.context = LearnerContext()
         self._handle: Any = None
+        self._owns_process_group = False  # joined by :meth:`_join_own_group`, destroyed by :meth:`close`
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any] | FrameworkConfig) -> Framework:
@@ -198,11 +199,30 @@ class Framework(ABC):
         """Restore :meth:`state_dict`'s output (after :meth:`attach`)."""
         self.steps = int(state["steps"])
 
+    def _join_own_group(self) -> bool:
+        """A worker group's member joins its group's own process group (gloo, :attr:`group_size` members:
+        :meth:`LearnerContext.join_group`) unless a process group is initialized already (the caller's); returns
+        whether it joined (that group is then this framework's, destroyed by :meth:`close`)."""
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            return False
+        self.context.join_group(self.group_size, "gloo")
+        self._owns_process_group = True
+        return True
+
     def close(self) -> None:
-        """Remove the hook and release connections; the process group is the caller's to destroy."""
+        """Remove the hook and release connections, and the process group this framework joined
+        (:meth:`_join_own_group`); any other process group is the caller's to destroy."""
         if self._handle is not None:
             self._handle.remove()
             self._handle = None
+        if self._owns_process_group:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+            self._owns_process_group = False
 
     def _params(self) -> list[Any]:
         """The model's trainable parameters, in ``named_parameters`` order."""

@@ -70,7 +70,6 @@ class Downpour(ParameterServerFramework):
         super().__init__(config)
         #: this learner's worker group: the default process group of its process (:meth:`_attach`)
         self.group: Any = None
-        self._owns_process_group = False
         self._collective_bytes = 0
         self._acc: list[Any] | None = None
 
@@ -103,9 +102,7 @@ class Downpour(ParameterServerFramework):
         from torch.nn.parallel import DistributedDataParallel
 
         self.check_learners(self.context.world_size)
-        if not dist.is_initialized():  # the group's own process group: its members only
-            self.context.join_group(self.config.group_size, "gloo")
-            self._owns_process_group = True
+        self._join_own_group()  # the group's own process group: its members only
         self.group = dist.group.WORLD
         self._leader_rank = 0  # the leader is the group's first rank: rank 0 of its process group
         if self.leader:
@@ -175,13 +172,3 @@ class Downpour(ParameterServerFramework):
         if self.config.group_size > 1:
             self._broadcast()
         self._count()
-
-    def close(self) -> None:
-        """Remove the hook, close the shard connections and the process group this framework joined."""
-        super().close()
-        if self._owns_process_group:
-            import torch.distributed as dist
-
-            if dist.is_initialized():
-                dist.destroy_process_group()
-            self._owns_process_group = False

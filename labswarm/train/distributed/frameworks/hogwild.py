@@ -79,7 +79,6 @@ class DistributedHogwild(Framework):
         super().__init__(config)
         self._seen = -1  # the neighbour's step count at the publication last mixed in
         self.divergence_after: list[float] = []
-        self._owns_process_group = False
         self._store: Any = None
 
     @property
@@ -115,10 +114,7 @@ class DistributedHogwild(Framework):
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
-        if not dist.is_initialized():  # the group's own process group: its members only
-            self.context.join_group(size, "gloo")
-            self._owns_process_group = True
-        elif dist.get_world_size() != size:
+        if not self._join_own_group() and dist.get_world_size() != size:  # joined: its members only
             raise ConfigError([("framework.group_size", f"the process group joined has {dist.get_world_size()} "
                                                         f"learners, a worker group {size}: join the group's own "
                                                         "(LearnerContext.join_group)")])
@@ -210,13 +206,3 @@ class DistributedHogwild(Framework):
         """Restores it too."""
         super().load_state_dict(state)
         self._seen = int(state.get("seen", -1))
-
-    def close(self) -> None:
-        """Remove the hook and close the process group this framework joined (the trainer's is the trainer's)."""
-        super().close()
-        if self._owns_process_group:
-            import torch.distributed as dist
-
-            if dist.is_initialized():
-                dist.destroy_process_group()
-            self._owns_process_group = False
