@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -134,3 +134,14 @@ def attempt_token_lookups(engine: Any) -> Iterator[list[str]]:
         yield lookups
     finally:
         event.remove(engine, "before_cursor_execute", count)
+
+
+def wait_until(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    """Poll ``condition`` every 0.1 s until it returns something true (returned); fails the test after ``timeout``
+    s naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.1)
+    return value

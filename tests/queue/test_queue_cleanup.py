@@ -9,24 +9,14 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
 
 import pytest
+from helpers import wait_until
 from kombu import Connection, Producer
 
 from labswarm.deploy.local import LocalLauncher
 from labswarm.queue.app import app_queue, make_celery, queue_name
 from labswarm.queue.cleanup import QueueCleaner
-
-
-def _wait(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.1)
-    return value
 
 
 def _depth(url: str, experiment: str) -> int | None:
@@ -74,20 +64,20 @@ def test_a_manager_deletes_an_ended_queue_and_keeps_a_paused_one(rabbitmq_url: s
     cluster.start(workers=1, rate=50.0)
     cluster.assert_no_loss(cluster.wait_completed())
     app = cluster.server.app
-    _wait(lambda: _depth(rabbitmq_url, cluster.name) == 0, 10, "the drained queue")
+    wait_until(lambda: _depth(rabbitmq_url, cluster.name) == 0, "the drained queue", 10)
     cluster.launcher.stop(timeout=15.0)  # the worker leaves: its consumer no longer keeps the queue
-    _wait(lambda: _depth(rabbitmq_url, cluster.name) is None, 30, "the ended experiment's queue deleted")
+    wait_until(lambda: _depth(rabbitmq_url, cluster.name) is None, "the ended experiment's queue deleted", 30)
     assert app.state.queue_cleaner.deleted == [cluster.name]
 
     # a session without workers, paused with messages waiting: kept past the delay, however many passes
     shutil.rmtree(cluster.store_root)  # computed again (cached samples are recorded without a message)
     second = cluster.client.start_session(cluster.name, 50.0)
     cluster.session_id = second["id"]
-    _wait(lambda: (_depth(rabbitmq_url, cluster.name) or 0) > 0, 30, "messages in the queue declared again")
+    wait_until(lambda: (_depth(rabbitmq_url, cluster.name) or 0) > 0, "messages in the queue declared again", 30)
     cluster.client.pause(second["id"])
     waiting = _depth(rabbitmq_url, cluster.name)
     passes = app.state.queue_cleaner.passes
-    _wait(lambda: app.state.queue_cleaner.passes >= passes + 8, 30, "eight cleaner passes (2 s, twice the delay)")
+    wait_until(lambda: app.state.queue_cleaner.passes >= passes + 8, "eight cleaner passes (2 s, twice the delay)", 30)
     assert _depth(rabbitmq_url, cluster.name) == waiting
     cluster.client.resume(second["id"])
     cluster.launcher = LocalLauncher(cluster.name, cluster.url, broker_url=rabbitmq_url,

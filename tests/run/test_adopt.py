@@ -7,16 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psutil
 import pytest
 import yaml
-from helpers import experiment_dict, write_dataset
+from helpers import experiment_dict, wait_until, write_dataset
 
 from labswarm.config.experiment import parse_experiment
 from labswarm.errors import LabswarmError
@@ -27,16 +24,6 @@ from labswarm.run.adopt import RunLock
 from labswarm.sample import iter_samples
 from labswarm.settings import Settings
 from labswarm.store import FeatureStore
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout: float) -> Any:
-    """Poll ``condition`` until it returns something true (returned); fails the test after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.1)
-    return value
 
 
 def workers_of(home: Path) -> list[psutil.Process]:

@@ -15,16 +15,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import yaml
-from helpers import delete_queue, experiment_dict, missing, write_dataset, write_tone
+from helpers import delete_queue, experiment_dict, missing, wait_until, write_dataset, write_tone
 from sqlalchemy import func, select
 
 from labswarm.client import ManagerClient
@@ -53,16 +51,6 @@ def rabbitmq() -> None:
             conn.ensure_connection(max_retries=1)
     except Exception as exc:
         missing(f"RabbitMQ is not reachable at {RABBITMQ_URL} ({type(exc).__name__}: {exc})")
-
-
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    """Poll ``condition`` until it returns something true (returned); fails the test after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.1)
-    return value
 
 
 def append(data: Path, *names: str, label: str = "low") -> None:
