@@ -78,6 +78,25 @@ def test_the_replicas_distance_shrinks_at_each_exchange_and_nobody_waits(store: 
     assert f0.state_dict()["seen"] == f1.steps
 
 
+def run_paused(learners: int, spec: dict[str, Any], env: dict[str, str], tmp_path: Path,
+               deadline: float) -> list[dict[str, Any]]:
+    """Run ``learners`` tiny learner processes (tests/learners/tiny.py) whose ``spec["pause"]`` makes each wait
+    at a step until all have reached it (so that each exchanges with the others at least once, whatever the
+    scheduling), then let them finish; their results (``rank-<r>.pt``). Fails after ``deadline`` s per phase."""
+    from learners.tiny import kill_all, start_learners, wait_all, wait_for
+
+    pause = Path(spec["pause"]["dir"])
+    procs = start_learners(learners, spec, env, tmp_path)
+    try:
+        wait_for(lambda: all((pause / f"paused-{r}").exists() for r in range(learners)), deadline,
+                 f"all learners at step {spec['pause']['step']}")
+        (pause / "go").touch()
+        wait_all(procs, deadline, tmp_path)
+    finally:
+        kill_all(procs.values())
+    return [torch.load(tmp_path / f"rank-{r}.pt") for r in range(learners)]
+
+
 def test_the_topology_of_distributed_hogwild_resolves_to_it() -> None:
     job = parse_manifest({"name": "job", "experiment": "music_speech_noise", "learners": 3,
                           "results_store": {"name": "local", "path": "/tmp/results"},
@@ -88,8 +107,6 @@ def test_the_topology_of_distributed_hogwild_resolves_to_it() -> None:
 
 @pytest.mark.slow
 def test_two_learner_processes_learn_the_task_above_the_floor(store: Any, tmp_path: Path) -> None:
-    from learners.tiny import kill_all, start_learners, wait_all, wait_for
-
     env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port), "LABSWARM_COLLECTIVE_TIMEOUT_S": "20"}
     pause = tmp_path / "pause"
     pause.mkdir()
@@ -98,14 +115,7 @@ def test_two_learner_processes_learn_the_task_above_the_floor(store: Any, tmp_pa
     # starts: nobody waits at an exchange)
     spec = {"framework": {"name": "distributed_hogwild", "sync_period": 4}, "steps": 80, "batch": 16, "lr": 0.1,
             "eval": True, "out": str(tmp_path), "pause": {"step": 40, "dir": str(pause)}}
-    procs = start_learners(2, spec, env, tmp_path)
-    try:
-        wait_for(lambda: all((pause / f"paused-{r}").exists() for r in range(2)), 120, "both learners at step 40")
-        (pause / "go").touch()
-        wait_all(procs, 120, tmp_path)
-    finally:
-        kill_all(procs.values())
-    results = [torch.load(tmp_path / f"rank-{r}.pt") for r in range(2)]
+    results = run_paused(2, spec, env, tmp_path, 120)
     for result in results:  # chance is 1/3; downpour and easgd reach > 0.85 in tests/learners
         assert result["accuracy"] > 0.85, result["accuracy"]
         assert result["stats"]["syncs"] >= 1 and result["stats"]["divergence_last"] >= 0  # it mixed a replica
@@ -116,8 +126,6 @@ def test_two_worker_groups_of_two_with_a_server_group_each_learn_and_their_repli
         store: Any, tmp_path: Path) -> None:
     """The hybrid of the issue (2 worker groups of 2, 2 server groups): one replica per group, all-reduced inside
     it; the groups' replicas gossip-averaged every sync_period steps."""
-    from learners.tiny import kill_all, start_learners, wait_all, wait_for
-
     job = parse_manifest({"name": "job", "experiment": "music_speech_noise", "learners": 4,
                           "results_store": {"name": "local", "path": "/tmp/results"},
                           "framework": {"topology": {"worker_groups": 2, "workers_per_group": 2, "server_groups": 2,
@@ -131,14 +139,7 @@ def test_two_worker_groups_of_two_with_a_server_group_each_learn_and_their_repli
     steps = 40  # both groups wait after step 20 (each published by then): each group mixes the other's at least once
     spec = {"framework": framework, "steps": steps, "batch": 16, "lr": 0.1, "eval": True, "out": str(tmp_path),
             "pause": {"step": 20, "dir": str(pause)}, "snapshots": list(range(1, steps + 1))}
-    procs = start_learners(4, spec, env, tmp_path)
-    try:
-        wait_for(lambda: all((pause / f"paused-{r}").exists() for r in range(4)), 180, "all learners at step 20")
-        (pause / "go").touch()
-        wait_all(procs, 180, tmp_path)
-    finally:
-        kill_all(procs.values())
-    results = [torch.load(tmp_path / f"rank-{r}.pt") for r in range(4)]
+    results = run_paused(4, spec, env, tmp_path, 180)
     for first in (0, 2):  # one replica per group after every step (the in-group all-reduce, the broadcast)
         for step_ in range(1, steps + 1):
             for name, value in results[first]["snapshots"][step_].items():
