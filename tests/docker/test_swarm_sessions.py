@@ -46,15 +46,24 @@ def test_a_killed_worker_container_is_replaced_and_the_session_loses_nothing(hos
     # not the queue's consumers (RabbitMQ's statistics lag ~5 s): once 2 containers run, a few outcomes suffice
     wait_for("2 containers running", lambda: len(m.containers()) == 2, 300, interval=0.5)
     at_kill = m.wait_progress("3 outcomes", lambda p: p["finished"] >= 3)
+    assert at_kill["finished"] < m.total, "the session ended before the kill: nothing was mid-session"
+    # paused: nothing more is published, so the surviving worker cannot finish the session (whose end removes
+    # the service) before swarm has replaced the killed container: a CI run under load waited 300 s in vain for
+    # the replacement, this race the likely cause; what is queued is still worked on meanwhile. A failure now
+    # prints the service's tasks and the session's progress
+    m.client.pause(m.session_id)
     victim = m.containers()[0]
     docker("kill", victim)
-    assert at_kill["finished"] < m.total, "the session ended before the kill: nothing was mid-session"
 
-    # swarm replaces it (restart policy on-failure: the killed task exited 137); the session goes on meanwhile
-    wait_for("a new container replacing the killed one",
-             lambda: len(m.containers()) == 2 and victim not in m.containers(), 300, interval=1.0)
+    # swarm replaces it (restart policy on-failure: the killed task exited 137)
+    try:
+        wait_for("a new container replacing the killed one",
+                 lambda: len(m.containers()) == 2 and victim not in m.containers(), 300, interval=1.0)
+    except pytest.fail.Exception as exc:
+        pytest.fail(f"{exc}\ntasks: {task_states(m.service)}\nsession: {m.progress()}")
     failed = [t for t in task_states(m.service) if t["DesiredState"] == "Shutdown" and "137" in t["Error"]]
     assert len(failed) == 1, task_states(m.service)
+    m.client.resume(m.session_id)
 
     progress = m.wait_progress("the end of the session", lambda p: p["status"] == "completed")
     m.assert_every_sample_done_once(progress)
