@@ -108,10 +108,10 @@ class Trainer:
         home: labswarm's state folder (``Settings.home``).
         on_epoch: called with each epoch's metrics record (a shorthand for a hook's ``after_epoch``).
         hooks: :class:`TrainerHooks`, called in this order.
-        distributed: the loop hooks of one learner of several
-            (:class:`~labswarm.train.distributed.training.DistributedTraining`); ``None`` (default): a single
-            process (:class:`~labswarm.train.loop.LoopHooks`). Rank ``r``'s metrics and checkpoint are then in
-            ``<run dir>/rank-<r>/``.
+        distributed: the loop hooks: one learner's of several
+            (:class:`~labswarm.train.distributed.training.DistributedTraining`: rank ``r``'s metrics and checkpoint
+            in ``<run dir>/rank-<r>/``), or a single process's (``None``, the default: :class:`LoopHooks`; a job's
+            learner: :class:`~labswarm.train.distributed.producers.UnforkedLoop`).
 
     Raises:
         ConfigError: the experiment has no ``training`` or ``model`` section.

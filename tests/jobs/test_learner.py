@@ -4,10 +4,15 @@ program's exit code, metrics (JSON lines or regular expressions) and output on."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
+
+import psutil
 
 from jobs.receiver import receiver
 from jobs.tiny import learner_spec, start_learner, tiny_manifest
@@ -20,11 +25,31 @@ def _store(tmp_path: Path):
     return layout.job_storage({"name": "local", "path": str(tmp_path / "results")}, "job1")
 
 
+def _children_until_exit(process: subprocess.Popen, timeout: float) -> list[list[str]]:
+    """The command lines of ``process``'s direct children seen, polled every 0.1 s until it exits (fails the test
+    after ``timeout`` s)."""
+    seen: list[list[str]] = []
+    parent, deadline = psutil.Process(process.pid), time.monotonic() + timeout
+    while process.poll() is None:
+        assert time.monotonic() < deadline, "the learner did not exit"
+        with contextlib.suppress(psutil.Error):
+            for child in parent.children():
+                with contextlib.suppress(psutil.Error):
+                    if (cmd := child.cmdline()) not in seen:
+                        seen.append(cmd)
+        time.sleep(0.1)
+    return seen
+
+
 def test_the_learner_trains_reports_and_stores_the_model(tmp_path: Path) -> None:
     manifest = tiny_manifest(tmp_path, epochs=2)
     with receiver() as r:
         process = start_learner(learner_spec(tmp_path, manifest, r.url), tmp_path / "out.log")
-        assert process.wait(300) == 0, (tmp_path / "out.log").read_text()
+        children = _children_until_exit(process, 300)
+        assert process.returncode == 0, (tmp_path / "out.log").read_text()
+    # its prefetch producers come from a fork server, never forked from the learner (which runs other threads)
+    assert any("forkserver" in " ".join(cmd) for cmd in children), children
+    assert not [cmd for cmd in children if cmd[1:] == process.args[1:]], children  # a forked child's argv
     metrics = r.kinds("metric")
     assert [m["epoch"] for m in metrics] == [1, 2]
     assert [p["phase"] for p in r.kinds("phase")] == ["training", "storing"]

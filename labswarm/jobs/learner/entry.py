@@ -66,6 +66,8 @@ from labswarm.jobs.learner.parent import fetch_parent
 from labswarm.jobs.spec import layout
 from labswarm.jobs.spec.errors import EXIT_HALTED, EXIT_MEMORY, EXIT_PLATFORM, EXIT_STORAGE, EXIT_USER
 from labswarm.storage.base import MissingObject
+from labswarm.train.distributed.producers import UnforkedLoop
+from labswarm.train.loop import LoopHooks
 from labswarm.train.trainer import Trainer
 
 if TYPE_CHECKING:
@@ -221,6 +223,9 @@ class Learner(LearnerContext):
         training = fetch_parent(self.manifest.training_config(), self.workdir)  # init_from {job: ID}: its model
         config = experiment.model_copy(update={"training": training})
         distributed = None
+        # one learner: the single process's steps, its producers from a fork server (this process runs the
+        # reporter's and output threads: a child forked from it could deadlock on a lock one of them held)
+        loop: LoopHooks = UnforkedLoop()
         if isinstance(self.manifest.framework, DistributedFramework):
             from labswarm.train.distributed.training import DistributedTraining
 
@@ -230,7 +235,8 @@ class Learner(LearnerContext):
             # the manager to store, and a fresh folder starts from the rank's stored record
             distributed = DistributedTraining(self.manifest.framework.model_dump(mode="json"), lease_s=LEASE_S,
                                               chunk_log=self.open_chunk_record())
-        trainer = Trainer(config, self.workdir / "home", hooks=[JobHooks(self)], distributed=distributed)
+            loop = distributed
+        trainer = Trainer(config, self.workdir / "home", hooks=[JobHooks(self)], distributed=loop)
         resume = self._restore(trainer, distributed)
         result = trainer.fit(resume=resume)
         if result.stopped:

@@ -32,8 +32,8 @@ class LiveChanges:
     def before_epoch(self, trainer: Any, epoch: int, optimizer: Any, schedule: Any) -> None:
         """Apply the manager's latest change if it is new and due (see the module docstring). Learners that step
         in lockstep apply what rank 0 (a worker group: its first rank) decided, broadcast to them: all at one epoch."""
-        loop = trainer.distributed
-        if loop is not None and loop.lockstep and loop.context.world_size > 1:
+        loop = trainer.loop  # a single learner's too (its producers' hooks, labswarm.jobs.learner.entry)
+        if loop.several and loop.lockstep and loop.context.world_size > 1:
             import torch.distributed as dist
 
             box = [self._due(epoch) if dist.get_rank() == 0 else None]  # rank 0, or a worker group's first

@@ -10,6 +10,9 @@ validation producer still inside ``fork()`` 30 s later, its learner waiting for 
 peer's all-reduce timing out after the collective timeout and the healthy job restarting as a second attempt
 (``tests/jobs/test_distributed_jobs.py``).
 
+A single learner (a job of one learner, :mod:`labswarm.jobs.learner.entry`) runs the reporter's and output
+threads too: it trains with :class:`UnforkedLoop`, the single process's loop hooks with the same producers.
+
 A fork server is a fresh interpreter started once per learner (by ``exec``, not a fork of the learner), single
 threaded; each producer is forked from it. It imports the learner's main module and the pipeline blocks' modules
 first (``set_forkserver_preload``), so each producer starts warm, as a forked one does.
@@ -22,6 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from labswarm.pipeline.base import Block
+from labswarm.train.loop import LoopHooks
 
 #: The module of the producers' loop, preloaded by the fork server.
 PRODUCER_MODULE = "labswarm.pipeline.producer"
@@ -42,3 +46,20 @@ def unforked(block: Block[Any], modules: Iterable[str] = ()) -> Block[Any]:
     multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__",
                                                                       *sorted({*modules, PRODUCER_MODULE})])
     return Block.from_spec({**block.spec(), "start_method": "forkserver"})
+
+
+class UnforkedLoop(LoopHooks):
+    """The single process's loop hooks (:class:`~labswarm.train.loop.LoopHooks`: its steps, its one validation)
+    for a process that runs other threads: its pipelines' producers start from a fork server (:func:`unforked`,
+    preloading the modules of the blocks seen so far). A training job's single learner trains with these
+    (:mod:`labswarm.jobs.learner.entry`); the distributed learners' hooks derive from them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._modules: set[str] = set()  # the pipeline blocks' modules, preloaded by the producers' fork server
+
+    def pipeline_block(self, block: Block[Any]) -> Block[Any]:
+        """``block`` with its producers started from a fork server, never by forking this process
+        (:func:`unforked`)."""
+        self._modules.add(type(block).__module__)
+        return unforked(block, self._modules)

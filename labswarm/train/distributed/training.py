@@ -67,7 +67,6 @@ from typing import Any
 
 import numpy as np
 
-from labswarm.pipeline.base import Block
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.train.distributed import lr_scaling, record
 from labswarm.train.distributed.agree import agree_on_resume
@@ -75,10 +74,10 @@ from labswarm.train.distributed.context import LearnerContext
 from labswarm.train.distributed.cursor import Chunk, GlobalCursor
 from labswarm.train.distributed.data import TrainingSamples
 from labswarm.train.distributed.frameworks.base import CommStats, Framework
-from labswarm.train.distributed.producers import unforked
+from labswarm.train.distributed.producers import UnforkedLoop
 from labswarm.train.distributed.record import ChunkRecord
 from labswarm.train.distributed.steps import CursorSteps
-from labswarm.train.loop import EpochSteps, LoopHooks
+from labswarm.train.loop import EpochSteps
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +87,7 @@ CLAIM_TIMEOUT_S = 300.0
 HALTED = "labswarm/halted"
 
 
-class DistributedTraining(LoopHooks):
+class DistributedTraining(UnforkedLoop):
     """One learner's part of a distributed training run: the trainer's loop hooks (module docstring).
 
     Args:
@@ -119,7 +118,6 @@ class DistributedTraining(LoopHooks):
         self._comm_before = CommStats()  # this rank's communication before the checkpoint it resumed from
         self._joined = False
         self._chunks_path: Path | None = chunk_log  # this rank's chunk record (attach sets the default)
-        self._modules: set[str] = set()  # the pipeline blocks' modules, preloaded by the producers' fork server
 
     @property
     def rank(self) -> int:
@@ -147,12 +145,6 @@ class DistributedTraining(LoopHooks):
     def validates(self) -> bool:
         """Every rank under a shared validation, else rank 0 alone (module docstring, point 5)."""
         return self.shared_validation or self.rank == 0
-
-    def pipeline_block(self, block: Block[Any]) -> Block[Any]:
-        """Producers start from a fork server, never by forking this learner
-        (:func:`~labswarm.train.distributed.producers.unforked`)."""
-        self._modules.add(type(block).__module__)
-        return unforked(block, self._modules)
 
     def run_folder(self, run_dir: Path) -> Path:
         """``<run dir>/rank-<r>``."""
