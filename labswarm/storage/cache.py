@@ -36,7 +36,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, ClassVar
 
@@ -106,6 +106,54 @@ class CachedStorage(Storage):
         """
         full = self._full(key)
         return self._guard("cache", full, lambda: self._fetch(full, keep_bytes=False)[0] is not None)
+
+    def insert(self, items: Sequence[tuple[str, bytes | memoryview]]) -> int:
+        """Add objects fetched and checked by the caller (a pack of arrays, :mod:`labswarm.store.packs`),
+        ``(key, bytes)`` in order of priority: each written into ``incoming/`` without the lock, then all renamed
+        into place under one taking of it, after one eviction for all of them. Those that would take the total
+        beyond the bound are left out (the first that does not fit and every one after it); objects cached already
+        are kept as they are.
+
+        Returns:
+            how many of ``items`` are cached now.
+
+        Raises:
+            StorageError: an invalid key, or the cache folder failed.
+        """
+        chosen, room = [], self.max_bytes
+        for key, data in items:
+            if len(data) > room:
+                break
+            chosen.append((self._objects / self._full(key), data))
+            room -= len(data)
+        if not chosen:
+            return 0
+        incoming = self.folder / "incoming"
+        tmps: builtins.list[Path] = []
+
+        def place() -> int:
+            incoming.mkdir(parents=True, exist_ok=True)
+            for _path, data in chosen:
+                tmps.append(tmp := incoming / f"{uuid.uuid4().hex}.tmp")
+                tmp.write_bytes(data)  # outside the lock, as a single fill
+            with self._locked() as state:
+                new = [(path, len(data), tmp) for (path, data), tmp in zip(chosen, tmps, strict=True)
+                       if not path.is_file()]
+                need = sum(size for _path, size, _tmp in new)
+                if state["bytes"] + need > self.max_bytes:
+                    state["bytes"] = self._evict(max(0, int(self.max_bytes * LOW_WATER) - need))
+                for path, size, tmp in new:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(tmp, path)
+                    state["bytes"] += size
+            return len(chosen)
+
+        try:
+            return self._guard("cache", self._full(items[0][0]), place)
+        finally:
+            for tmp in tmps:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
 
     def _locked(self) -> contextlib.AbstractContextManager[dict[str, int]]:
         return _Ledger(self.folder)

@@ -12,10 +12,13 @@ import io
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from labswarm.errors import StorageError, StoreError
+from labswarm.store.packer import PackUsage, check_pack, remove_pack, stale_packs
+from labswarm.store.packs import list_packs
 from labswarm.store.store import FeatureStore
 
 #: Experiment name → feature output name → the keys of that feature for every sample of the experiment.
@@ -33,13 +36,15 @@ class Usage:
     bytes: int
 
 
-def disk_usage(sizes: Mapping[str, int], references: References) -> list[Usage]:
+def disk_usage(sizes: Mapping[str, int], references: References, packs: PackUsage | None = None) -> list[Usage]:
     """Per experiment and feature, the arrays of the store it references; then one row ``("(none)", "-")`` for the
-    arrays that no experiment references. An array shared by two experiments counts in both rows.
+    arrays that no experiment references, and with ``packs`` one row ``("(packs)", "<n> packs")`` for the copies
+    of arrays in packs (:mod:`labswarm.store.packs`). An array shared by two experiments counts in both rows.
 
     Args:
         sizes: the store's entries, key → bytes (:meth:`FeatureStore.sizes`).
         references: see :data:`References`.
+        packs: what the store's packs hold (:func:`labswarm.store.packs.pack_usage`).
     """
     rows, seen = [], set()
     for experiment, features in sorted(references.items()):
@@ -50,6 +55,8 @@ def disk_usage(sizes: Mapping[str, int], references: References) -> list[Usage]:
             rows.append(Usage(experiment, feature, len(wanted), len(held), sum(sizes[k] for k in held)))
     orphans = sizes.keys() - seen
     rows.append(Usage("(none)", "-", 0, len(orphans), sum(sizes[k] for k in orphans)))
+    if packs is not None and packs.packs:
+        rows.append(Usage("(packs)", f"{packs.packs} packs", 0, packs.arrays, packs.bytes))
     return rows
 
 
@@ -78,15 +85,18 @@ def check_entry(data: bytes) -> str | None:
 
 @dataclass(slots=True)
 class Verified:
-    """What ``verify`` found: ``checked`` entries, ``problems`` key → reason."""
+    """What ``verify`` found: ``checked`` entries and ``packs``, ``problems`` key (``pack <name>`` for a pack) →
+    reason."""
 
     checked: int = 0
     problems: dict[str, str] = field(default_factory=dict)
+    packs: int = 0
 
 
 def verify(store: FeatureStore, keys: Iterable[str] | None = None, *, threads: int = 8) -> Verified:
     """Read every entry (or those of ``keys`` that are stored) from where the store keeps it (behind any cache:
-:attr:`FeatureStore.origin`) and check it (:func:`check_entry`).
+:attr:`FeatureStore.origin`) and check it (:func:`check_entry`); with ``keys`` ``None``, every pack too
+(:func:`labswarm.store.packs.check_pack`: a damaged array, a header unlike its index).
 
     Args:
         store: the store.
@@ -112,25 +122,35 @@ def verify(store: FeatureStore, keys: Iterable[str] | None = None, *, threads: i
         for key, problem in pool.map(one, todo):
             if problem is not None:
                 result.problems[key] = problem
+        if keys is None:
+            names = sorted(store._call(lambda: list_packs(origin)))
+            result.packs = len(names)
+            for name, problem in zip(names, pool.map(lambda n: check_pack(origin, n), names), strict=True):
+                if problem is not None:
+                    result.problems[f"pack {name}"] = problem
     return result
 
 
 @dataclass(frozen=True, slots=True)
 class Collected:
     """What ``gc`` removed (or would remove with ``dry_run``): ``arrays`` entries of ``bytes`` bytes; ``kept``
-    entries that an experiment references."""
+    entries that an experiment references; ``packs`` packs of ``pack_bytes`` bytes that held a removed array."""
 
     arrays: int
     bytes: int
     kept: int
     dry_run: bool
+    packs: int = 0
+    pack_bytes: int = 0
 
 
 def collect_garbage(store: FeatureStore, references: References, *, dry_run: bool = False) -> Collected:
     """Remove every entry no experiment of ``references`` references.
 
     The caller must pass every registered experiment: an entry of one left out is removed. An entry written
-    while this runs (its key listed after the listing here) is never removed.
+    while this runs (its key listed after the listing here) is never removed. A pack that holds a removed entry (or
+    one no longer stored) goes too (:mod:`labswarm.store.packs`: a copy for reading; the entries it held that
+    are kept are read one by one until packed again).
 
     Raises:
         StoreError: the store cannot be listed, or an entry cannot be removed.
@@ -141,7 +161,12 @@ def collect_garbage(store: FeatureStore, references: References, *, dry_run: boo
     if not dry_run:
         for key in doomed:
             store.delete(key)
-    return Collected(len(doomed), sum(sizes[k] for k in doomed), len(sizes) - len(doomed), dry_run)
+    origin = store.origin
+    stale = store._call(lambda: stale_packs(origin, sizes.keys() - set(doomed)))
+    for name in [] if dry_run else stale:
+        store._call(partial(remove_pack, origin, name))
+    return Collected(len(doomed), sum(sizes[k] for k in doomed), len(sizes) - len(doomed), dry_run, len(stale),
+                     sum(stale.values()))
 
 
 def require_references(references: References) -> None:

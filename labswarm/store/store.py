@@ -21,15 +21,13 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import math
-import mmap
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -37,6 +35,8 @@ from labswarm.errors import StorageError, StoreError
 from labswarm.storage.base import MissingObject, Storage, StorageConfig
 from labswarm.storage.cache import DEFAULT_CACHE_BYTES, CachedStorage
 from labswarm.storage.local import LocalStorage, LocalStorageConfig
+from labswarm.store.npy import map_file, read_at
+from labswarm.store.packs import PackReader
 
 T = TypeVar("T")
 
@@ -81,6 +81,8 @@ class FeatureStore:
         self.where = str(root) if root is not None else storage.describe()
         self._fetcher: tuple[int, ThreadPoolExecutor] | None = None  # fetch()'s (process, threads), at first use
         self._check_layout()
+        #: reads the packed arrays of a remote store through its cache (:mod:`labswarm.store.packs`)
+        self.packs: PackReader | None = PackReader(self, storage) if isinstance(storage, CachedStorage) else None
 
     @classmethod
     def open(cls, root: str | Path, *, remote: Mapping[str, Any] | StorageConfig | Storage | None = None,
@@ -164,11 +166,18 @@ class FeatureStore:
             StoreError: no such entry, or it cannot be read or parsed.
         """
         rel = self.relpath(key)
+        if self.packs is not None and (found := self.packs.locate(key)) is not None:
+            try:
+                return read_at(*found, mmap=mmap)
+            except FileNotFoundError:
+                pass  # its pack evicted since: the array alone, below
+            except (OSError, ValueError) as exc:
+                raise StoreError(f"corrupt entry {key} in feature store {self.where} (in its pack): {exc}") from exc
         path = self._call(lambda: self.storage.local_path(rel))
         try:
             if path is not None:
                 try:
-                    return _map(path) if mmap else np.load(path, allow_pickle=False)
+                    return map_file(path) if mmap else np.load(path, allow_pickle=False)
                 except FileNotFoundError:
                     pass  # missing, or evicted from a cache since: asked of the storage below
             return np.load(io.BytesIO(self.storage.get_bytes(rel)), allow_pickle=False)
@@ -178,6 +187,13 @@ class FeatureStore:
             raise StoreError(f"cannot read entry {key} of feature store {self.where}: {exc}") from exc
         except (OSError, ValueError, EOFError) as exc:
             raise StoreError(f"corrupt entry {key} in feature store {self.where}: {exc}") from exc
+
+    def cached(self, key: str) -> bool:
+        """Whether ``key``'s array is in the local cache of a remote store, alone or in its pack (``False``
+        without a cache)."""
+        storage = self.storage
+        return isinstance(storage, CachedStorage) and (storage.cached_path(self.relpath(key)).is_file() or (
+            self.packs is not None and self.packs.cached(key)))
 
     def fetch(self, keys: Iterable[str], threads: int = FETCH_THREADS) -> int:
         """Bring the entries ``keys`` into the local cache of a remote store, up to ``threads`` requests at once
@@ -191,18 +207,31 @@ class FeatureStore:
         storage = self.storage
         if not isinstance(storage, CachedStorage):
             return 0
-        missing = [rel for key in keys if not storage.cached_path(rel := self.relpath(key)).is_file()]
-        if len(missing) < 2:  # one read costs what one fetch does
+        packs: dict[str, str] = {}  # pack -> the first of its keys: one request brings them all
+        missing = []
+        for key in keys:
+            if self.packs is not None and (name := self.packs.pack_of(key)) is not None:
+                if not self.packs.cached(key):
+                    packs.setdefault(name, key)
+            elif not storage.cached_path(rel := self.relpath(key)).is_file():
+                missing.append(rel)
+        if len(missing) + len(packs) < 2:  # one read costs what one fetch does
             return 0
 
         def one(rel: str) -> None:
             with contextlib.suppress(StorageError):
                 storage.warm(rel)
 
+        def pack(key: str) -> None:
+            assert self.packs is not None
+            self.packs.locate(key)
+
         if self._fetcher is None or self._fetcher[0] != os.getpid():  # a forked child has none of the threads
             self._fetcher = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix="store-fetch"))
-        list(self._fetcher[1].map(one, missing))
-        return len(missing)
+        pool = self._fetcher[1]
+        list(pool.map(pack, packs.values()))
+        list(pool.map(one, missing))
+        return len(missing) + len(packs)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -282,58 +311,3 @@ class FeatureStore:
             raise StoreError(f"invalid feature-store shard {shard!r}: expected 2 lower-case hex digits")
         names = self._call(lambda: self.storage.list(f"v{LAYOUT_VERSION}/{shard}"))
         return [m.group(1) for rel in names if (m := _ENTRY.match(rel)) and m.group(1).startswith(shard)]
-
-
-#: Parsed ``.npy`` headers by their bytes: the arrays of one feature share one header (fixed-length segments), and
-#: parsing one (``ast.literal_eval``) costs more than mapping the file. Cleared when it holds :data:`_HEADERS_MAX`.
-_HEADERS: dict[bytes, tuple[tuple[int, ...], bool, np.dtype]] = {}
-_HEADERS_MAX = 4096
-
-
-def _header(handle: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype, int]:
-    """``(shape, fortran order, dtype, data offset)`` of the open ``.npy`` file (left positioned anywhere).
-
-    Raises:
-        ValueError: not an ``.npy`` file.
-    """
-    head = handle.read(12)
-    if head[:6] != b"\x93NUMPY" or len(head) < 12:
-        raise ValueError("not an .npy file (no magic string)")
-    offset = 10 + int.from_bytes(head[8:10], "little") if head[6] == 1 else 12 + int.from_bytes(head[8:12], "little")
-    handle.seek(0)
-    raw = handle.read(offset)
-    found = _HEADERS.get(raw)
-    if found is None:
-        fmt = np.lib.format
-        handle.seek(0)
-        version = fmt.read_magic(handle)
-        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-        shape, fortran, dtype = read(handle)
-        if handle.tell() != offset:
-            raise ValueError("inconsistent .npy header length")
-        if len(_HEADERS) >= _HEADERS_MAX:
-            _HEADERS.clear()
-        found = _HEADERS[raw] = (tuple(shape), bool(fortran), dtype)
-    return (*found, offset)
-
-
-def _map(path: Path) -> np.ndarray:
-    """The ``.npy`` file's array, memory-mapped read-only: one ``open``, one ``mmap``, the header parsed once per
-    distinct header (``np.load(mmap_mode="r")`` through ``np.memmap`` opens the file three times, resolves its
-    path and parses the header every time: ~2x the time of a whole read of a 220 KB array).
-
-    Raises:
-        OSError: the file cannot be opened (FileNotFoundError: missing).
-        ValueError: not an ``.npy`` file, or shorter than its header says.
-    """
-    with open(path, "rb") as handle:
-        shape, fortran, dtype, offset = _header(handle)
-        if dtype.hasobject:
-            raise ValueError("the array holds Python objects")
-        size = os.fstat(handle.fileno()).st_size
-        if size < offset + math.prod(shape) * dtype.itemsize:
-            raise ValueError(f"{size} bytes: shorter than its header {shape} {dtype} says")
-        if size == offset:  # an empty array: nothing to map
-            return np.empty(shape, dtype)
-        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    return np.ndarray(shape, dtype, buffer=mapped, offset=offset, order="F" if fortran else "C")

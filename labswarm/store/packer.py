@@ -1,0 +1,158 @@
+"""Writing and keeping packs (:mod:`labswarm.store.packs`): the arrays of a remote store's keys copied into pack
+objects (``labswarm store pack EXPERIMENT`` once the experiment's features are computed), what they hold, whether
+they are sound, and removing those that hold a removed array (``du``, ``verify``, ``gc``: :mod:`labswarm.store.ops`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from labswarm.errors import StorageError, StoreError
+from labswarm.storage.base import MissingObject, Storage
+from labswarm.storage.local import LocalStorage
+from labswarm.store.packs import (
+    PACK_BYTES,
+    PACKS,
+    THREADS,
+    Entry,
+    encode,
+    list_packs,
+    load_catalogue,
+    npy_problem,
+    read_index,
+    unpack,
+)
+
+if TYPE_CHECKING:
+    from labswarm.store.store import FeatureStore
+
+
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """What :func:`pack` did: ``packs`` written holding ``arrays`` (``bytes`` bytes); ``already`` keys were in a
+    pack, ``missing`` were not stored (not computed yet), ``unsound`` were left out (not a whole ``.npy``)."""
+
+    packs: int
+    arrays: int
+    bytes: int
+    already: int
+    missing: int
+    unsound: int
+
+
+def pack(store: FeatureStore, keys: Iterable[str], *, pack_bytes: int = PACK_BYTES,
+         threads: int = THREADS) -> Packed:
+    """Write the arrays of ``keys`` that are in no pack yet into packs of at most ``pack_bytes`` bytes each (an
+    array larger than that alone in its pack), in the order of ``keys``: each array read from its per-key object
+    (``threads`` requests at once), checked, and the pack written before its index (module docstring).
+
+    Raises:
+        StoreError: the store is a local folder (its arrays are files: packs would not be read), ``pack_bytes`` is
+            not positive, or the storage fails.
+    """
+    origin = store.origin
+    if isinstance(origin, LocalStorage):
+        raise StoreError(f"feature store {store.where} is a local folder: packs serve a remote store's cache")
+    if pack_bytes <= 0:
+        raise StoreError(f"a pack's size must be > 0 bytes, got {pack_bytes}")
+    wanted = list(dict.fromkeys(keys))
+    current: list[tuple[str, bytes]] = []
+    counts = {"packs": 0, "arrays": 0, "bytes": 0, "missing": 0, "unsound": 0}
+
+    def flush() -> None:
+        if current:
+            name, header, blob = encode(current)
+            origin.put_bytes(f"{PACKS}/{name}.pack", blob)  # the pack before its index: never seen partial
+            origin.put_bytes(f"{PACKS}/{name}.json", header)
+            counts["packs"] += 1
+            counts["arrays"] += len(current)
+            counts["bytes"] += sum(len(d) for _, d in current)
+            current.clear()
+
+    def read(key: str) -> bytes | None:
+        try:
+            return origin.get_bytes(store.relpath(key))
+        except MissingObject:
+            return None
+
+    try:
+        catalogue = load_catalogue(origin, threads=threads)
+        todo = [k for k in wanted if k not in catalogue]
+        with ThreadPoolExecutor(max(1, threads)) as pool:
+            for start in range(0, len(todo), 4 * threads):  # a few groups of reads in flight, not the whole set
+                group = todo[start:start + 4 * threads]
+                for key, data in zip(group, pool.map(read, group), strict=True):
+                    if data is None or npy_problem(data) is not None:
+                        counts["missing" if data is None else "unsound"] += 1
+                        continue
+                    if current and sum(len(d) for _, d in current) + len(data) > pack_bytes:
+                        flush()
+                    current.append((key, data))
+            flush()
+    except StorageError as exc:
+        raise StoreError(str(exc)) from exc
+    return Packed(counts["packs"], counts["arrays"], counts["bytes"], len(wanted) - len(todo), counts["missing"],
+                  counts["unsound"])
+
+
+@dataclass(frozen=True, slots=True)
+class PackUsage:
+    """The packs of a store: ``packs`` objects holding ``arrays`` arrays in ``bytes`` bytes (their ``.json``
+    indexes not counted)."""
+
+    packs: int
+    arrays: int
+    bytes: int
+
+
+def pack_usage(origin: Storage, threads: int = THREADS) -> PackUsage:
+    """What the packs of a store hold (one listing and one GET of each pack's index).
+
+    Raises:
+        StorageError: the storage cannot be listed.
+    """
+    catalogue = load_catalogue(origin, threads=threads)
+    return PackUsage(len(catalogue.names), len(catalogue.keys), catalogue.bytes)
+
+
+def check_pack(origin: Storage, name: str) -> str | None:
+    """What is wrong with pack ``name`` (its object read whole), ``None`` when it is sound: it is a pack, its
+    header is its ``.json`` index, and every array's bytes match their CRC-32 and their ``.npy`` header's size."""
+    try:
+        entries, _good, bad = unpack(origin.get_bytes(f"{PACKS}/{name}.pack"))
+        if entries != read_index(origin, name):
+            return "its header differs from its .json index"
+    except StorageError as exc:
+        return f"cannot be read: {exc}"
+    except ValueError as exc:
+        return str(exc)
+    if bad:
+        key, reason = next(iter(bad.items()))
+        return f"{len(bad)} of its {len(entries)} arrays damaged, e.g. {key}: {reason}"
+    return None
+
+
+def stale_packs(origin: Storage, stored: set[str], threads: int = THREADS) -> dict[str, int]:
+    """The packs holding a key not in ``stored`` (an array removed since), name → bytes of the pack object.
+
+    Raises:
+        StorageError: the storage cannot be listed.
+    """
+    known: dict[str, list[Entry]] = {}
+    catalogue = load_catalogue(origin, known, threads)
+    sizes = list_packs(origin)
+    return {name: sizes[name][0] for name in catalogue.names if name in sizes
+            and not stored.issuperset(e.key for e in known[name])}
+
+
+def remove_pack(origin: Storage, name: str) -> None:
+    """Remove pack ``name``: its index first (readers find packs through it), then the pack.
+
+    Raises:
+        StorageError: the storage failed.
+    """
+    origin.delete(f"{PACKS}/{name}.json")
+    origin.delete(f"{PACKS}/{name}.pack")
