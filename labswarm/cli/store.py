@@ -1,6 +1,7 @@
 """``labswarm store ...``: what a feature store holds (``du``, ``ls``), whether it is sound (``verify``), removing
 the arrays no registered experiment references (``gc``), warming a machine's cache of a remote store (``pull``),
-and bringing a local store under a size limit (``trim``: :mod:`labswarm.store.trim`).
+copying an experiment's arrays into packs for the caches (``pack``: :mod:`labswarm.cli.store_pack`), and bringing a
+local store under a size limit (``trim``: :mod:`labswarm.store.trim`).
 
 The store is an experiment's (``--experiment``: a YAML file or a registered experiment's name, whose ``store``
 section says where it is, a folder or a remote storage) or a local folder (``--store``). ``du`` and ``gc`` ask the
@@ -33,6 +34,7 @@ from labswarm.sample import iter_samples
 from labswarm.storage.base import MissingObject
 from labswarm.storage.cache import CachedStorage
 from labswarm.store.ops import References, collect_garbage, disk_usage, require_references, verify
+from labswarm.store.packer import pack_usage
 from labswarm.store.store import FeatureStore
 
 store_app = typer.Typer(help="What a feature store holds, checking it, removing what no registered experiment "
@@ -150,7 +152,7 @@ def du(experiment: ExperimentRef = None, store: StorePath = None, manager: Manag
     def work() -> tuple[list[Any], dict[str, str]]:
         feature_store, where, config = _target(experiment, store, manager, token_file)
         references, problems = _references(feature_store, where, manager, token_file, [config] if config else [])
-        return disk_usage(feature_store.sizes(), references), problems
+        return disk_usage(feature_store.sizes(), references, pack_usage(feature_store.origin)), problems
 
     rows, problems = _run(work)
     if as_json:
@@ -207,7 +209,8 @@ def verify_command(experiment: ExperimentRef = None, store: StorePath = None, ma
     else:
         for key, problem in result.problems.items():
             console.print(f"{key}: {problem}", highlight=False)
-        console.print(f"{result.checked:,} arrays checked, {len(result.problems):,} with a problem")
+        console.print(f"{result.checked:,} arrays and {result.packs:,} packs checked, {len(result.problems):,} with a "
+                      "problem")
     if result.problems:
         raise typer.Exit(FAILED)
 
@@ -238,8 +241,9 @@ def gc(experiment: ExperimentRef = None, store: StorePath = None, manager: Manag
         print(json.dumps({**asdict(done), "experiments": experiments}, indent=2))
         return
     verb = "would remove" if dry_run else "removed"
-    console.print(f"{verb} {done.arrays:,} arrays ({_mb(done.bytes)}); kept {done.kept:,}, the arrays of "
-                  f"{', '.join(experiments)}", highlight=False)
+    console.print(f"{verb} {done.arrays:,} arrays ({_mb(done.bytes)}) and {done.packs:,} packs holding one of them "
+                  f"({_mb(done.pack_bytes)}); kept {done.kept:,}, the arrays of {', '.join(experiments)}",
+                  highlight=False)
 
 
 @store_app.command("pull")
@@ -257,11 +261,15 @@ def pull(experiment: Annotated[str, typer.Argument(help="Its YAML file or a regi
                                          "(store.remote and store.cache_bytes > 0): nothing to pull")])
         keys, _failed = _keys(config, feature_store)
         todo = sorted({k for ks in keys.values() for k in ks})
+        before = {k for k in todo if feature_store.cached(k)}  # before the threads bring packs of several arrays
 
         def one(key: str) -> str:
             rel = feature_store.relpath(key)
-            if cache.cached_path(rel).is_file():
+            if key in before:
                 return "cached"
+            packs = feature_store.packs
+            if packs is not None and packs.pack_of(key) is not None and packs.locate(key) is not None:
+                return "pulled"  # with the other arrays of its pack (store pack)
             try:
                 return "pulled" if cache.warm(rel) else "too large"
             except MissingObject:
@@ -377,3 +385,6 @@ def trim_command(max_bytes: Annotated[str, typer.Option("--max-bytes", help="The
     if done.over:
         err.print("[yellow]warning:[/] the arrays in use alone exceed the limit", highlight=False)
         raise typer.Exit(FAILED)
+
+
+from labswarm.cli import store_pack  # noqa: E402,F401 - registers `store pack` on store_app (this file's size)

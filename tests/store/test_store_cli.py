@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -152,9 +153,18 @@ def test_pull_warms_the_cache_of_a_remote_store(runner: CliRunner, tmp_path: Pat
     assert isinstance(store.get(sorted(keys)[0], mmap=True).base, mmap.mmap)  # a learner maps the cached file
     again = runner.invoke(app, ["store", "pull", str(path)])
     assert again.exit_code == 0 and "pulled 0 arrays, 16 were cached" in again.output
+    packed = runner.invoke(app, ["store", "pack", str(path)])  # then a cold cache is pulled one pack at a time
+    assert packed.exit_code == 0 and "wrote 1 packs of 16 arrays" in packed.output, packed.output
+    shutil.rmtree(tmp_path / "cache" / "objects")
+    (tmp_path / "cache" / ".usage.json").unlink()
+    result = runner.invoke(app, ["store", "pull", str(path)])
+    assert result.exit_code == 0 and "pulled 16 arrays" in result.output, result.output
+    assert not list((tmp_path / "cache").rglob("*.npy")) and len(list((tmp_path / "cache").rglob("*.pack"))) == 1
     path.with_name("local.yml").write_text(yaml.safe_dump(experiment_dict(dataset, tmp_path / "store")))
     local = runner.invoke(app, ["store", "pull", str(path.with_name("local.yml"))])
     assert local.exit_code == 2 and "nothing to pull" in local.output
+    local = runner.invoke(app, ["store", "pack", str(path.with_name("local.yml"))])
+    assert local.exit_code == 2 and "packs serve the caches of a remote store" in local.output
 
 
 def test_gc_refuses_a_users_token(runner: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,158 @@
+"""Packs of a remote feature store (labswarm/store/packs.py, packer.py) on s3 (moto's server on :9000): every packed
+key read through a cold cache equals its per-key object, with one request per pack; a damaged pack is detected
+and its arrays read alone; gc, verify and du know packs; the cache's bound holds."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from pathlib import Path
+
+import numpy as np
+from jobs.conftest import S3Endpoint
+
+from labswarm.storage.cache import CachedStorage
+from labswarm.store import FeatureStore
+from labswarm.store.ops import collect_garbage, disk_usage, verify
+from labswarm.store.packer import pack, pack_usage
+from labswarm.store.packs import PACKS, list_packs
+
+PREFIX = "features"
+
+
+def _keys(n: int) -> list[str]:
+    """``n`` keys, one of every four ending in zero bytes (NumPy's ``S20`` drops trailing NULs)."""
+    return [f"{i:08x}" + "0" * 32 if i % 4 == 0 else hashlib.sha1(str(i).encode()).hexdigest() for i in range(n)]
+
+
+def _arrays(n: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    shapes = [(16, 40), (8, 3), (1, 97), (128, 9)]
+    return {k: rng.standard_normal(shapes[i % 4]).astype(np.float64 if i == 5 else np.float32)
+            for i, k in enumerate(_keys(n))}
+
+
+def _counting(store: FeatureStore) -> dict[str, list[str]]:
+    """The GetObject requests of ``store``'s S3 client from now on (object keys, by kind)."""
+    assert isinstance(store.storage, CachedStorage)
+    seen: dict[str, list[str]] = {"pack": [], "index": [], "array": []}
+
+    def count(params: dict, **_: object) -> None:
+        key = params["Key"]
+        seen["pack" if key.endswith(".pack") else "index" if key.endswith(".json") else "array"].append(key)
+
+    store.storage.remote._s3.meta.events.register("before-parameter-build.s3.GetObject", count)  # type: ignore[attr-defined]
+    return seen
+
+
+def _written(tmp_path: Path, s3: S3Endpoint, n: int) -> tuple[FeatureStore, dict[str, np.ndarray]]:
+    writer = FeatureStore.open(tmp_path / "unused", remote=s3.spec(prefix=PREFIX), cache_bytes=0)
+    arrays = _arrays(n)
+    for key, array in arrays.items():
+        writer.put(key, array)
+    return writer, arrays
+
+
+def test_packed_keys_read_through_a_cold_cache_equal_their_objects(tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    writer, arrays = _written(tmp_path, s3_endpoint, 24)
+    keys = list(arrays)
+    size = len(writer.origin.get_bytes(writer.relpath(keys[0])))  # a (16, 40) float32 array's .npy
+    done = pack(writer, [*keys, "f" * 40], pack_bytes=5 * size)
+    assert (done.arrays, done.already, done.missing, done.unsound) == (24, 0, 1, 0) and done.packs >= 4
+    names = list_packs(writer.origin)
+    assert len(names) == done.packs
+    objects = s3_endpoint.objects()
+    assert all(f"{PREFIX}/{PACKS}/{n}.pack" in objects and f"{PREFIX}/{PACKS}/{n}.json" in objects for n in names)
+    again = pack(writer, keys, pack_bytes=5 * size)  # content-addressed, idempotent
+    assert (again.packs, again.already) == (0, 24) and list_packs(writer.origin) == names
+    extra = "e" * 40  # stored after packing: read alone
+    writer.put(extra, np.arange(6, dtype=np.float32))
+
+    reader = FeatureStore.open(tmp_path / "cache", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=1 << 30)
+    gets = _counting(reader)
+    order = [*keys, extra]
+    random.Random(1).shuffle(order)
+    for key in order:
+        got, mapped, alone = reader.get(key), reader.get(key, mmap=True), writer.get(key)
+        assert got.dtype == alone.dtype and got.shape == alone.shape and np.array_equal(got, alone), key
+        assert np.array_equal(mapped, alone) and not mapped.flags.writeable and got.flags.writeable
+    assert reader.packs is not None and reader.packs.fetched == len(names)
+    assert sorted(gets["pack"]) == sorted(f"{PREFIX}/{PACKS}/{n}.pack" for n in names)  # one request per pack
+    assert len(gets["index"]) == len(names) and gets["array"] == [f"{PREFIX}/{writer.relpath(extra)}"]
+    cached = {p.relative_to(tmp_path / "cache" / "objects").as_posix() for p in (tmp_path / "cache").rglob("*.*")
+              if "objects" in p.parts}
+    assert cached - {"labswarm-store.json"} == {f"{PACKS}/{n}.pack" for n in names} | {writer.relpath(extra)}
+    assert all(reader.cached(k) for k in order)
+
+    chunked = FeatureStore.open(tmp_path / "cache2", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=1 << 30)
+    gets = _counting(chunked)
+    chunk = order[:10]  # a streaming learner's chunk: its packs fetched at once, then read locally
+    packs_of_chunk = {chunked.packs.pack_of(k) for k in chunk if k != extra}  # type: ignore[union-attr]
+    assert chunked.fetch(chunk) == len(packs_of_chunk) + (extra in chunk)
+    before = sum(len(v) for v in gets.values())
+    assert all(np.array_equal(chunked.get(k, mmap=True), arrays.get(k, writer.get(extra))) for k in chunk)
+    assert sum(len(v) for v in gets.values()) == before
+
+
+def test_a_damaged_pack_is_detected_and_its_arrays_read_alone(tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    writer, arrays = _written(tmp_path, s3_endpoint, 8)
+    keys = list(arrays)
+    pack(writer, keys[:4])
+    pack(writer, keys[4:])
+    damaged, garbage = sorted(list_packs(writer.origin))
+    rel = f"{PACKS}/{damaged}.pack"
+    blob = bytearray(writer.origin.get_bytes(rel))
+    blob[-5] ^= 0xFF  # one bit flipped in the last array's data
+    writer.origin.put_bytes(rel, bytes(blob))
+    writer.origin.put_bytes(f"{PACKS}/{garbage}.pack", b"not a pack at all")
+    found = verify(writer)
+    assert found.checked == 8 and found.packs == 2
+    assert set(found.problems) == {f"pack {damaged}", f"pack {garbage}"}, found.problems
+    assert "CRC-32 mismatch" in found.problems[f"pack {damaged}"]
+    assert "not a pack" in found.problems[f"pack {garbage}"]
+    reader = FeatureStore.open(tmp_path / "cache", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=1 << 30)
+    gets = _counting(reader)
+    for key in keys:  # every array still reads right: from its own object
+        assert np.array_equal(reader.get(key), arrays[key])
+    assert reader.packs is not None and reader.packs.fetched == 0 and len(gets["pack"]) == 2  # one try each
+    assert len(gets["array"]) == 8 and not list((tmp_path / "cache").rglob("*.pack"))
+
+
+def test_gc_du_and_the_cache_bound_know_packs(tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    writer, arrays = _written(tmp_path, s3_endpoint, 8)
+    keys = sorted(arrays)
+    pack(writer, keys[:4])
+    pack(writer, keys[4:])
+    packs = list_packs(writer.origin)
+    total = sum(size for size, _index in packs.values())
+    usage = pack_usage(writer.origin)
+    assert (usage.packs, usage.arrays, usage.bytes) == (2, 8, total)
+    row = disk_usage(writer.sizes(), {"exp": {"mel": keys}}, usage)[-1]
+    assert (row.experiment, row.feature, row.arrays, row.bytes) == ("(packs)", "2 packs", 8, total)
+
+    kept = {"exp": {"mel": keys[:5] + keys[6:]}}  # keys[5] no longer referenced: its pack goes with it
+    dry = collect_garbage(writer, kept, dry_run=True)
+    assert (dry.arrays, dry.packs) == (1, 1) and len(list_packs(writer.origin)) == 2
+    done = collect_garbage(writer, kept)
+    assert (done.arrays, done.packs, done.kept) == (1, 1, 7)
+    (left,) = list_packs(writer.origin)
+    assert [e.startswith(f"{PREFIX}/{PACKS}/{left}.") for e in s3_endpoint.objects() if "/packs/" in e] == [True] * 2
+    reader = FeatureStore.open(tmp_path / "cache", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=1 << 30)
+    for key in keys[:5] + keys[6:]:  # packed or read alone
+        assert np.array_equal(reader.get(key), arrays[key])
+
+    small = FeatureStore.open(tmp_path / "small", remote=s3_endpoint.spec(prefix=PREFIX),
+                              cache_bytes=packs[left][0] - 1)  # the packs do not fit: every array read alone
+    cache = small.storage
+    assert isinstance(cache, CachedStorage)
+    for key in keys[:4]:
+        assert np.array_equal(small.get(key), arrays[key]) and cache.usage() <= cache.max_bytes
+    assert small.packs is not None and small.packs.fetched == 0
+    fits = FeatureStore.open(tmp_path / "fits", remote=s3_endpoint.spec(prefix=PREFIX),
+                             cache_bytes=packs[left][0] + 200)  # the pack fits; an array read alone evicts
+    cache = fits.storage
+    assert isinstance(cache, CachedStorage)
+    for key in [*keys[:4], keys[6], keys[7], *keys[:2]]:
+        assert np.array_equal(fits.get(key), arrays[key]) and cache.usage() <= cache.max_bytes
+    assert cache.insert([("a/b", b"x" * 100), ("a/c", b"y" * cache.max_bytes)]) == 1  # the rest would not fit
+    assert cache.usage() <= cache.max_bytes
