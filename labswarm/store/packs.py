@@ -321,6 +321,11 @@ class PackReader:
         source = self._fill(name, rel)
         return None if source is None else (source, *where)
 
+    def forget(self, source: Path | bytes) -> None:
+        """Take a pack file found missing (evicted by another process) as not cached, so the next read fetches it."""
+        if isinstance(source, Path):
+            self.cache._touched.pop(str(source), None)
+
     def _fill(self, name: str, rel: str) -> Path | bytes | None:
         """Fetch pack ``name`` and have it written into the cache, unless another thread did: its file, or its
         bytes while they are written; ``None`` when it cannot be had."""
@@ -371,9 +376,17 @@ class PackReader:
         return None if name in self._damaged else name
 
     def cached(self, key: str) -> bool:
-        """Whether ``key`` is read from a pack that is in the cache."""
+        """Whether ``key`` is read from a pack that is in the cache (or being written there)."""
         name = self.pack_of(key)
-        return name is not None and self.cache.cached_path(f"{PACKS}/{name}.pack").is_file()
+        return name is not None and (name in self._pending
+                                     or self.cache.cached_path(f"{PACKS}/{name}.pack").is_file())
+
+    def wait(self) -> None:
+        """Wait until the packs fetched so far are written into the cache."""
+        with self._guard:
+            pending = [done for _blob, done in self._pending.values()]
+        for done in pending:
+            done.result()
 
 
 def load_catalogue_empty() -> Catalogue:

@@ -166,11 +166,14 @@ class FeatureStore:
             StoreError: no such entry, or it cannot be read or parsed.
         """
         rel = self.relpath(key)
-        if self.packs is not None and (found := self.packs.locate(key)) is not None:
+        for _ in range(2 if self.packs is not None else 0):
+            assert self.packs is not None
+            if (found := self.packs.locate(key)) is None:
+                break
             try:
                 return read_at(*found, mmap=mmap)
-            except FileNotFoundError:
-                pass  # its pack evicted since: the array alone, below
+            except FileNotFoundError:  # its pack evicted since this process last used it: fetched again
+                self.packs.forget(found[0])
             except (OSError, ValueError) as exc:
                 raise StoreError(f"corrupt entry {key} in feature store {self.where} (in its pack): {exc}") from exc
         path = self._call(lambda: self.storage.local_path(rel))

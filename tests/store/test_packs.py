@@ -79,10 +79,14 @@ def test_packed_keys_read_through_a_cold_cache_equal_their_objects(tmp_path: Pat
     assert reader.packs is not None and reader.packs.fetched == len(names)
     assert sorted(gets["pack"]) == sorted(f"{PREFIX}/{PACKS}/{n}.pack" for n in names)  # one request per pack
     assert len(gets["index"]) == len(names) and gets["array"] == [f"{PREFIX}/{writer.relpath(extra)}"]
+    reader.packs.wait()  # written into the cache by a thread
     cached = {p.relative_to(tmp_path / "cache" / "objects").as_posix() for p in (tmp_path / "cache").rglob("*.*")
               if "objects" in p.parts}
     assert cached - {"labswarm-store.json"} == {f"{PACKS}/{n}.pack" for n in names} | {writer.relpath(extra)}
     assert all(reader.cached(k) for k in order)
+    for path in (tmp_path / "cache").rglob("*.pack"):  # evicted by another process: this one fetches it again
+        path.unlink()
+    assert np.array_equal(reader.get(keys[0]), arrays[keys[0]]) and reader.packs.fetched == len(names) + 1
 
     chunked = FeatureStore.open(tmp_path / "cache2", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=1 << 30)
     gets = _counting(chunked)
