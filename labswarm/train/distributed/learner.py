@@ -9,16 +9,25 @@ trainer in distributed mode (:mod:`labswarm.train.distributed.training`); rank `
 from the rank's checkpoint (a halted epoch where it stopped, with the coordinator given rank 0's cursor). A local
 runner without the job service (``tests/train/test_distributed.py``); a job's learners
 (:mod:`labswarm.jobs.learner.entry`) run the same trainer in the same mode.
+
+Exit codes: 0 trained, 2 a labswarm error (the experiment, the framework or the data; printed) or a usage error, 1
+any other error (its traceback printed). Once the outcome is known and the output flushed, the process ends
+without the interpreter's teardown (``os._exit``, as a job's learner does): gloo's threads and torch's
+destructors there once aborted a learner under load ("terminate called without an active exception", -6: a C++
+thread of the process group still joinable at its destruction), which turned a trained run into a failed one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
+import os
 import sys
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from labswarm.config.experiment import ExperimentConfig, load_experiment, parse_experiment
 from labswarm.errors import LabswarmError
@@ -37,12 +46,28 @@ def with_epochs(config: ExperimentConfig, epochs: int | None) -> ExperimentConfi
     return parse_experiment(data)
 
 
+def _json_object(text: str) -> dict[str, Any]:
+    """``--framework``'s value: a JSON object.
+
+    Raises:
+        argparse.ArgumentTypeError: not JSON, or not an object (argparse exits with 2, naming the option).
+    """
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f'not a JSON object ({{"name": ...}}): {text}')
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one learner; 0 on success, 2 on a labswarm error (printed)."""
     parser = argparse.ArgumentParser(prog="python -m labswarm.train.distributed.learner")
     parser.add_argument("experiment", type=Path)
     parser.add_argument("--home", type=Path, required=True, help="labswarm home of this run")
-    parser.add_argument("--framework", required=True, help='the framework spec as JSON: {"name": ...}')
+    parser.add_argument("--framework", required=True, type=_json_object,
+                        help='the framework spec as JSON: {"name": ...}')
     parser.add_argument("--epochs", type=int, help="override training.epochs")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of this learner (default 1)")
     parser.add_argument("--resume", action="store_true",
@@ -57,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-        Trainer(config, args.home, distributed=DistributedTraining(json.loads(args.framework))).fit(
+        Trainer(config, args.home, distributed=DistributedTraining(args.framework)).fit(
             resume=args.resume)
     except LabswarmError as exc:
         print(f"learner failed: {exc}", file=sys.stderr)
@@ -65,5 +90,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def run(argv: list[str] | None = None) -> NoReturn:
+    """:func:`main`, then end the process with its exit code (module docstring): 2 for a usage error, 1 with the
+    traceback printed for an error other than labswarm's; standard output and error flushed first, no
+    interpreter teardown."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse: --help (0), a usage error (2, its message printed)
+        code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    except BaseException:  # the process ends here: print what the interpreter would
+        traceback.print_exc()
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
