@@ -15,7 +15,8 @@ threads too: it trains with :class:`UnforkedLoop`, the single process's loop hoo
 
 A fork server is a fresh interpreter started once per learner (by ``exec``, not a fork of the learner), single
 threaded; each producer is forked from it. It imports the learner's main module and the pipeline blocks' modules
-first (``set_forkserver_preload``), so each producer starts warm, as a forked one does.
+first (``set_forkserver_preload``), and the plugin registries loaded (:mod:`labswarm.pipeline.warm`), so each
+producer starts warm, as a forked one does.
 """
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ from typing import Any
 from labswarm.pipeline.base import Block
 from labswarm.train.loop import LoopHooks
 
-#: The module of the producers' loop, preloaded by the fork server.
-PRODUCER_MODULE = "labswarm.pipeline.producer"
+#: The modules of the producers' loop and of its loaded plugin registries, preloaded by the fork server.
+PRODUCER_MODULES = ("labswarm.pipeline.producer", "labswarm.pipeline.warm")
 
 
 def unforked(block: Block[Any], modules: Iterable[str] = ()) -> Block[Any]:
     """``block`` as a distributed learner runs it: a prefetch block with ``start_method: fork`` (the default)
     becomes ``forkserver``, the fork server preloading ``modules`` (the pipeline's blocks' modules) and the
-    producers' own; any other block, and a prefetch block that names ``spawn`` or ``forkserver``, is unchanged.
+    producers' own (:data:`PRODUCER_MODULES`); any other block, and a prefetch block that names ``spawn`` or
+    ``forkserver``, is unchanged.
 
     Returns:
         The block to run (a new one when changed).
@@ -44,7 +46,7 @@ def unforked(block: Block[Any], modules: Iterable[str] = ()) -> Block[Any]:
     # "__main__" (multiprocessing's own default preload): each producer would import the learner's main module
     # again otherwise (measured at load ~20: 2.6 s a producer without, see the commit)
     multiprocessing.get_context("forkserver").set_forkserver_preload(["__main__",
-                                                                      *sorted({*modules, PRODUCER_MODULE})])
+                                                                      *sorted({*modules, *PRODUCER_MODULES})])
     return Block.from_spec({**block.spec(), "start_method": "forkserver"})
 
 
