@@ -11,6 +11,9 @@ cluster), there lies the opportunity to find the optimal hybrid training framewo
    (``L + S <= N``) one server group (``sandblaster`` for one worker group, ``downpour`` for several).
 2. **Prune** with a short trial of each (``trial_epochs`` epochs as a training job, one after another): its time to
    the target where the trial reached it, else an estimate (:func:`estimate`); the ``keep`` best go on.
+   A synchronous candidate whose learners cannot split the experiment's batch (``batch: global``, the default of
+   ``allreduce`` and ``sandblaster``, needs a batch size divisible by ``L``) runs with ``batch: per_learner``
+   (:func:`fit_batch`), shown in its spec.
 3. **Run** the kept ones for the experiment's epochs (the trial is reused when it was as long) and report the one
    with the least time to the target (none reached: the best final accuracy), with the table of every trial and run.
 
@@ -55,6 +58,25 @@ def candidates(budget: int, sync_period: int = 4) -> list[tuple[int, dict[str, A
                 out.append((learners, topology_spec({"worker_groups": groups, "workers_per_group": size,
                                                      "colocated": False, "shards_per_group": shards})))
     return out
+
+
+Run = tuple[int, dict[str, Any] | None]
+
+
+def fit_batch(runs: list[Run], experiment: Any) -> list[Run]:
+    """``runs`` with ``batch: per_learner`` set on each whose framework cannot split ``experiment``'s batch size
+    (its pipeline's ``batch`` block) across its learners
+    (:meth:`~labswarm.config.frameworks.DistributedFramework.batch_problem`); the others unchanged."""
+    from labswarm.config.frameworks import DistributedFramework
+
+    size = next((getattr(b, "size", None) for b in experiment.pipeline if b.name == "batch"), None)
+    fitted: list[Run] = []
+    for n, spec in runs:
+        if spec is not None and size is not None and DistributedFramework.model_validate(spec).batch_problem(
+                n, int(size)) is not None:
+            spec = {**spec, "batch": "per_learner"}
+        fitted.append((n, spec))
+    return fitted
 
 
 def processes(run: tuple[int, Mapping[str, Any] | None]) -> int:
@@ -104,8 +126,8 @@ def search(experiment: Path, budget: int, output: Path, options: CompareOptions 
     opts = options if options is not None else CompareOptions()
     if keep < 1 or trial_epochs < 1:
         raise ConfigError([("keep" if keep < 1 else "trial_epochs", "must be at least 1")])
-    runs = candidates(budget, sync_period)
     config = load_experiment(Path(experiment))
+    runs = fit_batch(candidates(budget, sync_period), config)
     output = Path(output).resolve()
     trials = run_all(config, runs, output / "trials", opts, trial_epochs, manager_url=manager_url, token=token,
                      on_event=on_event)

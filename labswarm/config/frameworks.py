@@ -190,6 +190,16 @@ class DistributedFramework(BaseModel):
             return path.removeprefix("framework.") or "name", reason
         return None
 
+    def batch_problem(self, learners: int, batch_size: int) -> tuple[str, str] | None:
+        """``(field, reason)`` when the framework cannot split an experiment's batch of ``batch_size`` samples
+        across ``learners`` learners (``batch: global`` and a size that does not divide:
+        :meth:`~labswarm.train.distributed.frameworks.base.Framework.learner_batch`), else ``None``."""
+        try:
+            FRAMEWORKS.get(self.name).from_spec(self.model_dump(mode="json")).learner_batch(batch_size, learners)
+        except ConfigError as exc:
+            return exc.errors[0]
+        return None
+
     def resolve(self, learners: int, ps_shards: int | None = None) -> DistributedFramework:
         """This framework with its topology for ``learners`` learners and ``ps_shards`` shards (``None``: the
         default, 1) filled in: itself when it has one (:meth:`learners_problem` checks that it fits)."""

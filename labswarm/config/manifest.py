@@ -245,9 +245,15 @@ class JobManifest(_Strict):
 
         Raises:
             ConfigError: no experiment to take them from, another experiment than the one named, one without a
-                ``training`` section, or overrides that are invalid together with it.
+                ``training`` section, overrides that are invalid together with it, or a distributed framework that
+                cannot split the experiment's batch across the learners (``framework.batch``: ``global`` needs a
+                batch size divisible by ``learners``).
         """
         config = self._experiment_config(experiment)
+        if isinstance(self.framework, DistributedFramework):
+            size = next((getattr(b, "size", None) for b in config.pipeline if b.name == "batch"), None)
+            if size is not None and (problem := self.framework.batch_problem(self.learners, int(size))):
+                raise ConfigError([problem])
         if config.training is None:
             raise ConfigError([("experiment.training", f"experiment {config.name!r} has no training section")])
         try:

@@ -121,6 +121,10 @@ def test_manifest_errors_name_the_field(tmp_path: Path) -> None:
                              ({"framework": {"name": "allreduce", "timeout_s": 0}}, "framework.timeout_s"),
                              ({"framework": {"name": "allreduce"}, "ps_shards": 1}, "ps_shards"),
                              ({"framework": {"name": "downpour"}, "learners": 1}, "learners"),
+                             # batch: global (the default) cannot split the tiny experiment's batch of 4 in 3
+                             ({"framework": {"name": "allreduce"}, "learners": 3}, "framework.batch"),
+                             ({"framework": {"name": "sandblaster"}, "learners": 3, "ps_shards": 1},
+                              "framework.batch"),
                              ({"framework": {"name": "labswarm"}}, "learners")):
             manifest = {**_distributed(tmp_path, {"name": "allreduce"}), **change}
             response = m.http.post("/v1/jobs", json=manifest)

@@ -67,10 +67,13 @@ def test_the_scaling_applies_on_top_of_the_schedule_and_of_a_changed_rate() -> N
 
 def test_which_settings_scale_and_by_how_much() -> None:
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-    allreduce = install(Framework.from_spec({"name": "allreduce"}), optimizer, 2, steps_per_epoch=9)
-    assert allreduce is not None and (allreduce.factor, allreduce.warmup_steps) == (2.0, 9)  # the default
+    per_learner = {"name": "allreduce", "batch": "per_learner"}  # each learner a whole batch: N times larger
+    allreduce = install(Framework.from_spec(per_learner), optimizer, 2, steps_per_epoch=9)
+    assert allreduce is not None and (allreduce.factor, allreduce.warmup_steps) == (2.0, 9)  # linear, the default
     allreduce.remove()
-    sqrt = install(Framework.from_spec({"name": "allreduce", "lr_scaling": "sqrt", "lr_warmup_epochs": 0.5}),
+    # batch: global (the default): the learners split the experiment's batch, the global batch is unchanged: k = 1
+    assert install(Framework.from_spec({"name": "allreduce"}), optimizer, 2, steps_per_epoch=9) is None
+    sqrt = install(Framework.from_spec({**per_learner, "lr_scaling": "sqrt", "lr_warmup_epochs": 0.5}),
                    optimizer, 4, steps_per_epoch=9)
     assert sqrt is not None and (sqrt.factor, sqrt.warmup_steps) == (2.0, 4)  # √4; half of 9 steps, rounded
     sqrt.remove()
@@ -101,12 +104,15 @@ def test_two_allreduce_learners_of_the_trainer_ramp_over_the_first_epoch(three_c
 
     _data, experiment, home = write_learner_experiment(three_classes, tmp_path, epochs=2)
     codes = run_attempt(1, lambda _rank: [sys.executable, "-m", "labswarm.train.distributed.learner", str(experiment),
-                                          "--home", str(home), "--framework", '{"name": "allreduce"}'], tmp_path)
+                                          "--home", str(home), "--framework",
+                                          '{"name": "allreduce", "batch": "per_learner"}'],  # the scaled case
+                        tmp_path, framework={"name": "allreduce", "batch": "per_learner"})
     assert codes == {0: 0, 1: 0}, logs(tmp_path)
     run = next((home / "train").iterdir())
     for rank in range(2):
         records = checkpoint.read_metrics(run / f"rank-{rank}" / "metrics.jsonl")
-        # 36 samples in chunks of 4: 9 chunks, 5 lockstep steps a pass; warm-up 1 epoch = 5 steps
+        # per_learner: 36 samples in chunks of 4 (the experiment's batch, each learner's): 9 chunks, 5 lockstep
+        # steps a pass, a global batch of 8 and a rate ramped to 2x; warm-up 1 epoch = 5 steps
         assert [r["steps"] for r in records] == [5, 5]
         assert [r["lr_scale"] for r in records] == pytest.approx([1.8, 2.0])  # step 4: 1 + 4/5; then 2
         assert records[0]["lr"] == pytest.approx(0.01)  # the schedule's base rate is recorded, not the scaled one

@@ -3,9 +3,12 @@
 Goyal et al., "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour" (2017, arXiv 1706.02677): **linear
 scaling rule**, "when the minibatch size is multiplied by k, multiply the learning rate by k"; **gradual warm-up**,
 "start from a learning rate of η and increment it by a constant amount at each iteration such that it reaches
-η̂ = kη after 5 epochs" (their 5 of 90 epochs). Here ``k`` is the number of learners whose per-learner batches
-one update averages (``allreduce``: the world size), and the learning rate of optimizer step ``t`` (counted from 0
-over the whole run, the framework's step count, so a resumed run continues the ramp) is::
+η̂ = kη after 5 epochs" (their 5 of 90 epochs). Here ``k`` is how many times the experiment's batch one update
+averages (:meth:`~labswarm.train.distributed.frameworks.base.Framework.batch_factor`): the world size when each
+learner steps on a whole batch (``batch: per_learner``), 1 when the learners split the experiment's batch
+(``batch: global``, ``allreduce``'s default: the global batch is unchanged, so is the rate), and the learning
+rate of optimizer step ``t`` (counted from 0 over the whole run, the framework's step count, so a resumed run
+continues the ramp) is::
 
     lr(t) = η · (1 + (k - 1) · min(1, t / W))        W: the warm-up in steps (0: k·η from the first step)
 
@@ -91,18 +94,20 @@ def warmup_steps(config: Any, steps_per_epoch: int) -> int:
 
 def install(framework: Any, optimizer: Any, world_size: int, steps_per_epoch: int) -> LrScaling | None:
     """Install the scaling a framework's config asks for on ``optimizer``; ``None`` when it asks for none (its
-    rule is ``none``, one learner, or a framework without the settings: the parameter-server ones, whose updates
-    the shards apply with the optimizer settings the learners sent at the start).
+    rule is ``none``, one learner, ``batch: global`` (the global batch is the experiment's: ``k`` = 1), or a
+    framework without the settings: the parameter-server ones, whose updates the shards apply with the optimizer
+    settings the learners sent at the start).
 
     Args:
         framework: the learner's :class:`~labswarm.train.distributed.frameworks.base.Framework` (its ``config``
             and its step count ``steps``).
         optimizer: the learner's optimizer.
-        world_size: the learners ``k`` whose batches one update averages.
+        world_size: the learners whose batches one update averages; ``k`` is
+            ``framework.batch_factor(world_size)``.
         steps_per_epoch: this learner's optimizer steps in one pass (for ``lr_warmup_epochs``).
     """
     rule = getattr(framework.config, "lr_scaling", "none")
-    factor = RULES[rule](world_size)
+    factor = RULES[rule](framework.batch_factor(world_size))
     if factor == 1.0:
         return None
     return LrScaling(optimizer, factor, warmup_steps(framework.config, steps_per_epoch), lambda: framework.steps)

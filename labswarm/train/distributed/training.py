@@ -15,7 +15,9 @@ the trainer trains as a single process, through the default hooks). With it, the
    a sample's crop does not depend on which learner trains it; samples indexed in dataset order, the same on every
    learner;
 3. each epoch is a pass of the global cursor (:mod:`labswarm.train.distributed.cursor`) over those samples, cut into
-   chunks of the pipeline's per-learner batch size: a learner claims a chunk, takes one optimizer step on it,
+   chunks of a learner's batch (the pipeline's batch size, divided by the learners under a synchronous
+   framework's ``batch: global``: :meth:`Framework.learner_batch`; a checkpoint's cursor of another chunk size
+   is refused on resume, naming ``framework.batch``): a learner claims a chunk, takes one optimizer step on it,
    marks it done. Synchronous frameworks claim in **lockstep** (one fresh chunk per learner per step, then an
    all-reduce of "who has a chunk"): every learner takes the same number of steps, which their collectives
    need; in the pass's last step a learner without a chunk takes a step of zero loss on one sample (it joins
@@ -67,6 +69,7 @@ from typing import Any
 
 import numpy as np
 
+from labswarm.errors import ConfigError
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.train.distributed import lr_scaling, record
 from labswarm.train.distributed.agree import agree_on_resume
@@ -220,12 +223,14 @@ class DistributedTraining(UnforkedLoop):
         module = self.framework.attach(model, optimizer, self.context)
         experiment = train.context.experiment
         settings = experiment.training
+        size = next((b.config.size for b in train.blocks if b.name == "batch"), 32)  # the experiment's batch
+        chunk = self.framework.learner_batch(size, self.context.world_size)  # ``batch: global``: size / N
         self.samples = TrainingSamples(experiment, train, output,
                                        keep_bytes=settings.keep_bytes if settings is not None else None)
+        self.samples.batch_size = chunk  # what a step reads (the memory check of two batches)
         n = len(self.samples.load())
-        log.info("rank %d: %d training samples, %.0f MB of features in memory%s", self.rank, n,
-                 self.samples.nbytes / 1e6, " (streamed from the store)" if self.samples.streaming else "")
-        chunk = next((b.config.size for b in train.blocks if b.name == "batch"), 32)  # the per-learner batch
+        log.info("rank %d: %d training samples, %.0f MB of features in memory%s; batches of %d", self.rank, n,
+                 self.samples.nbytes / 1e6, " (streamed from the store)" if self.samples.streaming else "", chunk)
         self.cursor = GlobalCursor(self.context.store(), n, chunk,
                                    owner=record.owner(self.rank, self.context.attempt), lease_s=self.lease_s,
                                    seed=experiment.seed)
@@ -347,7 +352,17 @@ class DistributedTraining(UnforkedLoop):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the framework's state and this rank's running communication totals from a checkpoint's
         :meth:`state_dict` (after :meth:`attach`). Another rank's checkpoint (``rank`` differs: an asynchronous
-        rank without its own copy) gives no totals: this rank's start from zero."""
+        rank without its own copy) gives no totals: this rank's start from zero.
+
+        Raises:
+            ConfigError: the checkpoint's cursor has another chunk size than this learner's batch.
+        """
+        cursor = state.get("cursor")
+        if cursor is not None and self.cursor is not None and int(cursor["chunk_size"]) != self.cursor.chunk_size:
+            raise ConfigError([("framework.batch", (
+                f"the checkpoint's cursor cut the passes into chunks of {cursor['chunk_size']} samples, this run's "
+                f"learners step on {self.cursor.chunk_size}: resume with the batch setting it was trained with "
+                "(batch: per_learner for a job started before batch: global was the default)"))])
         self.framework.load_state_dict(state["framework"])
         comm = state.get("comm")
         if comm is not None and state.get("rank") == self.rank:

@@ -11,19 +11,29 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from labswarm.train.distributed.frameworks.base import Framework, LrScalingConfig, register_framework, tensor_bytes
+from labswarm.train.distributed.frameworks.base import (
+    Framework,
+    GlobalBatchConfig,
+    LrScalingConfig,
+    register_framework,
+    tensor_bytes,
+)
 
 
-class AllReduceConfig(LrScalingConfig):
+class AllReduceConfig(LrScalingConfig, GlobalBatchConfig):
     """Parameters of :class:`AllReduce`.
 
     Attributes:
         bucket_cap_mb: DDP's gradient bucket size in MiB (torch's default, 25): gradients are all-reduced in
             buckets of this size, overlapping the backward pass.
-        lr_scaling: default ``linear``: N learners' step is one step on an N times larger batch, so the rate is
-            N times the one-learner rate after a warm-up of ``lr_warmup_epochs`` (1) epoch (Goyal et al. 2017;
-            :class:`~labswarm.train.distributed.frameworks.base.LrScalingConfig`). ``none``: the step of one
-            learner on the concatenated batch at the same rate (the behaviour before issue 23).
+        batch: ``global`` (default: each learner steps on the experiment's batch size / N, one update averages
+            the experiment's batch) or ``per_learner`` (each learner a whole batch: an N times larger global
+            batch); :class:`~labswarm.train.distributed.frameworks.base.GlobalBatchConfig`.
+        lr_scaling: default ``linear``: the rate is ``k`` times the one-learner rate after a warm-up of
+            ``lr_warmup_epochs`` (1) epoch, ``k`` the global batch over the experiment's batch (Goyal et al.
+            2017; :class:`~labswarm.train.distributed.frameworks.base.LrScalingConfig`): N with
+            ``batch: per_learner``, 1 (no scaling) with ``batch: global``. ``none``: the step of one learner on
+            the concatenated batch at the same rate (the behaviour before issue 23).
     """
 
     bucket_cap_mb: float = Field(25.0, gt=0)

@@ -8,7 +8,7 @@ parameter-server shards); SINGA's Sandblaster framework (Wang et al., ACM MM 201
 from __future__ import annotations
 
 from labswarm.train.distributed.frameworks._ps import ParameterServerFramework
-from labswarm.train.distributed.frameworks.base import FrameworkConfig, register_framework
+from labswarm.train.distributed.frameworks.base import GlobalBatchConfig, register_framework
 
 
 @register_framework
@@ -19,7 +19,11 @@ class Sandblaster(ParameterServerFramework):
     overwritten (it keeps the trainer unchanged; its cost is one local update per step). With equal per-learner
     batches this is one learner on the concatenated batch (``tests/learners/test_ps.py`` checks it).
 
-    Parameters: none (the shards' ``ps_shards`` and the round timeout are the job's).
+    Parameters: ``batch`` (``global``, the default: each learner steps on the experiment's batch size / N, so a
+    round's mean gradient is that of the experiment's batch; ``per_learner``: each learner a whole batch, the
+    behaviour before it; :class:`~labswarm.train.distributed.frameworks.base.GlobalBatchConfig`). The shards'
+    ``ps_shards`` and the round timeout are the job's. No learning-rate scaling: the shards apply the mean with
+    the learners' optimizer settings as sent.
 
     Failure semantics: synchronous; a round a learner never joins times out on the shards (``--round-timeout``),
     the others' steps fail, and the learners restart together from the last checkpoint.
@@ -27,7 +31,7 @@ class Sandblaster(ParameterServerFramework):
 
     name = "sandblaster"
     equal_replicas = True
-    config_model = FrameworkConfig
+    config_model = GlobalBatchConfig
 
     def after_step(self) -> None:
         """Push this step's gradients into the round; load the parameters the round produced."""
