@@ -11,6 +11,9 @@ shared: the load average is printed):
   write) and warm (every read a local file);
 - reads through a cold cache as a streaming learner reads: each 32-array chunk first fetched with 8 requests at
   once (``FeatureStore.fetch``), then memory-mapped;
+- the same arrays packed (``labswarm store pack``, :mod:`labswarm.store.packs`, under a prefix of their own, packed
+  once before the rounds), read through a cold cache one at a time and as a streaming learner reads (a fresh
+  store each round: listing the packs is part of a cold start);
 - pull: ``labswarm store pull``'s path (``CachedStorage.warm``, 8 threads) into an empty cache.
 
     .venv/bin/python bench/store_scale.py [--arrays N] [--rounds R] [--endpoint URL]
@@ -52,6 +55,7 @@ import numpy as np
 
 from labswarm.storage.cache import CachedStorage
 from labswarm.store import FeatureStore
+from labswarm.store.packer import pack
 
 SHAPE = (128, 431)  #: the demo set's mel array
 DOCUMENTS_SAMPLES = 100_000 * 9  #: the source documents' workload: ~100k clips x 9 augmentations
@@ -258,6 +262,11 @@ def main() -> None:
         wide = FeatureStore.open(work / "cache", remote=spec, cache_bytes=4 * 2**30)  # fetch() with 32 threads
         cache = cached.storage
         assert isinstance(cache, CachedStorage)
+        packed_spec = {**spec, "prefix": "packed"}
+        packed_writer = FeatureStore.open(work / "unused", remote=packed_spec, cache_bytes=0)
+        for k in keys:
+            packed_writer.put(k, arrays[k])
+        print(f"packed: {pack(packed_writer, keys)}", flush=True)
 
         def writes(store: FeatureStore) -> Callable[[], None]:
             return lambda: [store.put(k, arrays[k]) for k in keys] and None
@@ -299,6 +308,18 @@ def main() -> None:
                 rates.setdefault(name, []).append(rate(len(keys), chunked_cold_reads(store, threads)))
                 if before is not None and (after := server_cpu()) is not None:
                     cpu.setdefault(name, []).append((after - before) / len(keys))
+            for name, chunked in (("read s3 packed, cache cold", False), ("read s3 packed cold, fetch 32x8", True)):
+                shutil.rmtree(work / "pcache", ignore_errors=True)
+                store = FeatureStore.open(work / "pcache", remote=packed_spec, cache_bytes=4 * 2**30)
+                for _ in range(2):  # the local store's reads beside it (one pass costs ~0.1 s)
+                    rates["read local"].append(rate(len(keys), reads(local)))
+                before = server_cpu()
+                call = chunked_cold_reads(store, 8) if chunked else reads(store)
+                rates.setdefault(name, []).append(rate(len(keys), call))
+                if before is not None and (after := server_cpu()) is not None:
+                    cpu.setdefault(name, []).append((after - before) / len(keys))
+                assert store.packs is not None and store.packs.fetched > 0, "the packs were not read"
+                store.packs.wait()
             empty_cache()
             rates.setdefault("pull (8 threads)", []).append(rate(len(keys), pull))
             print(f"round {r + 1}/{args.rounds} done, load {os.getloadavg()[0]:.1f}", flush=True)
@@ -313,7 +334,7 @@ def main() -> None:
     print(f"\n{args.arrays} arrays {SHAPE} float32 ({per_array:,} bytes each), {args.rounds} rounds, medians:")
     for name, value in median.items():
         base = median["write local"] if name.startswith("write") else median["read local"]
-        print(f"  {name:22s} {value:8.0f} arrays/s  {value / base:5.2f}x the local store's")
+        print(f"  {name:32s} {value:8.0f} arrays/s  {value / base:5.2f}x the local store's")
     for name, values in cpu.items():
         print(f"  {name}: the moto server's CPU {1000 * statistics.median(values):.1f} ms per array (median); "
               f"a local read's whole time {1000 / median['read local']:.2f} ms")

@@ -120,7 +120,7 @@ def pack_usage(origin: Storage, threads: int = THREADS) -> PackUsage:
 
 def check_pack(origin: Storage, name: str) -> str | None:
     """What is wrong with pack ``name`` (its object read whole), ``None`` when it is sound: it is a pack, its
-    header is its ``.json`` index, and every array's bytes match their CRC-32 and their ``.npy`` header's size."""
+    header is its ``.json`` index, and every array's bytes match their CRC-32C and their ``.npy`` header's size."""
     try:
         entries, _good, bad = unpack(origin.get_bytes(f"{PACKS}/{name}.pack"))
         if entries != read_index(origin, name):

@@ -15,13 +15,14 @@ Layout, beside the per-key objects (``v1/...``, see :mod:`labswarm.store.store`)
     packs/v1/<name>.pack    MAGIC, the header's length (4 bytes, little-endian), the header, the arrays' bytes
     packs/v1/<name>.json    the header again: the catalogue a reader lists without fetching the arrays
 
-The header is ``{"layout": 1, "entries": [[key, offset, length, crc32], ...]}``: each array's ``.npy`` bytes,
-exactly those of its per-key object, at ``offset`` from the end of the header, with their CRC-32 (zlib's, as zip
-and TFRecord check records: this guards against damage, not against tampering). ``name`` is the SHA-256 of the
-header (its first 40 hex digits): packing the same arrays again writes the same objects. The pack is written
-before its ``.json``, and readers find packs only through their ``.json``: a reader never sees a partial pack,
-and a pack with an array whose CRC or size does not match is never cached (its arrays are read from their per-key
-objects instead).
+The header is ``{"layout": 1, "checksum": "crc32c", "entries": [[key, offset, length, crc], ...]}``: each
+array's ``.npy`` bytes, exactly those of its per-key object, at ``offset`` from the end of the header, with their
+CRC-32C (Castagnoli, as TFRecord checks its records; computed in hardware by google-crc32c: 0.04 ms per 220 kB
+array here against 0.5 ms for zlib's CRC-32, 2026-11-26, load 25; it guards against damage, not tampering).
+``name`` is the SHA-256 of the header (its first 40 hex digits): packing the same arrays again writes the same
+objects. The pack is written before its ``.json``, and readers find packs only through their ``.json``: a reader
+never sees a partial pack, and a pack with an array whose CRC-32C or size does not match is never cached (its
+arrays are read from their per-key objects instead).
 
 The per-key objects stay the store's truth (workers write and check them, ``gc`` and ``trim`` work per key, two
 experiments share an array): a pack is a copy made for reading, by ``labswarm store pack EXPERIMENT`` once the
@@ -43,7 +44,6 @@ import logging
 import os
 import threading
 import time
-import zlib
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -76,6 +76,19 @@ PENDING = 2
 THREADS = 8
 
 
+def crc32c(data: bytes | memoryview) -> int:
+    """The CRC-32C of ``data`` (google-crc32c, in hardware where the CPU has it).
+
+    Raises:
+        StorageError: google-crc32c is not installed (``pip install 'labswarm[s3]'``).
+    """
+    try:
+        import google_crc32c
+    except ImportError as exc:
+        raise StorageError("packs need google-crc32c: pip install 'labswarm[s3]'") from exc
+    return int(google_crc32c.value(bytes(data) if isinstance(data, memoryview) else data))
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One array of a pack: its store ``key``, ``length`` bytes at ``offset`` after the header, their ``crc``."""
@@ -90,9 +103,9 @@ def encode(items: Sequence[tuple[str, bytes]]) -> tuple[str, bytes, bytes]:
     """The pack of ``items`` (``(key, .npy bytes)``, in that order): ``(name, header, pack object's bytes)``."""
     entries, offset = [], 0
     for key, data in items:
-        entries.append([key, offset, len(data), zlib.crc32(data)])
+        entries.append([key, offset, len(data), crc32c(data)])
         offset += len(data)
-    header = json.dumps({"layout": 1, "entries": entries}, separators=(",", ":")).encode()
+    header = json.dumps({"layout": 1, "checksum": "crc32c", "entries": entries}, separators=(",", ":")).encode()
     name = hashlib.sha256(header).hexdigest()[:40]
     return name, header, MAGIC + len(header).to_bytes(4, "little") + header + b"".join(d for _, d in items)
 
@@ -105,8 +118,8 @@ def parse_header(header: bytes | memoryview) -> list[Entry]:
     """
     try:
         data = json.loads(bytes(header))
-        if not isinstance(data, dict) or data.get("layout") != 1:
-            raise ValueError(f"layout {data.get('layout') if isinstance(data, dict) else None!r}, not 1")
+        if not isinstance(data, dict) or data.get("layout") != 1 or data.get("checksum") != "crc32c":
+            raise ValueError("not layout 1 with checksum crc32c")
         entries = [Entry(str(k), int(o), int(n), int(c)) for k, o, n, c in data["entries"]]
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"not a pack header: {exc}") from None
@@ -136,8 +149,8 @@ def unpack(blob: bytes) -> tuple[list[Entry], dict[str, memoryview], dict[str, s
         data = view[start + e.offset:start + e.offset + e.length]
         if len(data) != e.length:
             bad[e.key] = f"cut off: {len(data)} of {e.length} bytes"
-        elif zlib.crc32(data) != e.crc:
-            bad[e.key] = "CRC-32 mismatch: the pack is damaged"
+        elif crc32c(data) != e.crc:
+            bad[e.key] = "CRC-32C mismatch: the pack is damaged"
         elif (problem := npy_problem(data)) is not None:
             bad[e.key] = problem
         else:

@@ -112,7 +112,7 @@ def test_a_damaged_pack_is_detected_and_its_arrays_read_alone(tmp_path: Path, s3
     found = verify(writer)
     assert found.checked == 8 and found.packs == 2
     assert set(found.problems) == {f"pack {damaged}", f"pack {garbage}"}, found.problems
-    assert "CRC-32 mismatch" in found.problems[f"pack {damaged}"]
+    assert "CRC-32C mismatch" in found.problems[f"pack {damaged}"]
     assert "not a pack" in found.problems[f"pack {garbage}"]
     reader = FeatureStore.open(tmp_path / "cache", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=1 << 30)
     gets = _counting(reader)
