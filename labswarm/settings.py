@@ -130,9 +130,12 @@ class Settings(BaseSettings):
         job_launcher: how learners run (``LABSWARM_JOB_LAUNCHER``): ``local`` processes (the default) or one docker
             swarm ``service`` per learner, configured by the ``swarm_*`` settings
             (:mod:`labswarm.deploy.swarm_learners`).
-        learner_cgroups: a local learner's ``resources`` enforced by a cgroup of its own where the manager may
-            create one (``LABSWARM_LEARNER_CGROUPS``, :mod:`labswarm.deploy.cgroups`); ``false``: always by CPU
-            affinity and ``RLIMIT_AS`` (:mod:`labswarm.deploy.resource_limits`).
+        learner_cgroups: how a local learner's ``resources`` are enforced (``LABSWARM_LEARNER_CGROUPS``,
+            :mod:`labswarm.deploy.cgroups`): unset (``None``, the default): by a cgroup of its own where the
+            manager may create one and the learner join it, else by CPU affinity and ``RLIMIT_AS``
+            (:mod:`labswarm.deploy.resource_limits`); ``true``: by a cgroup or not at all: a learner that cannot
+            get or join one fails to start (``S105``) with the reason; ``false``: always by affinity and
+            ``RLIMIT_AS``.
     """
 
     model_config = SettingsConfigDict(env_prefix="LABSWARM_", extra="ignore")
@@ -183,7 +186,7 @@ class Settings(BaseSettings):
     job_start_timeout: float = Field(300.0, gt=0)
     job_halt_grace: float = Field(30.0, gt=0)
     job_launcher: Literal["local", "swarm"] = "local"
-    learner_cgroups: bool = True
+    learner_cgroups: bool | None = None
 
     @field_validator("data_roots", mode="before")
     @classmethod

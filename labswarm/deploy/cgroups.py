@@ -18,7 +18,9 @@ program) together, not one process's address space as the ``RLIMIT_AS`` fallback
 SIGKILL; :meth:`LearnerCgroup.oom_kills` reads how often (v2 ``memory.events`` ``oom_kill``, v1
 ``memory.oom_control`` ``oom_kill``, or ``memory.failcnt`` on kernels before 4.13), and the launcher reports such
 a learner as over its memory limit (``C107``). The cgroup is removed when the learner ends
-(:meth:`LearnerCgroup.remove`, which kills what is still in it).
+(:meth:`LearnerCgroup.remove`, which kills what is still in it); a new manager removes the empty ones a previous
+one left (:func:`sweep`). A shell that cannot join its cgroup runs the learner under the fallback, or with cgroups
+required exits with :data:`EXIT_JOIN` (:meth:`LearnerCgroup.wrap`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import os
 import shlex
 import signal
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,11 +44,18 @@ CGROUP_ENV = "LABSWARM_MEMORY_CGROUP"
 EXIT_MEMORY = 71
 #: CPU quota period, microseconds (both versions' default).
 PERIOD_US = 100_000
+#: The exit status of a learner's shell that could not move itself into the cgroup(s) it was given
+#: (:meth:`LearnerCgroup.wrap` with cgroups required); its output then holds :data:`JOIN_FAILED`.
+EXIT_JOIN = 125
+#: The line a learner's shell prints when it cannot join its cgroup(s).
+JOIN_FAILED = "labswarm: the learner could not join its cgroup"
+#: The prefix of every learner cgroup's name (:func:`cgroup_name`).
+PREFIX = "labswarm-"
 
 
 def cgroup_name(job_id: str, attempt: int, rank: int) -> str:
     """The child cgroup's folder name of a learner: one per job, attempt and rank (a restarted manager finds it)."""
-    return f"labswarm-{job_id}-{attempt}-{rank}"
+    return f"{PREFIX}{job_id}-{attempt}-{rank}"
 
 
 def own_folders(root: Path = CGROUP_ROOT, proc: Path = Path("/proc/self/cgroup")) -> dict[str, Path]:
@@ -108,11 +118,23 @@ class LearnerCgroup:
             limits.append(f"{self.cpus:g} CPUs ({'cpu.max' if v2 else 'cpu.cfs_quota_us'})")
         return f"cgroup v{self.version} {', '.join(limits)} at {', '.join(str(f) for f in self.folders)}"
 
-    def wrap(self, argv: list[str]) -> list[str]:
+    def wrap(self, argv: list[str], fallback: Mapping[str, str] | None = None) -> list[str]:
         """``argv`` started by ``/bin/sh``, which first moves itself into the cgroup(s) (``cgroup.procs``), then
-        ``exec``\\ s ``argv``: the learner's first instruction already runs under its limits."""
+        ``exec``\\ s ``argv``: the learner's first instruction already runs under its limits.
+
+        Where a join fails (the shell's own error names the file and the reason), with ``fallback`` ``None``
+        (cgroups required) the shell prints :data:`JOIN_FAILED` and exits with :data:`EXIT_JOIN`, ``argv`` never
+        run; else it says so, drops :data:`CGROUP_ENV`, exports ``fallback`` (the affinity and ``RLIMIT_AS``
+        fallback's variables) and runs ``argv``."""
         joins = " && ".join(f"echo $$ > {shlex.quote(str(folder / 'cgroup.procs'))}" for folder in self.folders)
-        return ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh", *argv]
+        where = shlex.quote(f"{JOIN_FAILED} ({', '.join(str(folder) for folder in self.folders)})")
+        if fallback is None:
+            otherwise = f"echo {where} >&2; exit {EXIT_JOIN}"
+        else:
+            exports = " ".join(f"{key}={shlex.quote(value)}" for key, value in fallback.items())
+            otherwise = (f"echo {where}: {shlex.quote('the fallback instead')} >&2; unset {CGROUP_ENV}"
+                         + (f"; export {exports}" if exports else ""))
+        return ["/bin/sh", "-c", f'{{ {joins}; }} || {{ {otherwise}; }}; exec "$@"', "sh", *argv]
 
     def oom_kills(self) -> int:
         """How many times the kernel's OOM killer ended a process of the cgroup (v2 ``memory.events``, v1
@@ -267,3 +289,33 @@ def _with_limit(cgroup: LearnerCgroup) -> LearnerCgroup:
             limit = int((cgroup.memory / name).read_text())
             cgroup.memory_mb = limit // 2**20 if limit < 2**62 else None
     return cgroup
+
+
+def sweep(keep: set[str], owns: Callable[[str], bool], *, root: Path = CGROUP_ROOT,
+          proc: Path = Path("/proc/self/cgroup")) -> list[Path]:
+    """Remove the learner cgroups a previous manager left under this process's own (a removal that timed out, a
+    manager that crashed before it recorded its learner): the folders named :data:`PREFIX` ``<job>-<attempt>-
+    <rank>`` whose job ``owns`` says is this manager's, whose name is not in ``keep`` (the learners not ended:
+    a restarted manager reads their OOM count), and that hold no process. Anything else is left alone: another
+    manager's jobs, a cgroup with a process in it, a folder of another name. Returns the folders removed.
+    Call it under the lock that serializes the learners' starts: a cgroup just made is empty until its learner
+    joins it."""
+    removed: list[Path] = []
+    for folder in {f for key, f in own_folders(root, proc).items() if key in ("v2", "memory", "cpu")}:
+        with contextlib.suppress(OSError):
+            for child in folder.iterdir():
+                parts = child.name.removeprefix(PREFIX).rsplit("-", 2)
+                if (not child.name.startswith(PREFIX) or len(parts) != 3 or child.name in keep
+                        or not child.is_dir() or not owns(parts[0])):
+                    continue
+                try:
+                    if (child / "cgroup.procs").read_text().split():
+                        continue  # a process in it: not this call's to end
+                except FileNotFoundError:
+                    pass
+                except OSError:
+                    continue
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+                    removed.append(child)
+    return removed

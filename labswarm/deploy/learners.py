@@ -202,7 +202,8 @@ class LearnerLauncher(ABC):
         """Hook of a manager's first pass: remove what a previous manager started and never recorded.
 
         Args:
-            live: the handles (service ids) of the learners the database says have not ended.
+            live: the handles of the learners the database says have not ended: a swarm learner's service id,
+                a local learner's cgroup name (:func:`~labswarm.deploy.cgroups.cgroup_name`).
             owns: whether a job id is one of this manager's jobs (what is not is never touched).
         """
 

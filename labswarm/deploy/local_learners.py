@@ -17,6 +17,15 @@ starts (``resources enforced by ...``) and named in the reason of a learner the 
 A halt signals the learner's pid only (SIGTERM: it checkpoints and exits; its process group holds the
 data-loading processes, which must not be stopped under it); a kill (watchdog, grace over, delete) sends SIGKILL
 to the whole group.
+
+With ``learner_cgroups`` unset a learner that cannot get a cgroup, or whose shell cannot join it, falls back to
+affinity and ``RLIMIT_AS`` (and says so in its log); with ``learner_cgroups: true`` it fails to start instead
+(``S105``, the reason in the job's log). The cgroups are made, removed and swept (at a manager's first pass: the
+empty ones of its jobs' learners that are not running, :func:`~labswarm.deploy.cgroups.sweep`) only in
+:meth:`LocalLearners.start`, :meth:`~LocalLearners.poll` and :meth:`~LocalLearners.sweep`, which the lifecycle
+calls under its runtime lock: a sweep never removes the cgroup of a learner being started, which is empty until
+it joins. A removal never waits under that lock: a cgroup whose processes are not gone yet is retried at the
+next calls.
 """
 
 from __future__ import annotations
@@ -29,12 +38,25 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
-from labswarm.deploy.cgroups import CGROUP_ENV, EXIT_MEMORY, LearnerCgroup, cgroup_name, create, existing
+from labswarm.deploy.cgroups import (
+    CGROUP_ENV,
+    CGROUP_ROOT,
+    EXIT_JOIN,
+    EXIT_MEMORY,
+    JOIN_FAILED,
+    LearnerCgroup,
+    cgroup_name,
+    create,
+    existing,
+    own_folders,
+    sweep,
+)
 from labswarm.deploy.learners import (
     EXIT_FILE,
     PROGRAM_FILE,
@@ -46,8 +68,14 @@ from labswarm.deploy.learners import (
     learner_environment,
 )
 from labswarm.deploy.resource_limits import LIMITS_ENV, memory_limit_env, pick_cores
+from labswarm.errors import DeployError
 
 log = logging.getLogger(__name__)
+
+#: How the fallback is named in a learner's log and in the job's.
+FALLBACK = "CPU affinity and RLIMIT_AS (labswarm.deploy.resource_limits)"
+#: Seconds a learner's cgroup may stay unremovable (a process in it not gone) before a warning is logged.
+REMOVE_WARN_S = 60.0
 
 
 class LocalLearners(LearnerLauncher):
@@ -57,14 +85,18 @@ class LocalLearners(LearnerLauncher):
         place: where each learner runs: called with the launch, the learner's command line (argv) and environment,
             it returns the command line to start instead (``labswarm compare --hosts``:
             :mod:`labswarm.compare.hosts`, the learner on another host; no cgroup then); ``None``: here.
-        cgroups: give each learner a cgroup where possible (the ``learner_cgroups`` setting); ``False``: always the
-            affinity and ``RLIMIT_AS`` fallback.
+        cgroups: the ``learner_cgroups`` setting: ``None`` a cgroup where possible, else the affinity and
+            ``RLIMIT_AS`` fallback; ``True`` a cgroup or a failed start; ``False`` always the fallback.
+        root, proc: where the cgroup file systems are mounted and this process's ``/proc/self/cgroup``.
     """
 
-    def __init__(self, cgroups: bool = True) -> None:
+    def __init__(self, cgroups: bool | None = None, *, root: Path = CGROUP_ROOT,
+                 proc: Path = Path("/proc/self/cgroup")) -> None:
         self.place: Callable[[LearnerLaunch, list[str], dict[str, str]], list[str]] | None = None
         self.cgroups = cgroups
+        self.root, self.proc = root, proc
         self._groups: dict[int, LearnerCgroup] = {}  # each child learner's cgroup
+        self._unremoved: list[tuple[LearnerCgroup, float | None]] = []  # cgroups whose processes were not gone yet
         self._children: dict[int, subprocess.Popen] = {}
         self._cores: dict[int, list[int]] = {}  # the cores each child learner is pinned to
 
@@ -80,7 +112,9 @@ class LocalLearners(LearnerLauncher):
 
         Raises:
             OSError: the spec could not be written or the process could not be started.
+            DeployError: ``cgroups`` is ``True`` and no cgroup could be made for the learner.
         """
+        self._remove_unremoved()
         launch.spec_path.parent.mkdir(parents=True, exist_ok=True)
         launch.spec_path.write_text(json.dumps(launch.spec))
         env = learner_environment(os.environ, launch.token)  # none of the manager's secrets; the attempt's token
@@ -88,9 +122,10 @@ class LocalLearners(LearnerLauncher):
             env["CUDA_VISIBLE_DEVICES"] = launch.gpus
         env.update(launch.env)  # a distributed learner's place in the job and the per-job shard secret
         cgroup = self._cgroup(launch)
+        fallback = {**memory_limit_env(launch.resources, env), LIMITS_ENV: FALLBACK}
         if cgroup is None:
-            env.update(memory_limit_env(launch.resources, env))  # the learner limits itself once imported
-            how = "CPU affinity and RLIMIT_AS (labswarm.deploy.resource_limits)"
+            env.update(fallback)  # the learner limits itself once imported
+            how = FALLBACK
         else:
             if cgroup.memory is not None:
                 env[CGROUP_ENV] = str(cgroup.memory)
@@ -101,14 +136,15 @@ class LocalLearners(LearnerLauncher):
             argv = [sys.executable, "-m", "labswarm.jobs.learner.entry", str(launch.spec_path)]
             if self.place is not None:
                 argv = self.place(launch, argv, env)
-            if cgroup is not None:
-                argv = cgroup.wrap(argv)
+            if cgroup is not None:  # its shell joins it; where it cannot: the fallback, or (required) no learner
+                argv = cgroup.wrap(argv, None if self.cgroups else {
+                    **fallback, LIMITS_ENV: f"{FALLBACK}: the learner could not join its cgroup"})
             try:
                 process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
             except OSError:
                 if cgroup is not None:
-                    cgroup.remove()
+                    self._remove(cgroup)
                 raise
         self._children[process.pid] = process
         if cgroup is not None:
@@ -125,12 +161,26 @@ class LocalLearners(LearnerLauncher):
 
     def _cgroup(self, launch: LearnerLaunch) -> LearnerCgroup | None:
         """The learner's cgroup with its limits written (:func:`~labswarm.deploy.cgroups.create`), or ``None``:
-        cgroups off, the learner placed on another host, no limits asked, or no writable cgroup here."""
-        if not self.cgroups or self.place is not None:
+        cgroups off, the learner placed on another host, no limits asked, or no writable cgroup here.
+
+        Raises:
+            DeployError: cgroups are required (``cgroups`` ``True``) and none could be made.
+        """
+        if self.cgroups is False or self.place is not None:
             return None
         memory, cpus = launch.resources.get("memory_mb"), launch.resources.get("cpus")
-        return create(cgroup_name(launch.job_id, launch.attempt, launch.rank),
-                      int(memory) if memory else None, float(cpus) if cpus else None)
+        if not memory and not cpus:
+            return None
+        made = create(cgroup_name(launch.job_id, launch.attempt, launch.rank), int(memory) if memory else None,
+                      float(cpus) if cpus else None, root=self.root, proc=self.proc)
+        if made is None and self.cgroups:
+            folders = own_folders(self.root, self.proc)
+            raise DeployError(
+                f"LABSWARM_LEARNER_CGROUPS=true, but no cgroup with the learner's limits (resources.memory_mb "
+                f"{memory}, resources.cpus {cpus}) could be made under this manager's cgroups "
+                f"({', '.join(f'{k}: {v}' for k, v in sorted(folders.items())) or 'none found'}): no writable "
+                f"memory controller there; unset it to fall back to {FALLBACK}")
+        return made
 
     def _pin(self, pid: int, cpus: float) -> None:
         """Pin the new learner ``pid`` to its cores (:func:`~labswarm.deploy.resource_limits.pick_cores`: the
@@ -154,6 +204,7 @@ class LocalLearners(LearnerLauncher):
 
     def poll(self, learner: LearnerRecord) -> LearnerStatus:
         """Alive, or its exit code (``None``: unknown, e.g. killed while this manager was not its parent)."""
+        self._remove_unremoved()
         pid, created = learner.pid, learner.pid_created
         if pid is None:
             return LearnerStatus(False)
@@ -164,15 +215,63 @@ class LocalLearners(LearnerLauncher):
                 return LearnerStatus(True)
             del self._children[pid]
             self._cores.pop(pid, None)
-            return _ended(LearnerStatus(False, code), self._groups.pop(pid, None))
+            return self._ended(learner, LearnerStatus(False, code), self._groups.pop(pid, None))
         if self._alive(pid, created):
             return LearnerStatus(True)
-        cgroup = existing(cgroup_name(learner.job_id, learner.attempt, learner.rank)) if self.cgroups else None
+        cgroup = (None if self.cgroups is False else
+                  existing(cgroup_name(learner.job_id, learner.attempt, learner.rank), root=self.root, proc=self.proc))
         try:
             status = LearnerStatus(False, int(json.loads((Path(learner.workdir) / EXIT_FILE).read_text())["code"]))
         except (OSError, ValueError, KeyError, TypeError):
             status = LearnerStatus(False)
-        return _ended(status, cgroup)
+        return self._ended(learner, status, cgroup)
+
+    def sweep(self, live: set[str], owns: Callable[[str], bool]) -> None:
+        """A manager's first pass: remove the empty cgroups of its jobs' learners that ``live`` does not name
+        (:func:`~labswarm.deploy.cgroups.sweep`; ``live``: the handles of the learners not ended, a local
+        learner's being its cgroup's name, :func:`~labswarm.deploy.cgroups.cgroup_name`)."""
+        self._remove_unremoved()
+        for folder in sweep(live, owns, root=self.root, proc=self.proc):
+            log.info("removed the empty cgroup %s a previous manager's learner left", folder)
+
+    def _ended(self, learner: LearnerRecord, status: LearnerStatus, cgroup: LearnerCgroup | None) -> LearnerStatus:
+        """The status of a learner that ended, its cgroup (if any) removed: killed (SIGKILL, or of unknown status)
+        while its cgroup's OOM killer had struck, it ended over its memory limit (:data:`EXIT_MEMORY`: ``C107``);
+        its shell could not join the cgroup (:data:`EXIT_JOIN` and :data:`JOIN_FAILED` in its output), it never
+        started (``S105``)."""
+        if cgroup is None:
+            return status
+        killed = status.exit_code in (None, -signal.SIGKILL, 128 + signal.SIGKILL)
+        if killed and cgroup.oom_kills() > 0:
+            status = LearnerStatus(False, EXIT_MEMORY, reason=(
+                f"the learner went over its memory limit (resources.memory_mb: {cgroup.memory_mb} MiB) and the "
+                f"kernel's OOM killer ended it ({cgroup.describe()}): raise resources.memory_mb or use less memory"))
+        elif status.exit_code in (None, EXIT_JOIN) and any(JOIN_FAILED in line
+                                                           for line in self.output_tail(learner, 20)):
+            status = LearnerStatus(False, status.exit_code, deploy_failed=True, reason=(
+                f"it could not join its cgroup ({cgroup.describe()}), which LABSWARM_LEARNER_CGROUPS=true "
+                f"requires; its shell's error is in the learner's raw output"))
+        self._remove(cgroup)
+        return status
+
+    def _remove(self, cgroup: LearnerCgroup) -> None:
+        """Remove ``cgroup`` without waiting (its processes killed); where one is not gone yet, later calls
+        retry (:meth:`_remove_unremoved`)."""
+        if not cgroup.remove(timeout=0):
+            self._unremoved.append((cgroup, time.monotonic()))
+
+    def _remove_unremoved(self) -> None:
+        """Try again to remove the cgroups whose processes were not gone; warn once of one left a minute."""
+        still = []
+        for cgroup, since in self._unremoved:
+            if cgroup.remove(timeout=0):
+                continue
+            if since is not None and time.monotonic() - since > REMOVE_WARN_S:
+                log.warning("a learner's cgroup could not be removed for %.0f s (a process still in it): %s",
+                            REMOVE_WARN_S, ", ".join(str(f) for f in cgroup.folders))
+                since = None
+            still.append((cgroup, since))
+        self._unremoved = still
 
     def terminate(self, learner: LearnerRecord) -> None:
         """SIGTERM to the learner only (a cooperative halt)."""
@@ -217,22 +316,6 @@ class LocalLearners(LearnerLauncher):
             return process.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
-
-
-def _ended(status: LearnerStatus, cgroup: LearnerCgroup | None) -> LearnerStatus:
-    """The status of a learner that ended, its cgroup (if any) removed: killed (SIGKILL, or of unknown status)
-    while its cgroup's OOM killer had struck, it ended over its memory limit (:data:`EXIT_MEMORY`: ``C107``)."""
-    if cgroup is None:
-        return status
-    killed = status.exit_code in (None, -signal.SIGKILL, 128 + signal.SIGKILL)
-    if killed and cgroup.oom_kills() > 0:
-        status = LearnerStatus(False, EXIT_MEMORY, reason=(
-            f"the learner went over its memory limit (resources.memory_mb: {cgroup.memory_mb} MiB) and the kernel's "
-            f"OOM killer ended it ({cgroup.describe()}): raise resources.memory_mb or use less memory"))
-    if not cgroup.remove():
-        log.warning("a learner's cgroup could not be removed within 5 s (a process still in it): %s",
-                    ", ".join(str(f) for f in cgroup.folders))
-    return status
 
 
 def _program(path: Path) -> int | None:

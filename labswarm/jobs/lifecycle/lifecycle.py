@@ -32,6 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from labswarm.config.manifest import RestartPolicy
+from labswarm.deploy.cgroups import cgroup_name
 from labswarm.deploy.learners import learner_launcher
 from labswarm.errors import StorageError
 from labswarm.jobs.lifecycle.cluster import JobCluster
@@ -123,8 +124,10 @@ class JobLifecycle:
         """One pass: watch, advance, schedule. Returns whether any job is queued or holds slots."""
         with self.runtime.lock, self.runtime.db() as db:
             if not self._swept:  # a previous manager's learners: adopt those recorded, remove the others
-                live = {sid for sid in db.scalars(select(LearnerRow.service_id).where(LearnerRow.ended_at.is_(None)))
-                        if sid}
+                # the handles of those not ended: a swarm learner's service, a local learner's cgroup name
+                live = {sid or cgroup_name(job_id, attempt, rank) for sid, job_id, attempt, rank in db.execute(
+                    select(LearnerRow.service_id, LearnerRow.job_id, LearnerRow.attempt, LearnerRow.rank)
+                    .where(LearnerRow.ended_at.is_(None)))}
                 self.learners.sweep(live, lambda job_id: db.get(JobRow, job_id) is not None)
                 self._swept = True
             self._watch(db)
