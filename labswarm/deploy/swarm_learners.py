@@ -75,7 +75,7 @@ from labswarm.deploy.swarm_jobs import (
     task_status,
 )
 from labswarm.deploy.swarm_secrets import LABEL_MANAGED, SecretSpec
-from labswarm.deploy.swarm_shards import SwarmShards, shard_checkpoint_dir
+from labswarm.deploy.swarm_shards import SwarmShards, manager_view, shard_checkpoint_dir
 from labswarm.deploy.swarm_spec import docker_sdk, translate_errors
 from labswarm.errors import DeployError
 
@@ -162,15 +162,6 @@ def chunk_record_path(settings: Settings, job_id: str, attempt: int, rank: int) 
     return shard_checkpoint_dir(settings, job_id).parent / "chunks" / f"attempt-{attempt}" / f"rank-{rank}.jsonl"
 
 
-def manager_view(settings: Settings, path: Path) -> Path:
-    """``path`` of the shared data volume (as the containers see it) as the manager sees it: under the host folder
-    when ``swarm_data_volume`` is one (a bind mount), else the same path (the manager mounts the volume where the
-    containers do, as ``docker/compose.yml`` does)."""
-    if settings.swarm_data_volume.startswith("/"):
-        return Path(settings.swarm_data_volume) / path.relative_to(settings.swarm_data_target)
-    return path
-
-
 class SwarmLearners(JobServices, LearnerLauncher):
     """Learners as docker swarm services (see the module docstring). Keeps no state: everything is found from
     the learner's row (its service id) and the labels.
@@ -223,8 +214,10 @@ class SwarmLearners(JobServices, LearnerLauncher):
                                                              learner.rank))
 
     def collect(self, job_id: str) -> None:
-        """Remove the job's chunk records from the shared volume (each learner, or the manager, stored them)."""
-        folder = manager_view(self.settings, chunk_record_path(self.settings, job_id, 1, 0).parent.parent)
+        """The job ended (its shards stopped first) or is deleted: remove its folder of the shared volume as the
+        manager sees it (:func:`~labswarm.deploy.swarm_shards.manager_view`), its chunk records (each learner, or
+        the manager, stored them) and its shards' checkpoints with it; a halted job keeps it for its resume."""
+        folder = manager_view(self.settings, shard_checkpoint_dir(self.settings, job_id).parent)
         shutil.rmtree(folder, ignore_errors=True)
 
     def shard_runner(self, job_id: str) -> SwarmShards:

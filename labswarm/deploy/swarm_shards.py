@@ -23,8 +23,9 @@ the learners' image, network, data mount and placement constraints, labelled ``l
 
 The shard checkpoints into :func:`shard_checkpoint_dir`, a folder of the shared data volume
 (``<swarm_data_target>/.labswarm-jobs/<job>/ps``) that every node mounts, so a shard restarted on another node
-resumes from its checkpoint. A delete of the job removes that folder when the manager mounts the volume at the
-same path (``docker/compose.yml`` does).
+resumes from its checkpoint. A delete of the job removes that folder where the manager sees it
+(:func:`manager_view`): the host folder of a bind mount, else the volume mounted at the same path
+(``docker/compose.yml`` does).
 
 The environment :func:`~labswarm.train.distributed.launch.plan_attempt` gives a shard (e.g. a per-job parameter-server
 secret) reaches it as a docker **secret** ``<service>-env`` (``NAME='value'`` lines loaded by its command before
@@ -82,6 +83,19 @@ def manager_host(settings: Settings) -> str:
 def shard_checkpoint_dir(settings: Settings, job_id: str) -> Path:
     """Where a job's shards checkpoint, in their containers: ``<swarm_data_target>/.labswarm-jobs/<job>/ps``."""
     return Path(settings.swarm_data_target) / ".labswarm-jobs" / job_id / "ps"
+
+
+def manager_view(settings: Settings, path: Path) -> Path:
+    """``path`` of the shared data volume (as the containers see it) as the manager sees it: under the host folder
+    when ``swarm_data_volume`` is one (a bind mount), else the same path (the manager mounts the volume where the
+    containers do, as ``docker/compose.yml`` does).
+
+    Raises:
+        ValueError: ``path`` is not under ``swarm_data_target``.
+    """
+    if settings.swarm_data_volume.startswith("/"):
+        return Path(settings.swarm_data_volume) / path.relative_to(settings.swarm_data_target)
+    return path
 
 
 def shard_arguments(argv: list[str], host: str | None = "0.0.0.0") -> list[str]:
@@ -277,8 +291,9 @@ class SwarmShards:
             self.remove(index)
 
     def discard(self) -> None:
-        """Remove the shards' checkpoints (a delete), when the manager sees the data volume at its target."""
-        shutil.rmtree(self.checkpoint_dir.parent, ignore_errors=True)
+        """Remove the job's folder of the shared volume, the shards' checkpoints in it (a delete), where the
+        manager sees it (:func:`manager_view`: under the host folder of a bind mount)."""
+        shutil.rmtree(manager_view(self.settings, self.checkpoint_dir.parent), ignore_errors=True)
 
     def handles(self) -> dict[str, Any]:
         """What the attempt's ``started`` event records of the shards: their service ids."""

@@ -14,7 +14,7 @@ import pytest
 from deploy_tools import FAKE_NODE_ID, FakeClient, FakeEngine
 
 from labswarm.deploy.swarm_jobs import JobServices, ps_service_name
-from labswarm.deploy.swarm_shards import HOST_NETWORK, PS_PORT, SwarmShards, shard_service_spec
+from labswarm.deploy.swarm_shards import HOST_NETWORK, PS_PORT, SwarmShards, manager_view, shard_service_spec
 from labswarm.errors import DeployError
 from labswarm.settings import Settings
 from labswarm.train.distributed.launch import plan_attempt
@@ -108,3 +108,21 @@ def test_host_network_shard_on_a_node_name_and_an_engine_outside_a_swarm(tmp_pat
     with pytest.raises(DeployError, match="swarm node"):
         runner.start(0, plan.argv, plan.env, wait=False)
     assert engine.services == {} and engine.secrets.items == {}
+
+
+def test_discard_removes_the_jobs_folder_where_the_manager_sees_the_volume(tmp_path: Path) -> None:
+    """A bind mount: the shards checkpoint under the target in their containers, the manager removes the host
+    folder's copy (only this job's); a named volume is mounted by the manager at the target itself."""
+    host = tmp_path / "shared"
+    settings = Settings(home=tmp_path / "home", swarm_manager_url="http://127.0.0.1:8000",
+                        swarm_data_volume=str(host), swarm_data_target="/data")
+    runner = SwarmShards(JobServices(settings, client=FakeClient(FakeEngine())), JOB)
+    assert runner.checkpoint_dir == Path("/data/.labswarm-jobs") / JOB / "ps"  # the containers' path
+    ours, other = host / ".labswarm-jobs" / JOB / "ps", host / ".labswarm-jobs" / "another0job" / "ps"
+    for folder in (ours, other):
+        folder.mkdir(parents=True)
+        (folder / "shard-0.pt").write_bytes(b"checkpoint")
+    runner.discard()
+    assert not ours.parent.exists() and (other / "shard-0.pt").is_file()
+    named = settings.model_copy(update={"swarm_data_volume": "labswarm-data"})
+    assert manager_view(named, runner.checkpoint_dir) == runner.checkpoint_dir
