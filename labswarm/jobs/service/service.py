@@ -218,7 +218,9 @@ class JobService(JobQueries):
 
     def delete(self, job_id: str, owner: str | None = None) -> None:
         """Stop the job's learners (killed: their results are deleted anyway), then delete what the job owns:
-        its folder of the results store, its local working folders, its rows. The user's data is left alone.
+        its folder of the results store, its local working folders, what its learners left outside them (a swarm
+        learner's chunk records on the shared volume, which a halted job keeps for its resume), its rows. The
+        user's data is left alone.
 
         Raises:
             NotFound: no such job, or (``owner`` given) another user's.
@@ -236,6 +238,7 @@ class JobService(JobQueries):
             self.lifecycle.kill_and_wait(live, job_id=job_id)
             self.storage(job).delete()
             shutil.rmtree(self.home / job_id, ignore_errors=True)
+            self.lifecycle.learners.collect(job_id)  # what its learners left elsewhere (a swarm's chunk records)
             with self.db() as db:
                 for model in (JobEventRow, LearnerRow, AttemptRow):
                     db.query(model).filter(model.job_id == job_id).delete()
