@@ -57,7 +57,8 @@ def analyse(http: httpx.Client, users: list[str]) -> dict:
                 if start <= t < stop:
                     used[owner] += STEP * learners
         t += STEP
-    return {"jobs": len(shown), "states": states, "waits": waits, "window": window, "used": used}
+    slots = [stop - start for _, start, stop, _ in runs if stop == stop and start == start]  # ended attempts
+    return {"jobs": len(shown), "states": states, "waits": waits, "window": window, "used": used, "slot_s": slots}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -85,6 +86,11 @@ def report(args, wall: float, record, flooded: dict[int, int], result: dict, rss
     used = result["used"]
     print(f"  contended window {result['window']:.0f} s: slot-seconds per user min {min(used.values()):.1f}, "
           f"max {max(used.values()):.1f} (greedy {used['greedy']:.1f}); Jain's index {jain(list(used.values())):.3f}")
+    slots = result["slot_s"]
+    if slots:  # what a job costs the slots under this load: the full run's time is about jobs x mean / slots
+        print(f"  slot time per attempt (learner started -> ended): p50 {pct(slots, 50):.1f} s, p90 "
+              f"{pct(slots, 90):.1f} s, max {max(slots):.1f} s, mean {statistics.mean(slots):.1f} s: 200 jobs on "
+              f"{args.slots} slots ~{200 * statistics.mean(slots) / args.slots / 60:.1f} min at this load")
     print(f"  manager RSS: start {rss[0] / 2**20:.0f} MiB, end {rss[-1] / 2**20:.0f} MiB, "
           f"peak {max(rss) / 2**20:.0f} MiB")
     if result["sessions"]:
@@ -107,6 +113,9 @@ def figures(wall: float, record, flooded: dict[int, int], result: dict, rss: lis
         "wall_s": wall, "codes": record.codes, "errors": errors, "jobs": result["jobs"],
         "states": result["states"], "jain": jain(list(result["used"].values())), "window_s": result["window"],
         "flood": flooded, "rss": [rss[0], rss[-1], max(rss)], "sessions": result["sessions"],
+        "slot_s": {"p50": pct(result["slot_s"], 50), "p90": pct(result["slot_s"], 90),
+                   "mean": statistics.mean(result["slot_s"]) if result["slot_s"] else float("nan"),
+                   "n": len(result["slot_s"])},
         "rss_mib_every_30s": [round(r / 2**20, 1) for r in rss[::30]],
         "latency_ms": {kind: {"p50": 1000 * pct(v, 50), "p99": 1000 * pct(v, 99), "n": len(v)}
                        for kind, v in record.seconds.items()}}

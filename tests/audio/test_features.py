@@ -57,6 +57,7 @@ def test_shape_dtype_determinism(spec: dict[str, Any], n_bins: int) -> None:
     out = ex(y, SR)
     hop = spec.get("hop_length", 512)
     assert out.shape == (n_bins, 1 + y.size // hop)
+    assert ex.bins(SR) in (None, n_bins)  # the rows the parameters declare, where they do, are the computed ones
     assert out.dtype == np.float32
     assert out.flags.c_contiguous
     assert np.all(np.isfinite(out))
@@ -165,6 +166,26 @@ def test_limits_above_nyquist_fail_at_compute_time(spec: dict[str, Any], match: 
     ex = FeatureExtractor.from_spec(spec)
     with pytest.raises(FeatureError, match=match):
         ex(tone(440.0, sr=8000), 8000)
+    if spec["name"] in ("mel", "mfcc"):  # their declared rows check the band as computing does
+        with pytest.raises(FeatureError, match=match):
+            ex.bins(8000)
+
+
+def test_declared_rows_need_no_audio_library_and_a_learner_starts_without_scipy_signal() -> None:
+    """feature_bins of a mel or mfcc experiment, and the learner's own imports, load no scipy.signal or scipy.fft
+    (~1.5 s of CPU of every learner's start before they were imported lazily), in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "import labswarm.jobs.learner.entry\n"
+            "from labswarm.audio.features import FeatureExtractor\n"
+            "assert FeatureExtractor.from_spec({'name': 'mel', 'n_mels': 32}).bins(16000) == 32\n"
+            "assert FeatureExtractor.from_spec({'name': 'mfcc', 'n_mfcc': 13}).bins(16000) == 13\n"
+            "print(sorted(m for m in ('scipy.signal', 'scipy.fft', 'scipy.stats') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout
 
 
 def test_fmax_at_nyquist_is_allowed() -> None:

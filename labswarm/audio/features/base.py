@@ -100,6 +100,16 @@ class FeatureExtractor(ABC):
             raise FeatureError(f"{self.name}: expected a 2-D output, got shape {out.shape}")
         return out
 
+    def bins(self, sr: int) -> int | None:
+        """The rows of :meth:`__call__`'s output for audio at ``sr`` Hz where the parameters alone fix them
+        (``n_mels``, ``n_mfcc``), with the checks that depend on ``sr`` done as :meth:`compute` does them;
+        ``None`` (the default): only computing tells.
+
+        Raises:
+            FeatureError: the parameters do not fit ``sr`` (as :meth:`__call__` would raise).
+        """
+        return None
+
     @abstractmethod
     def compute(self, y: np.ndarray, sr: int, spectra: Spectra) -> np.ndarray:
         """Compute features of ``y`` (float32 ``(n_samples,)`` at ``sr`` Hz) as a 2-D array; take STFTs and mel

@@ -84,6 +84,11 @@ class Mel(FeatureExtractor):
     config_model = MelConfig
     config: MelConfig
 
+    def bins(self, sr: int) -> int:
+        """``n_mels`` (the band checked against ``sr``'s Nyquist frequency first)."""
+        check_band(self.name, self.config.fmin, self.config.fmax, sr)
+        return self.config.n_mels
+
     def compute(self, y: np.ndarray, sr: int, spectra: Spectra) -> np.ndarray:
         """Mel spectrogram of ``y`` (float32 ``(n,)`` at ``sr`` Hz): float32 ``(n_mels, 1 + n // hop)``."""
         c = self.config

@@ -63,6 +63,11 @@ class Mfcc(FeatureExtractor):
     config_model = MfccConfig
     config: MfccConfig
 
+    def bins(self, sr: int) -> int:
+        """``n_mfcc`` (the band checked against ``sr``'s Nyquist frequency first)."""
+        check_band(self.name, self.config.fmin, self.config.fmax, sr)
+        return self.config.n_mfcc
+
     def compute(self, y: np.ndarray, sr: int, spectra: Spectra) -> np.ndarray:
         """MFCCs of ``y`` (float32 ``(n,)`` at ``sr`` Hz): float32 ``(n_mfcc, 1 + n // hop)``."""
         c = self.config

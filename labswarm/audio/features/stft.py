@@ -5,7 +5,6 @@ from __future__ import annotations
 import librosa
 import numpy as np
 from pydantic import ValidationInfo, field_validator
-from scipy import signal
 
 from labswarm.audio.features._params import HopLength, NFft, WinLength, check_win_length
 from labswarm.audio.features.base import FeatureConfig, FeatureExtractor, register_extractor
@@ -35,6 +34,8 @@ class StftConfig(FeatureConfig):
     @field_validator("window")
     @classmethod
     def _window(cls, value: str) -> str:
+        from scipy import signal  # here, not at import: scipy.signal takes ~1 s to import, a learner reading
+                                  # its features from the store never needs it
         try:
             signal.get_window(value, 16)
         except ValueError as exc:

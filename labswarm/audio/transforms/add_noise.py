@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-import scipy.fft
 import soundfile as sf
 import soxr
 from pydantic import Field
@@ -141,6 +140,8 @@ def colored_noise(n: int, beta: float, rng: np.random.Generator) -> np.ndarray:
     """
     if beta == 0.0:
         return rng.standard_normal(n, dtype=np.float32)
+    import scipy.fft  # here, not at import (~0.4 s): a process that never colours noise never loads it
+
     size = scipy.fft.next_fast_len(max(n, 2), real=True)  # 2 at least: one bin besides the zeroed DC
     spectrum = scipy.fft.rfft(rng.standard_normal(size, dtype=np.float32))
     freqs = np.arange(spectrum.size, dtype=np.float32)

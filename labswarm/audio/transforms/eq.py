@@ -6,7 +6,6 @@ import math
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
-from scipy import signal
 
 from labswarm.audio.transforms.base import Transformation, TransformationConfig, register_transformation
 from labswarm.errors import TransformError
@@ -90,6 +89,8 @@ class Eq(Transformation):
         Raises:
             TransformError: a band's frequency is not below ``sr / 2``.
         """
+        from scipy import signal  # here, not at import (~1 s): a process that never equalizes never loads it
+
         sos, zi = self._filter(sr)
         out, _ = signal.sosfilt(sos, y, zi=zi * y[0])
         return out.astype(np.float32, copy=False)
@@ -97,6 +98,8 @@ class Eq(Transformation):
     def _filter(self, sr: int) -> tuple[np.ndarray, np.ndarray]:
         cached = self._cache.get(sr)
         if cached is None:
+            from scipy import signal
+
             nyquist = sr / 2.0
             for index, band in enumerate(self.config.bands):
                 if band.freq_hz >= nyquist:

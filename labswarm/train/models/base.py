@@ -81,8 +81,17 @@ register_model = MODELS.decorator()
 
 
 def feature_bins(experiment: ExperimentConfig, output: str) -> int:
-    """Rows (bins or coefficients) of a feature's ``(n_bins, frames)`` array, from one second of noise."""
+    """Rows (bins or coefficients) of a feature's ``(n_bins, frames)`` array: from its parameters where they fix
+    them (:meth:`~labswarm.audio.features.base.FeatureExtractor.bins`: ``mel``, ``mfcc``; no audio library is
+    loaded then, ~1 s of a learner's start), else computed from one second of noise.
+
+    Raises:
+        FeatureError: the feature's parameters do not fit the dataset's sample rate.
+    """
     spec = next(f for f in experiment.features if f.output_name == output)
     sr = experiment.dataset.sample_rate
+    known = FeatureExtractor.from_spec(spec).bins(sr)
+    if known is not None:
+        return known
     y = (0.1 * np.random.default_rng(0).standard_normal(sr)).astype(np.float32)
     return int(FeatureExtractor.from_spec(spec)(y, sr).shape[0])
