@@ -57,6 +57,7 @@ from collections.abc import Callable, Iterable
 from typing import TextIO
 
 from fastapi import HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.models import HTTPBearer as HTTPBearerModel
 from fastapi.security.base import SecurityBase
 
@@ -217,6 +218,16 @@ class Authenticator:
         (see :meth:`add_scoped`), and not at all without ``lookup``."""
         return self.find(token, metrics, lookup)[0]
 
+    def may_look_up(self, token: bytes) -> bool:
+        """Whether :meth:`identify` may ask the scoped hooks about ``token`` (perhaps a database query: call it in a
+        thread then): there are hooks, the token has the issued shape, no configured token is it (every digest
+        compared) and it is not remembered as unknown."""
+        if not self.scoped or not ISSUED_TOKEN.match(token):
+            return False
+        digest = hash_token(token)
+        configured = [hmac.compare_digest(digest, entry.sha256) for entry in self.entries]
+        return not any(configured) and digest not in self.unknown
+
     def find(self, token: bytes, metrics: bool = False, lookup: bool = True) -> tuple[User | None, bool]:
         """:meth:`user`, and whether the scoped hooks were asked (a lookup, perhaps a database query, was made)."""
         digest = hash_token(token)
@@ -275,7 +286,25 @@ class BearerAuth(SecurityBase):
         self.model = HTTPBearerModel(description="LABSWARM_API_TOKEN, or a named token of LABSWARM_TOKENS_FILE")
         self.scheme_name = "bearer"
 
-    def __call__(self, request: Request) -> User | None:
+    async def __call__(self, request: Request) -> User | None:
+        """:meth:`authenticate` on the event loop, or in a thread when it may ask a scoped hook (a database query):
+        most requests spare the hand-over to a thread and back (issue 25: the prediction endpoint's latency)."""
+        if self.authenticator.scoped and not self.authenticator.open:
+            try:
+                token = cookie_token(request) or bearer_token(request.scope["headers"])
+            except HTTPException:  # refused without a lookup, by authenticate
+                token = b""
+            if self.authenticator.may_look_up(token):
+                return await run_in_threadpool(self.authenticate, request)
+        return self.authenticate(request)
+
+    def authenticate(self, request: Request) -> User | None:
+        """The request's user (``None`` on a public route), set as ``request.state.user``; may ask a scoped hook.
+
+        Raises:
+            HTTPException: 401 (no token, a wrong one, a scoped token on another request, a non-loopback client of
+                an open manager), 429 (past the client's budget of wrong tokens).
+        """
         route = request.scope.get("route")
         path = getattr(route, "path", None) or request.url.path
         if path in PUBLIC_PATHS:

@@ -24,14 +24,14 @@ def manager_state(request: Request) -> State:
     return request.app.state.manager.state
 
 
-def authenticated(request: Request) -> User | None:
+async def authenticated(request: Request) -> User | None:
     """The pages' dependency: the manager's authentication (a bearer header or the login cookie); sets
     ``request.state.user``.
 
     Raises:
         HTTPException: 401 without valid credentials (the dashboard answers it with the login form).
     """
-    return request.app.state.bearer(request)
+    return await request.app.state.bearer(request)
 
 
 async def session_service(request: Request) -> SessionService:

@@ -5,6 +5,7 @@ gets its SHA-256 and never the token, and the user it answers opens its one requ
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Annotated
 
 import httpx
@@ -67,3 +68,22 @@ def test_the_hook_is_asked_only_when_no_configured_token_matches() -> None:
     assert asked == []
     assert _send(app, "POST", "/jobs/j1/reports", WRONG).status_code == 401
     assert asked == [hash_token(WRONG)]
+
+
+def test_the_hook_is_asked_in_a_thread_off_the_event_loop() -> None:
+    """A hook may query a database: it runs in a worker thread, never on the loop that serves the requests (the
+    dependency itself is async, and authenticates a configured token on the loop: issue 25)."""
+    hooks: list[threading.Thread] = []
+    loops: list[threading.Thread] = []
+    authenticator = Authenticator([TokenEntry(User("admin", "admin"), hash_token(ADMIN))])
+    authenticator.add_scoped(lambda digest: hooks.append(threading.current_thread()))
+    app = FastAPI(dependencies=[Depends(BearerAuth(authenticator))])
+
+    @app.get("/status")
+    async def status() -> dict[str, str]:
+        loops.append(threading.current_thread())
+        return {}
+
+    assert _send(app, "GET", "/status", WRONG).status_code == 401
+    assert _send(app, "GET", "/status", ADMIN).status_code == 200
+    assert len(hooks) == 1 and len(loops) == 1 and hooks[0] is not loops[0]
