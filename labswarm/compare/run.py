@@ -367,7 +367,8 @@ def run_all(config: Any, runs: Sequence[tuple[int, Mapping[str, Any] | None]], w
     manifests = [job_manifest(workload, fw, n, workdir / "results", epochs, opts.threads, opts.ps_shards)
                  for n, fw in runs]
     for manifest in manifests:
-        parse_manifest(manifest, source=f"job {manifest['name']}")  # every error before the first job
+        parse_manifest(manifest, source=f"job {manifest['name']}").training_config()  # every error before the first
+        # job: the training settings and the framework's batch split (framework.batch) against the experiment
     with contextlib.ExitStack() as stack:
         if manager_url is None:
             manager_url, token = stack.enter_context(embedded_manager(

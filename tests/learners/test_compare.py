@@ -56,7 +56,9 @@ def test_bad_options_name_their_field_before_any_job(tmp_path: Path) -> None:
                                                              tmp_path / "store")))
     for args, field in ((["--framework", "allreduse"], "framework"), (["--learners", "1,x"], "learners"),
                         (["--learners", "0"], "learners"), (["--framework", "easgd:tau=0"], "framework.tau"),
-                        (["--framework", "downpour:n_push"], "framework.downpour")):
+                        (["--framework", "downpour:n_push"], "framework.downpour"),
+                        # batch: global cannot split the experiment's batch of 8 across 3 learners
+                        (["--framework", "allreduce", "--learners", "1,3"], "framework.batch")):
         result = CliRunner().invoke(app, ["compare", str(experiment), *args, "--output", str(tmp_path / "out")])
         assert result.exit_code != 0 and field in result.output, (args, result.output)
     assert not (tmp_path / "out" / "results").exists()  # no job ran
