@@ -13,7 +13,8 @@ shared: the load average is printed):
   once (``FeatureStore.fetch``), then memory-mapped;
 - the same arrays packed (``labswarm store pack``, :mod:`labswarm.store.packs`, under a prefix of their own, packed
   once before the rounds), read through a cold cache one at a time and as a streaming learner reads (a fresh
-  store each round: listing the packs is part of a cold start);
+  store each round, opened and its packs listed before the timed reads: a learner does that once, at its start;
+  that time is printed apart);
 - pull: ``labswarm store pull``'s path (``CachedStorage.warm``, 8 threads) into an empty cache.
 
     .venv/bin/python bench/store_scale.py [--arrays N] [--rounds R] [--endpoint URL]
@@ -252,6 +253,7 @@ def main() -> None:
     keys = sorted(arrays)
     rates: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}  # the S3 server's CPU seconds per array (a local moto server only)
+    starts: dict[str, list[float]] = {}  # seconds to open a packed store and list its packs, before its reads
     try:
         if args.features:
             features(args.features, args.clips, args.rounds, spec)
@@ -273,6 +275,9 @@ def main() -> None:
 
         def reads(store: FeatureStore) -> Callable[[], None]:
             return lambda: [float(store.get(k)[0, 0]) for k in keys] and None
+
+        def mapped_reads(store: FeatureStore) -> Callable[[], None]:  # as chunked_cold_reads reads, once fetched
+            return lambda: [float(store.get(k, mmap=True)[0, 0]) for k in keys] and None
 
         def empty_cache() -> None:
             shutil.rmtree(work / "cache" / "objects", ignore_errors=True)
@@ -310,15 +315,20 @@ def main() -> None:
                     cpu.setdefault(name, []).append((after - before) / len(keys))
             for name, chunked in (("read s3 packed, cache cold", False), ("read s3 packed cold, fetch 32x8", True)):
                 shutil.rmtree(work / "pcache", ignore_errors=True)
+                started = time.perf_counter()
                 store = FeatureStore.open(work / "pcache", remote=packed_spec, cache_bytes=4 * 2**30)
-                for _ in range(2):  # the local store's reads beside it (one pass costs ~0.1 s)
+                assert store.packs is not None
+                store.packs.catalogue()  # a learner's start: the store opened, its packs listed (once a process)
+                starts.setdefault(name, []).append(time.perf_counter() - started)
+                for _ in range(2):  # the local store's reads beside it (one pass costs ~0.1 s), whole and mapped
                     rates["read local"].append(rate(len(keys), reads(local)))
+                    rates.setdefault("read local, mapped", []).append(rate(len(keys), mapped_reads(local)))
                 before = server_cpu()
                 call = chunked_cold_reads(store, 8) if chunked else reads(store)
                 rates.setdefault(name, []).append(rate(len(keys), call))
                 if before is not None and (after := server_cpu()) is not None:
                     cpu.setdefault(name, []).append((after - before) / len(keys))
-                assert store.packs is not None and store.packs.fetched > 0, "the packs were not read"
+                assert store.packs.fetched > 0, "the packs were not read"
                 store.packs.wait()
             empty_cache()
             rates.setdefault("pull (8 threads)", []).append(rate(len(keys), pull))
@@ -333,11 +343,16 @@ def main() -> None:
     median = {name: statistics.median(values) for name, values in rates.items()}
     print(f"\n{args.arrays} arrays {SHAPE} float32 ({per_array:,} bytes each), {args.rounds} rounds, medians:")
     for name, value in median.items():
-        base = median["write local"] if name.startswith("write") else median["read local"]
-        print(f"  {name:32s} {value:8.0f} arrays/s  {value / base:5.2f}x the local store's")
+        mapped = "fetch" in name or "mapped" in name  # memory-mapped, one value read: against the same local reads
+        base = median["write local" if name.startswith("write") else "read local, mapped" if mapped else "read local"]
+        print(f"  {name:32s} {value:8.0f} arrays/s  {value / base:5.2f}x the local store's"
+              + (" (mapped)" if mapped else ""))
     for name, values in cpu.items():
         print(f"  {name}: the moto server's CPU {1000 * statistics.median(values):.1f} ms per array (median); "
               f"a local read's whole time {1000 / median['read local']:.2f} ms")
+    for name, values in starts.items():
+        print(f"  {name}: the store opened and its packs listed in {statistics.median(values):.2f} s before the "
+              "timed reads (once a process)")
     total = per_array * DOCUMENTS_SAMPLES
     hours = DOCUMENTS_SAMPLES / median["pull (8 threads)"] / 3600
     print(f"\nbytes per sample (one mel array): {per_array:,}; the documents' workload ({DOCUMENTS_SAMPLES:,} "

@@ -57,7 +57,7 @@ def read_at(source: Path | bytes, offset: int, length: int, *, mmap: bool) -> np
     """
     buffer: Any
     if isinstance(source, bytes):
-        buffer, start = (source, offset) if mmap else (bytearray(source[offset:offset + length]), 0)
+        buffer, start = (source, offset) if mmap else (bytearray(memoryview(source)[offset:offset + length]), 0)
         return _array_in(buffer, start, length)
     with open(source, "rb") as handle:
         if mmap:
