@@ -386,5 +386,3 @@ def trim_command(max_bytes: Annotated[str, typer.Option("--max-bytes", help="The
         err.print("[yellow]warning:[/] the arrays in use alone exceed the limit", highlight=False)
         raise typer.Exit(FAILED)
 
-
-from labswarm.cli import store_pack  # noqa: E402,F401 - registers `store pack` on store_app (this file's size)
