@@ -48,16 +48,12 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from labswarm.errors import StorageError
 from labswarm.storage.base import Storage
-
-if TYPE_CHECKING:
-    from labswarm.storage.cache import CachedStorage
-    from labswarm.store.store import FeatureStore
+from labswarm.storage.cache import CachedStorage
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +204,10 @@ class Catalogue:
         return isinstance(key, str) and self.find(key) is not None
 
 
+#: A catalogue of no pack.
+EMPTY = Catalogue([], [], 0, *(np.array([], dtype=t) for t in ("S20", np.int32, np.int64, np.int64)))
+
+
 def list_packs(origin: Storage) -> dict[str, tuple[int, int]]:
     """The store's packs whose index is written, name → (bytes of the pack object, bytes of its index).
 
@@ -270,11 +270,11 @@ class PackReader:
     threads: those that miss one pack at once wait for one fetch of it.
 
     Args:
-        store: the feature store, whose storage is a :class:`~labswarm.storage.cache.CachedStorage`.
+        origin: the storage that holds the packs (:attr:`FeatureStore.origin`); cache: the store's cache of it.
     """
 
-    def __init__(self, store: FeatureStore, cache: CachedStorage) -> None:
-        self.store, self.cache = store, cache
+    def __init__(self, origin: Storage, cache: CachedStorage) -> None:
+        self.origin, self.cache = origin, cache
         self._catalogue: Catalogue | None = None
         self._loaded = -float("inf")
         self._known: dict[str, list[Entry]] = {}
@@ -288,19 +288,17 @@ class PackReader:
         self.fetched = 0
 
     def catalogue(self, key: str | None = None) -> Catalogue:
-        """The packs, listed at the first call and again when ``key`` is in none of them and :data:`REFRESH_S`
-        passed since the last listing (a failed listing counts as an empty one until then).
-        """
+        """The packs, listed at the first call and again when ``key`` is in none of them :data:`REFRESH_S` after
+        the last listing (a failed listing counts as an empty one until then)."""
         catalogue = self._catalogue
-        if catalogue is not None and (key is None or time.monotonic() - self._loaded < REFRESH_S
-                                      or key in catalogue):
+        if catalogue is not None and (key is None or time.monotonic() - self._loaded < REFRESH_S or key in catalogue):
             return catalogue
         with self._guard:
             try:
-                self._catalogue = load_catalogue(self.store.origin, self._known)
+                self._catalogue = load_catalogue(self.origin, self._known)
             except StorageError as exc:
                 log.warning("reading every array alone: cannot list the packs: %s", exc)
-                self._catalogue = load_catalogue_empty()
+                self._catalogue = EMPTY
             self._loaded = time.monotonic()
             return self._catalogue
 
@@ -336,8 +334,7 @@ class PackReader:
 
     def forget(self, source: Path | bytes) -> None:
         """Take a pack file found missing (evicted by another process) as not cached, so the next read fetches it."""
-        if isinstance(source, Path):
-            self.cache._touched.pop(str(source), None)
+        self.cache._touched.pop(str(source), None)
 
     def _fill(self, name: str, rel: str) -> Path | bytes | None:
         """Fetch pack ``name`` and have it written into the cache, unless another thread did: its file, or its
@@ -349,7 +346,7 @@ class PackReader:
             if self.cache._touch(path):
                 return path
             try:
-                blob = self.store.origin.get_bytes(rel)
+                blob = self.origin.get_bytes(rel)
                 _entries, _good, bad = unpack(blob)
                 if bad:
                     key, reason = next(iter(bad.items()))
@@ -401,8 +398,3 @@ class PackReader:
         for done in pending:
             done.result()
 
-
-def load_catalogue_empty() -> Catalogue:
-    """A catalogue of no pack."""
-    return Catalogue([], [], 0, np.array([], dtype="S20"), np.array([], dtype=np.int32),
-                     np.array([], dtype=np.int64), np.array([], dtype=np.int64))

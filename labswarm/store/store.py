@@ -82,7 +82,7 @@ class FeatureStore:
         self._fetcher: tuple[int, ThreadPoolExecutor] | None = None  # fetch()'s (process, threads), at first use
         self._check_layout()
         #: reads the packed arrays of a remote store through its cache (:mod:`labswarm.store.packs`)
-        self.packs: PackReader | None = PackReader(self, storage) if isinstance(storage, CachedStorage) else None
+        self.packs = PackReader(self.origin, storage) if isinstance(storage, CachedStorage) else None
 
     @classmethod
     def open(cls, root: str | Path, *, remote: Mapping[str, Any] | StorageConfig | Storage | None = None,
