@@ -148,7 +148,8 @@ class ModelServer:
                 raise Refused(413, f"{upload.size} bytes: over the limit of {self.settings.max_file_bytes} "
                                    "(setting predict_max_file_bytes, LABSWARM_PREDICT_MAX_FILE_BYTES)")
             started = await loop.run_in_executor(self.files, self._start, served, upload, path)
-            parts = await asyncio.wrap_future(started)
+            # computed alone: done already, no callback through the loop's self-pipe to wait for
+            parts = started.result() if started.done() else await asyncio.wrap_future(started)
         except Refused as exc:
             return {**Prediction(upload.name, None, error=str(exc)).to_dict(), "status": exc.status}
         except Exception as exc:  # as labswarm predict: a file that cannot be classified fails its row
