@@ -68,6 +68,7 @@ from labswarm.deploy.learners import (
     learner_environment,
 )
 from labswarm.deploy.resource_limits import LIMITS_ENV, memory_limit_env, pick_cores
+from labswarm.deploy.warm import WarmStarter
 from labswarm.errors import DeployError
 
 log = logging.getLogger(__name__)
@@ -88,13 +89,18 @@ class LocalLearners(LearnerLauncher):
         cgroups: the ``learner_cgroups`` setting: ``None`` a cgroup where possible, else the affinity and
             ``RLIMIT_AS`` fallback; ``True`` a cgroup or a failed start; ``False`` always the fallback.
         root, proc: where the cgroup file systems are mounted and this process's ``/proc/self/cgroup``.
+        warm: learners forked by a warm process that has their modules imported (the ``learner_warm_start``
+            setting, :mod:`labswarm.deploy.warm`), started with this launcher; ``False``: a new interpreter each.
     """
 
     def __init__(self, cgroups: bool | None = None, *, root: Path = CGROUP_ROOT,
-                 proc: Path = Path("/proc/self/cgroup")) -> None:
+                 proc: Path = Path("/proc/self/cgroup"), warm: bool = False) -> None:
         self.place: Callable[[LearnerLaunch, list[str], dict[str, str]], list[str]] | None = None
         self.cgroups = cgroups
         self.root, self.proc = root, proc
+        self.warm = warm
+        self._warm: WarmStarter | None = self._warm_process() if warm else None
+        self._forked: set[int] = set()  # the learners the warm process forked
         self._groups: dict[int, LearnerCgroup] = {}  # each child learner's cgroup
         self._unremoved: list[tuple[LearnerCgroup, float | None]] = []  # cgroups whose processes were not gone yet
         self._children: dict[int, subprocess.Popen] = {}
@@ -132,6 +138,8 @@ class LocalLearners(LearnerLauncher):
             how = cgroup.describe()
         env[LIMITS_ENV] = how  # the learner logs it as it starts
         launch.out.parent.mkdir(parents=True, exist_ok=True)
+        if self.warm and self.place is None:
+            return self._fork(launch, env, cgroup, fallback)
         with open(launch.out, "ab") as handle:
             argv = [sys.executable, "-m", "labswarm.jobs.learner.entry", str(launch.spec_path)]
             if self.place is not None:
@@ -158,6 +166,44 @@ class LocalLearners(LearnerLauncher):
         except psutil.Error:  # already gone: its exit is found by poll
             created = 0.0
         return LearnerHandle(pid=process.pid, pid_created=created)
+
+    def _warm_process(self) -> WarmStarter:
+        return WarmStarter(learner_environment(os.environ, ""), on_exit=lambda: self.on_exit and self.on_exit())
+
+    def _fork(self, launch: LearnerLaunch, env: dict[str, str], cgroup: LearnerCgroup | None,
+              fallback: dict[str, str]) -> LearnerHandle:
+        """Start the learner through the warm process (:meth:`start` with ``warm``): the same environment, output
+        file, cores and cgroup (joined by the child itself, with the same fallback) as a new interpreter gets."""
+        if self._warm is None or not self._warm.alive():
+            self._warm = self._warm_process()
+        cores = pick_cores(float(launch.resources.get("cpus") or 1.0),
+                           [c for child, c in self._cores.items() if child in self._children or child in self._forked])
+        try:
+            pid = self._warm.start({
+                "spec": str(launch.spec_path), "env": env, "out": str(launch.out), "cwd": os.getcwd(),
+                "cores": cores, "join": [str(f / "cgroup.procs") for f in cgroup.folders] if cgroup else [],
+                "fallback": None if self.cgroups else {**fallback, LIMITS_ENV: f"{FALLBACK}: the learner could "
+                                                                               "not join its cgroup"}})
+        except OSError:
+            if cgroup is not None:
+                self._remove(cgroup)
+            raise
+        self._forked.add(pid)
+        if cores is not None:
+            self._cores[pid] = cores
+        if cgroup is not None:
+            self._groups[pid] = cgroup
+        try:
+            created = psutil.Process(pid).create_time()
+        except psutil.Error:  # already gone: its exit is found by poll
+            created = 0.0
+        return LearnerHandle(pid=pid, pid_created=created)
+
+    def close(self) -> None:
+        """End the warm process, if any (the learners it forked go on)."""
+        if self._warm is not None:
+            self._warm.close()
+            self._warm = None
 
     def _cgroup(self, launch: LearnerLaunch) -> LearnerCgroup | None:
         """The learner's cgroup with its limits written (:func:`~labswarm.deploy.cgroups.create`), or ``None``:
@@ -216,6 +262,8 @@ class LocalLearners(LearnerLauncher):
             del self._children[pid]
             self._cores.pop(pid, None)
             return self._ended(learner, LearnerStatus(False, code), self._groups.pop(pid, None))
+        if pid in self._forked and (forked := self._poll_forked(learner, pid)) is not None:
+            return forked
         if self._alive(pid, created):
             return LearnerStatus(True)
         cgroup = (None if self.cgroups is False else
@@ -225,6 +273,19 @@ class LocalLearners(LearnerLauncher):
         except (OSError, ValueError, KeyError, TypeError):
             status = LearnerStatus(False)
         return self._ended(learner, status, cgroup)
+
+    def _poll_forked(self, learner: LearnerRecord, pid: int) -> LearnerStatus | None:
+        """:meth:`poll` of a learner the warm process forked: alive, or ended with the code it reported; ``None``
+        where its end was not heard (the warm process gone): read as any other learner's."""
+        code = self._warm.exit_code(pid) if self._warm is not None else None
+        if code is None and self._alive(pid, learner.pid_created):
+            return LearnerStatus(True)
+        self._forked.discard(pid)
+        self._cores.pop(pid, None)
+        if code is None:
+            self._groups.pop(pid, None)
+            return None
+        return self._ended(learner, LearnerStatus(False, code), self._groups.pop(pid, None))
 
     def sweep(self, live: set[str], owns: Callable[[str], bool]) -> None:
         """A manager's first pass: remove the empty cgroups of its jobs' learners that ``live`` does not name

@@ -42,7 +42,7 @@ class LocalPlatform(Platform):
     @classmethod
     def learners(cls, settings: Settings) -> LearnerLauncher:
         """:class:`~labswarm.deploy.local_learners.LocalLearners`."""
-        return LocalLearners(cgroups=settings.learner_cgroups)
+        return LocalLearners(cgroups=settings.learner_cgroups, warm=settings.learner_warm_start)
 
 
 @register_launcher
