@@ -2,7 +2,7 @@
 simultaneously", "over 200 jobs in three hours").
 
     .venv/bin/python bench/tenants.py [--users 8] [--jobs-per-user 4] [--greedy-jobs 16] [--slots 2]
-                                      [--job-seconds 1.0] [--sessions 0] [--session-every 30]
+                                      [--job-seconds 1.0 | --train [--warm-start]] [--sessions 0] [--session-every 30]
                                       [--database sqlite|postgres] [--amqp URL]
 
     full scale: --users 44 --jobs-per-user 4 --greedy-jobs 24 --sessions 10   (44 + greedy = 45 users, 200 jobs)
@@ -225,6 +225,8 @@ def main() -> None:
     parser.add_argument("--job-seconds", type=float, default=1.0)
     parser.add_argument("--train", action="store_true", help="jobs that train one epoch of a tiny experiment "
                         "instead of sleeping --job-seconds")
+    parser.add_argument("--warm-start", action="store_true", help="learners forked by the manager's warm process "
+                        "(LABSWARM_LEARNER_WARM_START: labswarm and torch imported once, not per job)")
     parser.add_argument("--spread", type=float, default=10.0, help="seconds over which the users submit")
     parser.add_argument("--sessions", type=int, default=0, help="feature sessions over the run (local workers)")
     parser.add_argument("--session-every", type=float, default=30.0, help="seconds between two session starts")
@@ -249,6 +251,8 @@ def main() -> None:
                "LABSWARM_API_TOKEN": new_token()}  # the token of the local workers of the feature sessions
         if args.amqp:
             env["LABSWARM_BROKER_URL"] = args.amqp
+        if args.warm_start:
+            env["LABSWARM_LEARNER_WARM_START"] = "true"
         schema = None
         if args.database == "postgres":
             from sqlalchemy import create_engine, text

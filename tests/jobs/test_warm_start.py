@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import require
 
 from jobs.manager import manager, read_events, statuses
@@ -30,6 +31,7 @@ def _lines(m, job_id: str) -> list[str]:
     return [line["line"] for line in m.http.get(f"/v1/jobs/{job_id}/logs", params={"pagesize": 5000}).json()["lines"]]
 
 
+@pytest.mark.slow
 def test_warm_started_learners_train_run_commands_and_report_their_exit_codes(tmp_path: Path) -> None:
     import json
 
