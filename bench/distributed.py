@@ -30,6 +30,7 @@ The last line says how long the benchmark took and the load average before and a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sqlite3
 import subprocess
@@ -207,9 +208,32 @@ def noop(i):
 """
 
 
-def bare_celery(url: str, tmp: Path, n: int = 3000) -> float:
+def _cpu_seconds(pids: list[int]) -> tuple[float, float]:
+    """(CPU s of the processes ``pids`` and all their descendants, CPU s of RabbitMQ's ``beam`` processes)."""
+    own = 0.0
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            for p in [root, *root.children(recursive=True)]:
+                t = p.cpu_times()
+                own += t.user + t.system
+        except psutil.Error:
+            continue
+    beam = 0.0
+    for p in psutil.process_iter(["name"]):
+        if "beam" in (p.info["name"] or ""):
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                beam += t.user + t.system
+    return own, beam
+
+
+def bare_celery(url: str, tmp: Path, n: int = 3000) -> tuple[float, dict[str, float]]:
     """No-op tasks/s of bare Celery: 2 ``celery worker -c 1`` (labswarm's Celery settings) draining ``n``
-    pre-published persistent messages; timed from 90 % to 10 % of the queue left."""
+    pre-published persistent messages; timed from 90 % to 10 % of the queue left. Also its CPU ms per task over
+    that window, ``{"workers": ..., "rabbitmq": ...}``: beside labswarm's (:class:`CpuMeter`) it tells whether a
+    run short of bare Celery's rate spends more CPU per task or leaves the cores idle (with another session on
+    the same broker, RabbitMQ's figure counts its messages too)."""
     from kombu import Connection, Queue
 
     from labswarm.queue.app import make_celery
@@ -238,17 +262,19 @@ def bare_celery(url: str, tmp: Path, n: int = 3000) -> float:
 
             while depth() > 0.9 * n:
                 time.sleep(0.01)
-            t0 = time.perf_counter()
+            cpu0, left0, t0 = _cpu_seconds([w.pid for w in workers]), depth(), time.perf_counter()
             while depth() > 0.1 * n:
                 time.sleep(0.01)
-            rate = 0.8 * n / (time.perf_counter() - t0)
+            cpu1, drained = _cpu_seconds([w.pid for w in workers]), left0 - depth()
+            rate = drained / (time.perf_counter() - t0)
             channel.queue_delete(name)
     finally:
         for w in workers:
             w.terminate()
         for w in workers:
             w.wait(30)
-    return rate
+    per_task = {part: 1000 * (cpu1[i] - cpu0[i]) / max(drained, 1) for i, part in enumerate(("workers", "rabbitmq"))}
+    return rate, per_task
 
 
 def main() -> None:
@@ -366,13 +392,16 @@ def trivial_tasks(args: argparse.Namespace, tmp: Path) -> None:
     for s in ts:
         tb.compute(s)
     compute_ms = 1000 * (time.perf_counter() - t0) / len(ts)
-    bare = bare_celery(args.amqp, tmp)
-    print(f"\nbare Celery, no-op tasks, RabbitMQ + 2 workers: {bare:.0f} tasks/s = {1000 / bare:.2f} ms per task",
+    bare, bare_cpu = bare_celery(args.amqp, tmp)
+    print(f"\nbare Celery, no-op tasks, RabbitMQ + 2 workers: {bare:.0f} tasks/s = {1000 / bare:.2f} ms per task; CPU "
+          f"ms/task: workers {bare_cpu['workers']:.2f}, RabbitMQ {bare_cpu['rabbitmq']:.2f} = "
+          f"{sum(bare_cpu.values()):.2f} (labswarm's below: less CPU per task at a lower rate means idle cores)",
           flush=True)
     print("\n| trivial tasks, 2 workers | samples/message | tasks/s steady | ms of system wall time per task | "
           "vs bare Celery | CPU ms/task: manager, workers, RabbitMQ = total |")
     print("|---|---:|---:|---:|---:|---|")
-    print(f"| bare Celery no-op (baseline) | 1 | {bare:.0f} | {1000 / bare:.2f} | 1.00x | |")
+    print(f"| bare Celery no-op (baseline) | 1 | {bare:.0f} | {1000 / bare:.2f} | 1.00x | "
+          f"-, {bare_cpu['workers']:.2f}, {bare_cpu['rabbitmq']:.2f} = {sum(bare_cpu.values()):.2f} |")
     runs = [(f"RabbitMQ, store on {where}", args.amqp, store, n)
             for n in (None if v == "auto" else int(v) for v in args.samples_per_message.split(","))
             for where, store in (("disk", tmp), ("tmpfs", shm))]
