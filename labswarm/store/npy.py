@@ -1,8 +1,9 @@
 """Reading ``.npy`` arrays in place: a file memory-mapped (the local store's and a cache's arrays), an array at an
-offset of a file or of bytes (a pack's, :mod:`labswarm.store.packs`)."""
+offset of a file or of bytes (a pack's, :mod:`labswarm.store.packs`); whether bytes are a whole ``.npy`` array."""
 
 from __future__ import annotations
 
+import ast
 import io
 import math
 import mmap
@@ -106,3 +107,27 @@ def map_file(path: Path) -> np.ndarray:
             return np.empty(shape, dtype)
         mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     return np.ndarray(shape, dtype, buffer=mapped, offset=offset, order="F" if fortran else "C")
+
+
+#: Bytes of data an ``.npy`` header records, by the header's bytes (one feature's arrays share one header).
+_SIZES: dict[bytes, int] = {}
+
+
+def npy_problem(data: bytes | memoryview) -> str | None:
+    """Why ``data`` is not a whole ``.npy`` array (its size is not its header's record), ``None`` when it is."""
+    head = bytes(data[:12])
+    if head[:6] != b"\x93NUMPY" or len(head) < 12:
+        return "not an .npy array"
+    offset = 10 + int.from_bytes(head[8:10], "little") if head[6] == 1 else 12 + int.from_bytes(head[8:12], "little")
+    raw = bytes(data[:offset])
+    size = _SIZES.get(raw)
+    if size is None:
+        try:
+            fields = ast.literal_eval(raw[10 if head[6] == 1 else 12:].decode("latin1"))
+            size = int(np.prod(fields["shape"], dtype=np.int64)) * np.dtype(fields["descr"]).itemsize
+        except (ValueError, SyntaxError, KeyError, TypeError):
+            return "not an .npy array (unreadable header)"
+        if len(_SIZES) >= 4096:
+            _SIZES.clear()
+        _SIZES[raw] = size
+    return None if len(data) == offset + size else f"{len(data)} bytes where its header records {offset + size}"

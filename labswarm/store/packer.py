@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from labswarm.errors import StorageError, StoreError
 from labswarm.storage.base import MissingObject, Storage
 from labswarm.storage.local import LocalStorage
+from labswarm.store.npy import npy_problem
 from labswarm.store.packs import (
     PACK_BYTES,
     PACKS,
@@ -21,7 +22,6 @@ from labswarm.store.packs import (
     encode,
     list_packs,
     load_catalogue,
-    npy_problem,
     read_index,
     unpack,
 )

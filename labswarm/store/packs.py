@@ -37,14 +37,13 @@ arrays before they are evicted. Then, and for keys in no pack, a miss is one GET
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +53,7 @@ import numpy as np
 from labswarm.errors import StorageError
 from labswarm.storage.base import Storage
 from labswarm.storage.cache import CachedStorage
+from labswarm.store.npy import npy_problem
 
 log = logging.getLogger(__name__)
 
@@ -154,30 +154,6 @@ def unpack(blob: bytes) -> tuple[list[Entry], dict[str, memoryview], dict[str, s
     return entries, good, bad
 
 
-#: Bytes of data an ``.npy`` header records, by the header's bytes (one feature's arrays share one header).
-_SIZES: dict[bytes, int] = {}
-
-
-def npy_problem(data: bytes | memoryview) -> str | None:
-    """Why ``data`` is not a whole ``.npy`` array (its size is not its header's record), ``None`` when it is."""
-    head = bytes(data[:12])
-    if head[:6] != b"\x93NUMPY" or len(head) < 12:
-        return "not an .npy array"
-    offset = 10 + int.from_bytes(head[8:10], "little") if head[6] == 1 else 12 + int.from_bytes(head[8:12], "little")
-    raw = bytes(data[:offset])
-    size = _SIZES.get(raw)
-    if size is None:
-        try:
-            fields = ast.literal_eval(raw[10 if head[6] == 1 else 12:].decode("latin1"))
-            size = int(np.prod(fields["shape"], dtype=np.int64)) * np.dtype(fields["descr"]).itemsize
-        except (ValueError, SyntaxError, KeyError, TypeError):
-            return "not an .npy array (unreadable header)"
-        if len(_SIZES) >= 4096:
-            _SIZES.clear()
-        _SIZES[raw] = size
-    return None if len(data) == offset + size else f"{len(data)} bytes where its header records {offset + size}"
-
-
 @dataclass(frozen=True, slots=True)
 class Catalogue:
     """The packs of a store: ``names``, the offset of each one's data (``starts``: after its magic and header), their
@@ -270,11 +246,12 @@ class PackReader:
     threads: those that miss one pack at once wait for one fetch of it.
 
     Args:
-        origin: the storage that holds the packs (:attr:`FeatureStore.origin`); cache: the store's cache of it.
+        origin: the storage that holds the packs (:attr:`FeatureStore.origin`); cache: the store's cache of it;
+        relpath: a key's array alone in the cache (:meth:`FeatureStore.relpath`).
     """
 
-    def __init__(self, origin: Storage, cache: CachedStorage) -> None:
-        self.origin, self.cache = origin, cache
+    def __init__(self, origin: Storage, cache: CachedStorage, relpath: Callable[[str], str]) -> None:
+        self.origin, self.cache, self.relpath = origin, cache, relpath
         self._catalogue: Catalogue | None = None
         self._loaded = -float("inf")
         self._known: dict[str, list[Entry]] = {}
@@ -312,7 +289,8 @@ class PackReader:
         """Where ``key``'s ``.npy`` bytes are: ``(source, offset, length)``, the source the pack's file in this
         machine's cache or, while it is being written there, its bytes; the pack fetched first if needed.
         ``None`` when the key is in no pack, the packs do not fit in the cache's bound (then each miss would bring
-        a whole pack for one array), or its pack is damaged or cannot be read (then the array is read alone)."""
+        a whole pack for one array), its pack is damaged or cannot be read (then the array is read alone), or its
+        pack is not cached but the array alone is (a cache filled before the packs were made)."""
         catalogue = self.catalogue(key)
         row = catalogue.find(key)
         if row is None or catalogue.bytes > self.cache.max_bytes:
@@ -329,6 +307,8 @@ class PackReader:
         path = self.cache.cached_path(rel)
         if self.cache._touch(path, remembered=True):
             return path, *where
+        if self.cache.cached_path(self.relpath(key)).is_file():
+            return None
         source = self._fill(name, rel)
         return None if source is None else (source, *where)
 

@@ -82,7 +82,7 @@ class FeatureStore:
         self._fetcher: tuple[int, ThreadPoolExecutor] | None = None  # fetch()'s (process, threads), at first use
         self._check_layout()
         #: reads the packed arrays of a remote store through its cache (:mod:`labswarm.store.packs`)
-        self.packs = PackReader(self.origin, storage) if isinstance(storage, CachedStorage) else None
+        self.packs = PackReader(self.origin, storage, self.relpath) if isinstance(storage, CachedStorage) else None
 
     @classmethod
     def open(cls, root: str | Path, *, remote: Mapping[str, Any] | StorageConfig | Storage | None = None,
@@ -213,10 +213,12 @@ class FeatureStore:
         packs: dict[str, str] = {}  # pack -> the first of its keys: one request brings them all
         missing = []
         for key in keys:
+            if storage.cached_path(rel := self.relpath(key)).is_file():
+                continue  # cached alone
             if self.packs is not None and (name := self.packs.pack_of(key)) is not None:
                 if not self.packs.cached(key):
                     packs.setdefault(name, key)
-            elif not storage.cached_path(rel := self.relpath(key)).is_file():
+            else:
                 missing.append(rel)
         if len(missing) + len(packs) < 2:  # one read costs what one fetch does
             return 0

@@ -88,6 +88,11 @@ def test_packed_keys_read_through_a_cold_cache_equal_their_objects(tmp_path: Pat
         path.unlink()
     assert np.array_equal(reader.get(keys[0]), arrays[keys[0]]) and reader.packs.fetched == len(names) + 1
 
+    earlier = FeatureStore.open(tmp_path / "cache3", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=1 << 30)
+    assert isinstance(earlier.storage, CachedStorage) and earlier.storage.warm(earlier.relpath(keys[1]))
+    assert np.array_equal(earlier.get(keys[1]), arrays[keys[1]])  # cached alone before the packs: no pack fetched
+    assert earlier.packs is not None and earlier.packs.fetched == 0 and earlier.fetch(keys[1:2]) == 0
+
     chunked = FeatureStore.open(tmp_path / "cache2", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=1 << 30)
     gets = _counting(chunked)
     chunk = order[:10]  # a streaming learner's chunk: its packs fetched at once, then read locally
