@@ -9,8 +9,17 @@ the publisher packs as many samples as make about :data:`TARGET_SECONDS` of work
     N = clamp(floor(TARGET_SECONDS / mean task time), 1, MAX_SAMPLES)
 
 with the mean task time an exponentially weighted mean over the outcomes' ``seconds`` (each outcome batch
-weighs :data:`SMOOTHING`), and N = 1 until the first outcomes (a task may be long). 50 ms of work keeps a
-message's fixed cost under ~5 % of its work; a task of 50 ms or more travels alone.
+weighs :data:`SMOOTHING`), and N = 1 until the first outcomes (a task may be long); a task of more than half
+:data:`TARGET_SECONDS` travels alone.
+
+Why 0.25 s and not less: a message's cost is not only its CPU. With one message held per worker process (late
+acks, prefetch 1), a worker's pool process idles from the end of one message to the delivery of the next (the
+ack, the broker's delivery, the hop from the worker's main process): on a quiet 2-core machine, real features
+(~60 ms a sample) one a message left the workers idle 5 % of the time (gaps of 2-3 ms median, from the ledger's
+finish and task times, issue 27), and the per-message CPU of the worker's main process, RabbitMQ and the manager
+(~8 ms a sample under load) was taken from the same 2 cores; 4 samples a message cut that CPU by ~45 %. The local
+process pool sends its processes 4 samples a task for the same reason (:data:`labswarm.local.CHUNK`). A quarter
+of a second of work is still little for a redelivery to repeat or a worker to hold.
 
 A poison sample (one that kills its worker) risks nothing of its batch mates: a multi-sample message delivered
 again after its worker was lost is split by the worker into single-sample messages before anything runs
@@ -26,8 +35,8 @@ from __future__ import annotations
 import math
 import threading
 
-#: Seconds of work a message carries at most when it carries more than one sample.
-TARGET_SECONDS = 0.05
+#: Seconds of work a message carries at most when it carries more than one sample (see the module docstring).
+TARGET_SECONDS = 0.25
 #: The most samples one message carries when the publisher chooses.
 MAX_SAMPLES = 32
 #: Weight of each outcome batch's mean in the running mean task time.

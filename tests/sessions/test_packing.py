@@ -60,10 +60,15 @@ if os.environ.get("POISON_SAMPLE_ID"):
 def test_tiny_tasks_are_packed_long_ones_travel_alone_and_a_setting_fixes_it() -> None:
     packing = MessagePacking()
     assert packing.size() == 1  # nothing measured: a task may be long
-    packing.observe(seconds=0.002 * 50, count=50)  # 2 ms a task
-    assert packing.size() == int(TARGET_SECONDS / 0.002) == 25
+    task = TARGET_SECONDS / 12.5  # a task time that packs 12 (0.02 s at a target of 0.25 s)
+    packing.observe(seconds=task * 50, count=50)
+    assert packing.size() == int(TARGET_SECONDS / task) == 12
     packing.observe(seconds=0.0, count=10)  # found in the store: the mean goes down, the size up to its bound
-    assert 25 < packing.size() <= MAX_SAMPLES
+    assert 12 < packing.size() <= MAX_SAMPLES
+    packing.observe(seconds=TARGET_SECONDS * 0.6 * 50, count=50)  # a task of more than half the target: alone
+    for _ in range(40):
+        packing.observe(seconds=TARGET_SECONDS * 0.6 * 5, count=5)
+    assert packing.size() == 1
     for _ in range(40):  # the tasks became long: back to one a message
         packing.observe(seconds=2.0 * 5, count=5)
     assert packing.size() == 1
