@@ -68,6 +68,8 @@ def test_the_learner_trains_reports_and_stores_the_model(tmp_path: Path) -> None
     assert all(p["samples"] <= p["samples_total"] and p["loss"] > 0 for p in progress)
     lines = r.lines()
     assert any("learner 0/1 of job job1, attempt 1" in line for line in lines)
+    # its training split read as `labswarm train` and the distributed learners read it (issue 24)
+    assert any("training samples" in line and "in memory" in line for line in lines), lines
     assert lines[-1].endswith("learner exits with code 0")  # every line, the last included, reached the manager
     store = _store(tmp_path)
     _model, meta = load_model(store.get_file(layout.MODEL_KEY, tmp_path / "model.pt"))

@@ -66,7 +66,7 @@ from labswarm.jobs.learner.parent import fetch_parent
 from labswarm.jobs.spec import layout
 from labswarm.jobs.spec.errors import EXIT_HALTED, EXIT_MEMORY, EXIT_PLATFORM, EXIT_STORAGE, EXIT_USER
 from labswarm.storage.base import MissingObject
-from labswarm.train.distributed.producers import UnforkedLoop
+from labswarm.train.distributed.single import UnforkedSingleLearner
 from labswarm.train.loop import LoopHooks
 from labswarm.train.trainer import Trainer
 
@@ -223,9 +223,11 @@ class Learner(LearnerContext):
         training = fetch_parent(self.manifest.training_config(), self.workdir)  # init_from {job: ID}: its model
         config = experiment.model_copy(update={"training": training})
         distributed = None
-        # one learner: the single process's steps, its producers from a fork server (this process runs the
-        # reporter's and output threads: a child forked from it could deadlock on a lock one of them held)
-        loop: LoopHooks = UnforkedLoop()
+        # one learner: the training split read as `labswarm train` and the distributed learners read it (in memory
+        # or streamed from the store: labswarm.train.distributed.single), the validation's producers from a fork
+        # server (this process runs the reporter's and output threads: a child forked from it could deadlock on a
+        # lock one of them held)
+        loop: LoopHooks = UnforkedSingleLearner()
         if isinstance(self.manifest.framework, DistributedFramework):
             from labswarm.train.distributed.training import DistributedTraining
 

@@ -1,4 +1,5 @@
-"""``labswarm train``'s loop hooks: the single process reads the training split as a distributed learner does.
+"""``labswarm train``'s loop hooks, and a one-learner job's (:class:`UnforkedSingleLearner`; ``labswarm run``
+trains through such a job): the single process reads the training split as a distributed learner does.
 
 A learner of a distributed job reads its training inputs through
 :class:`~labswarm.train.distributed.data.TrainingSamples`: each sample's full-length features in memory while the
@@ -29,6 +30,7 @@ import numpy as np
 from labswarm.pipeline.pipeline import Pipeline
 from labswarm.train.distributed.cursor import Chunk
 from labswarm.train.distributed.data import TrainingSamples
+from labswarm.train.distributed.producers import UnforkedLoop
 from labswarm.train.distributed.steps import ReadAhead
 from labswarm.train.loop import EpochSteps, LoopHooks
 
@@ -155,3 +157,10 @@ class SingleLearner(LoopHooks):
             yield steps
         finally:
             steps.close()
+
+
+class UnforkedSingleLearner(SingleLearner, UnforkedLoop):
+    """A one-learner job's loop hooks: the training split read as :class:`SingleLearner` reads it (in memory up to
+    ``training.keep_bytes``, else streamed with one batch read ahead: no producers), and the validation pipeline's
+    producers started from a fork server (:class:`~labswarm.train.distributed.producers.UnforkedLoop`: the job's
+    learner process runs its reporter's threads, so it never forks)."""
