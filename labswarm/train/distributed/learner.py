@@ -92,12 +92,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(argv: list[str] | None = None) -> NoReturn:
     """:func:`main`, then end the process with its exit code (module docstring): 2 for a usage error, 1 with the
-    traceback printed for an error other than labswarm's; standard output and error flushed first, no
-    interpreter teardown."""
+    traceback printed for an error other than labswarm's, 130 for Ctrl-C; a ``sys.exit("text")`` prints its text
+    and ends with 1, as the interpreter would; standard output and error flushed first, no interpreter teardown."""
     try:
         code = main(argv)
-    except SystemExit as exc:  # argparse: --help (0), a usage error (2, its message printed)
+    except SystemExit as exc:  # argparse: --help (0), a usage error (2, its message printed); sys.exit("text")
         code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)  # what the interpreter prints for a non-integer exit code
+    except KeyboardInterrupt:
+        code = 130  # 128 + SIGINT, as a shell reports a process ended by Ctrl-C
     except BaseException:  # the process ends here: print what the interpreter would
         traceback.print_exc()
         code = 1
