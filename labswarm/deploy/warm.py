@@ -53,7 +53,8 @@ class WarmStarter:
         """Fork a learner (``request``: :mod:`labswarm.jobs.learner.warm`'s fields); returns its pid.
 
         Raises:
-            OSError: the warm process is gone or did not answer within :data:`ANSWER_S`.
+            OSError: the warm process is gone or did not answer within :data:`ANSWER_S` (it is then killed, so
+                that no late answer reaches a later start).
         """
         stdin = self._process.stdin
         if stdin is None or not self.alive():
@@ -63,6 +64,9 @@ class WarmStarter:
         try:
             pid = self._answers.get(timeout=ANSWER_S)
         except queue.Empty:
+            # killed: its late answer would otherwise be taken by the next start (another job's learner), and a
+            # learner it forked after this wait would run untracked; the launcher starts a new warm process
+            self._process.kill()
             raise OSError(f"the warm learner process did not answer within {ANSWER_S:.0f} s") from None
         if pid is None:
             raise OSError("the warm learner process has ended")
