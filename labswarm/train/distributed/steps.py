@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from labswarm.train.distributed import rank0_wait
 from labswarm.train.distributed.cursor import Chunk, GlobalCursor
 from labswarm.train.distributed.data import TrainingSamples
 from labswarm.train.distributed.record import ChunkRecord
@@ -154,8 +155,11 @@ class CursorSteps(EpochSteps):
         self.peer_wait_s = 0.0
         self._first = True
         self.reader = ReadAhead(self.samples, self.cursor, epoch) if self.samples.streaming else None
+        rank0_wait.begun(learner, str(epoch))  # rank 0 validated and checkpointed the pass before: peers go on
 
     def before_step(self, stop: bool) -> tuple[Any, Any] | None:
+        if self._first:  # rank 0's peers wait for it in the store, not in the collective (rank0_wait.py)
+            rank0_wait.wait(self.learner, str(self.epoch))
         ahead = self.reader.take() if self.reader is not None else None
         chunk, verdict = self.learner._claim(self.torch, self.epoch, stop, ahead)
         if self._first and self.learner._joined:  # after the first collective every peer has begun the epoch

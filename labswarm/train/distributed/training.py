@@ -51,8 +51,10 @@ the trainer trains as a single process, through the default hooks). With it, the
    running statistics saw its own last batch), and the confusion matrix and loss sum are all-reduced
    (:meth:`DistributedTraining.reduce_validation`): the figures of the whole split, in about ``1/N`` of the time,
    no learner idle. Otherwise **rank 0 only** validates, on its own replica (the others' differ between syncs),
-   while the others wait in the next collective: validation must then take less than the collective timeout
-   (the framework's ``timeout_s``, 30 s by default). Either way only rank 0's epoch records hold ``val_*``.
+   while the peers of its process group wait for its mark in the job's store (it has begun the next pass, or
+   finished training: :mod:`labswarm.train.distributed.rank0_wait`), not in their next collective, so a validation
+   longer than the collective timeout (``timeout_s``) no longer fails them. Either way only rank 0's epoch
+   records hold ``val_*``.
 6. checkpoints the framework's state and (rank 0) the cursor's, and calls ``framework.finish()`` at the end;
    rank 0 writes the model file. Each rank keeps its metrics and checkpoint in ``<run dir>/rank-<r>/``.
 """
@@ -71,7 +73,7 @@ import numpy as np
 
 from labswarm.errors import ConfigError
 from labswarm.pipeline.pipeline import Pipeline
-from labswarm.train.distributed import lr_scaling, record
+from labswarm.train.distributed import lr_scaling, rank0_wait, record
 from labswarm.train.distributed.agree import agree_on_resume
 from labswarm.train.distributed.context import LearnerContext
 from labswarm.train.distributed.cursor import Chunk, GlobalCursor
@@ -377,6 +379,8 @@ class DistributedTraining(UnforkedLoop):
 
         if self.cursor is not None and self.context.world_size > 1:  # it marks no more chunks: a halting rank 0
             self.cursor.store.set(f"{HALTED}/{self.context.attempt}/{self.rank}", "end")  # need not wait for it
+            rank0_wait.begun(self, "end")  # rank 0's last validation is done: its peers' last sync may start
+            rank0_wait.wait(self, "end")
         self.framework.finish()
         self.framework.close()
         if self._joined and dist.is_initialized() and self.framework.synchronous:
