@@ -8,6 +8,7 @@ block once, with one maths thread (N single-threaded processes beat N multi-thre
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import socket
@@ -35,6 +36,39 @@ def _process_shutdown(**_kwargs) -> None:
 
     if task._state is not None:
         task._state.close()
+
+
+#: The write end of a pipe the worker's event loop watches (:func:`_wake_on_shutdown`); empty until it runs.
+_wake: list[int] = []
+
+
+def _watch_wake(sender=None, **_kwargs) -> None:
+    """(``worker_ready``: ``sender`` is the consumer) Make the consumer's event loop watch a pipe of ours, so a
+    warm shutdown can wake it (see :func:`_wake_on_shutdown`); nothing where the loop has no hub (a polling
+    transport: it wakes on its own every poll)."""
+    hub = getattr(sender, "hub", None)
+    if hub is None or _wake:
+        return
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+
+    def drain() -> None:
+        with contextlib.suppress(OSError):
+            os.read(read, 64)
+
+    hub.add_reader(read, drain)
+    _wake.append(write)
+
+
+def _wake_on_shutdown(**_kwargs) -> None:
+    """(``worker_shutting_down``, from Celery's SIGTERM handler) Wake the event loop. Celery's handler only sets a
+    flag that the loop reads between two polls, and an idle loop polls until its next timer: a worker told to stop
+    went on waiting ~1-2 s (a py-spy dump 1 s after SIGTERM found it still polling), the last seconds of every
+    ``labswarm run`` (issue 27: the run's end waits for its workers)."""
+    for fd in _wake:
+        with contextlib.suppress(OSError):
+            os.write(fd, b"\0")
 
 
 def _broker_url(manager_settings: dict) -> str:
@@ -104,6 +138,8 @@ def run_worker(
     gc.enable()
     signals.worker_process_init.connect(_process_init, weak=False)
     signals.worker_process_shutdown.connect(_process_shutdown, weak=False)
+    signals.worker_ready.connect(_watch_wake, weak=False)
+    signals.worker_shutting_down.connect(_wake_on_shutdown, weak=False)
     # unique per worker, not only per host and pid: containers on the host network (swarm services, compose) share
     # the host's name and often the same pid (7 behind docker-init), and Celery's remote-control queue
     # (<name>.celery.pidbox) is exclusive: a second worker of the same name failed to declare it (405
