@@ -14,17 +14,8 @@ from labswarm.errors import StorageError, StoreError
 from labswarm.storage.base import MissingObject, Storage
 from labswarm.storage.local import LocalStorage
 from labswarm.store.npy import npy_problem
-from labswarm.store.packs import (
-    PACK_BYTES,
-    PACKS,
-    THREADS,
-    Entry,
-    encode,
-    list_packs,
-    load_catalogue,
-    read_index,
-    unpack,
-)
+from labswarm.store.packfmt import Entry, encode, unpack
+from labswarm.store.packs import PACK_BYTES, PACKS, THREADS, list_packs, load_catalogue, read_index
 
 if TYPE_CHECKING:
     from labswarm.store.store import FeatureStore

@@ -37,13 +37,11 @@ arrays before they are evicted. Then, and for keys in no pack, a miss is one GET
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,16 +49,14 @@ from pathlib import Path
 import numpy as np
 
 from labswarm.errors import StorageError
-from labswarm.storage.base import Storage
+from labswarm.storage.base import MissingObject, Storage
 from labswarm.storage.cache import CachedStorage
-from labswarm.store.npy import npy_problem
+from labswarm.store.packfmt import MAGIC, Entry, parse_header, unpack
 
 log = logging.getLogger(__name__)
 
 #: Folder of the packs in the store (the layout's version as the per-key entries').
 PACKS = "packs/v1"
-#: First bytes of a pack object.
-MAGIC = b"LSWPACK1"
 #: Default most bytes of arrays in one pack (32 MiB: ~150 mel arrays of the demo set's 220 kB). WebDataset
 #: advises shards of 100 MB or more for sequential reads; ours are read at random, each fetched whole on a miss.
 PACK_BYTES = 32 * 2**20
@@ -70,88 +66,6 @@ REFRESH_S = 60.0
 PENDING = 2
 #: Requests at once when listing or making packs.
 THREADS = 8
-
-
-def crc32c(data: bytes | memoryview) -> int:
-    """The CRC-32C of ``data`` (google-crc32c, in hardware where the CPU has it).
-
-    Raises:
-        StorageError: google-crc32c is not installed (``pip install 'labswarm[s3]'``).
-    """
-    try:
-        import google_crc32c
-    except ImportError as exc:
-        raise StorageError("packs need google-crc32c: pip install 'labswarm[s3]'") from exc
-    return int(google_crc32c.value(bytes(data) if isinstance(data, memoryview) else data))
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One array of a pack: its store ``key``, ``length`` bytes at ``offset`` after the header, their ``crc``."""
-
-    key: str
-    offset: int
-    length: int
-    crc: int
-
-
-def encode(items: Sequence[tuple[str, bytes]]) -> tuple[str, bytes, bytes]:
-    """The pack of ``items`` (``(key, .npy bytes)``, in that order): ``(name, header, pack object's bytes)``."""
-    entries, offset = [], 0
-    for key, data in items:
-        entries.append([key, offset, len(data), crc32c(data)])
-        offset += len(data)
-    header = json.dumps({"layout": 1, "checksum": "crc32c", "entries": entries}, separators=(",", ":")).encode()
-    name = hashlib.sha256(header).hexdigest()[:40]
-    return name, header, MAGIC + len(header).to_bytes(4, "little") + header + b"".join(d for _, d in items)
-
-
-def parse_header(header: bytes | memoryview) -> list[Entry]:
-    """The entries of a pack's header.
-
-    Raises:
-        ValueError: not a header of layout 1 (bad JSON, a field of the wrong type, an invalid key).
-    """
-    try:
-        data = json.loads(bytes(header))
-        if not isinstance(data, dict) or data.get("layout") != 1 or data.get("checksum") != "crc32c":
-            raise ValueError("not layout 1 with checksum crc32c")
-        entries = [Entry(str(k), int(o), int(n), int(c)) for k, o, n, c in data["entries"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"not a pack header: {exc}") from None
-    for e in entries:
-        if len(e.key) != 40 or e.key.strip("0123456789abcdef") or e.offset < 0 or e.length <= 0:
-            raise ValueError(f"not a pack header: invalid entry {e}")
-    return entries
-
-
-def unpack(blob: bytes) -> tuple[list[Entry], dict[str, memoryview], dict[str, str]]:
-    """A pack object's entries, the arrays whose bytes are sound (key → a view of ``blob``), and what is wrong
-    with the others (key → reason: CRC mismatch, cut off, or not an ``.npy`` of its recorded size).
-
-    Raises:
-        ValueError: not a pack (no magic, a header cut off or unreadable).
-    """
-    if blob[:len(MAGIC)] != MAGIC or len(blob) < len(MAGIC) + 4:
-        raise ValueError("not a pack (no magic string)")
-    start = len(MAGIC) + 4 + int.from_bytes(blob[len(MAGIC):len(MAGIC) + 4], "little")
-    if start > len(blob):
-        raise ValueError("its header is cut off")
-    view = memoryview(blob)
-    entries = parse_header(view[len(MAGIC) + 4:start])
-    good: dict[str, memoryview] = {}
-    bad: dict[str, str] = {}
-    for e in entries:
-        data = view[start + e.offset:start + e.offset + e.length]
-        if len(data) != e.length:
-            bad[e.key] = f"cut off: {len(data)} of {e.length} bytes"
-        elif crc32c(data) != e.crc:
-            bad[e.key] = "CRC-32C mismatch: the pack is damaged"
-        elif (problem := npy_problem(data)) is not None:
-            bad[e.key] = problem
-        else:
-            good[e.key] = data
-    return entries, good, bad
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +170,7 @@ class PackReader:
         self._loaded = -float("inf")
         self._known: dict[str, list[Entry]] = {}
         self._damaged: set[str] = set()
+        self._skipped: dict[str, float] = {}  # pack -> until when its arrays are read alone (time.monotonic)
         self._guard = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
         self._pid = os.getpid()
@@ -264,20 +179,27 @@ class PackReader:
         #: packs fetched by this reader (for the tests and the benchmark)
         self.fetched = 0
 
-    def catalogue(self, key: str | None = None) -> Catalogue:
-        """The packs, listed at the first call and again when ``key`` is in none of them :data:`REFRESH_S` after
-        the last listing (a failed listing counts as an empty one until then)."""
+    def catalogue(self, key: str | None = None, *, reload: bool = False) -> Catalogue:
+        """The packs, listed at the first call, with ``reload``, and again when ``key`` is in none of them
+        :data:`REFRESH_S` after the last listing (a failed listing counts as an empty one until then)."""
         catalogue = self._catalogue
-        if catalogue is not None and (key is None or time.monotonic() - self._loaded < REFRESH_S or key in catalogue):
+        if not reload and catalogue is not None and (
+                key is None or time.monotonic() - self._loaded < REFRESH_S or key in catalogue):
             return catalogue
         with self._guard:
             try:
                 self._catalogue = load_catalogue(self.origin, self._known)
+                self._known = {n: self._known[n] for n in self._catalogue.names}  # removed packs forgotten
             except StorageError as exc:
                 log.warning("reading every array alone: cannot list the packs: %s", exc)
                 self._catalogue = EMPTY
             self._loaded = time.monotonic()
             return self._catalogue
+
+    def _usable(self, name: str) -> bool:
+        """Whether pack ``name`` may be fetched: not damaged, and no fetch or caching of it failed in the last
+        :data:`REFRESH_S` (then its arrays are read alone: each would fetch it again, up to 32 MiB an array)."""
+        return name not in self._damaged and self._skipped.get(name, -float("inf")) <= time.monotonic()
 
     def _lock(self, name: str) -> threading.Lock:
         with self._guard:
@@ -289,7 +211,8 @@ class PackReader:
         """Where ``key``'s ``.npy`` bytes are: ``(source, offset, length)``, the source the pack's file in this
         machine's cache or, while it is being written there, its bytes; the pack fetched first if needed.
         ``None`` when the key is in no pack, the packs do not fit in the cache's bound (then each miss would bring
-        a whole pack for one array), its pack is damaged or cannot be read (then the array is read alone), or its
+        a whole pack for one array), its pack is damaged, or could not be fetched or cached in the last
+        :data:`REFRESH_S` (then the array is read alone; a pack removed since is listed no more), or its
         pack is not cached but the array alone is (a cache filled before the packs were made)."""
         catalogue = self.catalogue(key)
         row = catalogue.find(key)
@@ -297,7 +220,7 @@ class PackReader:
             return None
         pack = int(catalogue.packs[row])
         name = catalogue.names[pack]
-        if name in self._damaged:
+        if not self._usable(name):
             return None
         where = catalogue.starts[pack] + int(catalogue.offsets[row]), int(catalogue.lengths[row])
         pending = self._pending.get(name)
@@ -325,6 +248,9 @@ class PackReader:
                 return pending[0]
             if self.cache._touch(path):
                 return path
+            if not self._usable(name):  # another thread's try failed
+                return None
+            loaded = self._loaded
             try:
                 blob = self.origin.get_bytes(rel)
                 _entries, _good, bad = unpack(blob)
@@ -334,7 +260,11 @@ class PackReader:
             except (StorageError, ValueError) as exc:
                 if isinstance(exc, ValueError):
                     self._damaged.add(name)
+                else:
+                    self._skipped[name] = time.monotonic() + REFRESH_S
                 log.warning("reading the arrays of pack %s alone: %s", name, exc)
+                if isinstance(exc, MissingObject) and self._loaded == loaded:
+                    self.catalogue(reload=True)  # removed by gc: its kept arrays may be in a pack made since
                 return None
             self.fetched += 1
             with self._guard:
@@ -349,9 +279,11 @@ class PackReader:
 
     def _write(self, name: str, rel: str, blob: bytes) -> None:
         try:
-            self.cache.insert([(rel, blob)])
-        except StorageError as exc:
-            log.warning("pack %s not cached: %s", name, exc)
+            if not self.cache.insert([(rel, blob)]):
+                raise StorageError("larger than the cache's bound")
+        except (StorageError, OSError) as exc:  # e.g. a full disk: its arrays read alone, not the pack again each
+            self._skipped[name] = time.monotonic() + REFRESH_S
+            log.warning("pack %s not cached, its arrays read alone for %.0f s: %s", name, REFRESH_S, exc)
         finally:
             with self._guard:
                 self._pending.pop(name, None)
@@ -363,7 +295,7 @@ class PackReader:
         if row is None or catalogue.bytes > self.cache.max_bytes:
             return None
         name = catalogue.names[int(catalogue.packs[row])]
-        return None if name in self._damaged else name
+        return name if self._usable(name) else None
 
     def cached(self, key: str) -> bool:
         """Whether ``key`` is read from a pack that is in the cache (or being written there)."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import random
+import resource
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -165,3 +167,44 @@ def test_gc_du_and_the_cache_bound_know_packs(tmp_path: Path, s3_endpoint: S3End
         assert np.array_equal(fits.get(key), arrays[key]) and cache.usage() <= cache.max_bytes
     assert cache.insert([("a/b", b"x" * 100), ("a/c", b"y" * cache.max_bytes)]) == 1  # the rest would not fit
     assert cache.usage() <= cache.max_bytes
+
+
+def test_a_removed_or_uncachable_pack_is_fetched_once(tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    writer, arrays = _written(tmp_path, s3_endpoint, 12)
+    keys = list(arrays)
+    for start in (0, 4, 8):
+        pack(writer, keys[start:start + 4])
+    reader = FeatureStore.open(tmp_path / "cache", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=1 << 30)
+    assert np.array_equal(reader.get(keys[0]), arrays[keys[0]]) and reader.packs is not None
+    removed = reader.packs.pack_of(keys[4])
+    kept = [k for k in keys if k != keys[5]]
+    assert collect_garbage(writer, {"exp": {"mel": kept}}).packs == 1  # under the reader, which still lists it
+    assert pack(writer, [keys[4], keys[6], keys[7]]).packs == 1  # packed again: a new name
+    (new,) = set(list_packs(writer.origin)) - {reader.packs.pack_of(keys[0]), reader.packs.pack_of(keys[8])}
+    gets = _counting(reader)
+    for key in (keys[4], keys[6], keys[7], keys[4]):
+        assert np.array_equal(reader.get(key), arrays[key])
+    assert gets["pack"] == [f"{PREFIX}/{PACKS}/{removed}.pack", f"{PREFIX}/{PACKS}/{new}.pack"], gets
+    assert gets["index"] == [f"{PREFIX}/{PACKS}/{new}.json"]
+    assert gets["array"] == [f"{PREFIX}/{writer.relpath(keys[4])}"]  # the one that found its pack removed
+
+    # a pack the cache cannot take (a file-size limit: EFBIG, as a full disk's ENOSPC) is fetched once, and its
+    # arrays read alone meanwhile rather than fetching it again for each
+    full = FeatureStore.open(tmp_path / "full", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=1 << 30)
+    assert full.packs is not None
+    size = max(len(writer.origin.get_bytes(writer.relpath(k))) for k in keys[8:])
+    assert list_packs(writer.origin)[full.packs.pack_of(keys[8]) or ""][0] > size + 512
+    gets = _counting(full)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size + 512, hard))
+    try:
+        assert np.array_equal(full.get(keys[8]), arrays[keys[8]])  # from the fetched pack's bytes
+        full.packs.wait()  # its write into the cache failed
+        for key in keys[8:]:
+            assert np.array_equal(full.get(key), arrays[key])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+    assert len(gets["pack"]) == 1 and full.packs.fetched == 1 and len(gets["array"]) == 4, gets
+    assert not list((tmp_path / "full").rglob("*.pack"))
