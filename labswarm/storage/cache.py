@@ -155,6 +155,24 @@ class CachedStorage(Storage):
                 with contextlib.suppress(OSError):
                     tmp.unlink()
 
+    def discard(self, key: str) -> None:
+        """Remove the cached copy of ``key`` (found damaged by its reader: cut off by a crash before the file's
+        bytes reached the disk), not the remote's object: the next read fetches it again.
+
+        Raises:
+            StorageError: an invalid key, or the cache folder failed.
+        """
+        path = self.cached_path(key)
+        self._touched.pop(str(path), None)
+
+        def remove() -> None:
+            with self._locked() as state, contextlib.suppress(FileNotFoundError):
+                size = path.stat().st_size
+                path.unlink()
+                state["bytes"] = max(0, state["bytes"] - size)
+
+        self._guard("discard", self._full(key), remove)
+
     def _locked(self) -> contextlib.AbstractContextManager[dict[str, int]]:
         return _Ledger(self.folder)
 

@@ -41,9 +41,11 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -173,9 +175,9 @@ class PackReader:
         self._skipped: dict[str, float] = {}  # pack -> until when its arrays are read alone (time.monotonic)
         self._guard = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
-        self._pid = os.getpid()
         self._pending: dict[str, tuple[bytes, Future[None]]] = {}  # packs fetched, being written into the cache
         self._writer: ThreadPoolExecutor | None = None
+        os.register_at_fork(after_in_child=partial(_after_fork, weakref.ref(self)))  # not kept alive by it
         #: packs fetched by this reader (for the tests and the benchmark)
         self.fetched = 0
 
@@ -201,10 +203,14 @@ class PackReader:
         :data:`REFRESH_S` (then its arrays are read alone: each would fetch it again, up to 32 MiB an array)."""
         return name not in self._damaged and self._skipped.get(name, -float("inf")) <= time.monotonic()
 
+    def _forked(self) -> None:
+        """In a forked child (``os.register_at_fork``): none of the parent's threads is here to release a lock it
+        held at the fork (the writer's, a fetching thread's) or to finish writing a pending pack, so the locks,
+        the pending packs (read again from the cache or fetched) and the writer are new."""
+        self._guard, self._locks, self._pending, self._writer = threading.Lock(), {}, {}, None
+
     def _lock(self, name: str) -> threading.Lock:
         with self._guard:
-            if self._pid != os.getpid():  # a forked child: no thread of the parent holds these, nor writes
-                self._locks, self._pid, self._pending, self._writer = {}, os.getpid(), {}, None
             return self._locks.setdefault(name, threading.Lock())
 
     def locate(self, key: str) -> tuple[Path | bytes, int, int] | None:
@@ -238,6 +244,15 @@ class PackReader:
     def forget(self, source: Path | bytes) -> None:
         """Take a pack file found missing (evicted by another process) as not cached, so the next read fetches it."""
         self.cache._touched.pop(str(source), None)
+
+    def discard(self, source: Path, problem: Exception) -> None:
+        """Remove a cached pack file found damaged (``problem``: cut off, written without a sync before a host
+        crash), so that the next read of its arrays fetches it again."""
+        log.warning("removing cached pack %s, damaged: %s", source, problem)
+        try:
+            self.cache.discard(f"{PACKS}/{source.stem}.pack")
+        except StorageError as exc:
+            log.warning("cannot remove cached pack %s: %s", source, exc)
 
     def _fill(self, name: str, rel: str) -> Path | bytes | None:
         """Fetch pack ``name`` and have it written into the cache, unless another thread did: its file, or its
@@ -310,3 +325,8 @@ class PackReader:
         for done in pending:
             done.result()
 
+
+def _after_fork(reader: weakref.ref[PackReader]) -> None:
+    """``reader``'s reset in a forked child (:meth:`PackReader._forked`), if it still exists."""
+    if (found := reader()) is not None:
+        found._forked()

@@ -175,7 +175,10 @@ class FeatureStore:
             except FileNotFoundError:  # its pack evicted since this process last used it: fetched again
                 self.packs.forget(found[0])
             except (OSError, ValueError) as exc:
-                raise StoreError(f"corrupt entry {key} in feature store {self.where} (in its pack): {exc}") from exc
+                if not isinstance(found[0], Path):  # bytes fetched and checked (CRC-32C)
+                    raise StoreError(f"corrupt entry {key} in feature store {self.where} (in its pack): {exc}") from exc
+                self.packs.discard(found[0], exc)  # its cached file cut off (a crash): this array read alone
+                break
         path = self._call(lambda: self.storage.local_path(rel))
         try:
             if path is not None:

@@ -5,9 +5,12 @@ and its arrays read alone; gc, verify and du know packs; the cache's bound holds
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import resource
 import signal
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -208,3 +211,69 @@ def test_a_removed_or_uncachable_pack_is_fetched_once(tmp_path: Path, s3_endpoin
         signal.signal(signal.SIGXFSZ, handler)
     assert len(gets["pack"]) == 1 and full.packs.fetched == 1 and len(gets["array"]) == 4, gets
     assert not list((tmp_path / "full").rglob("*.pack"))
+
+
+def test_a_child_forked_while_a_thread_holds_the_readers_lock_reads(tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    writer, arrays = _written(tmp_path, s3_endpoint, 8)
+    keys = list(arrays)
+    pack(writer, keys[:4])
+    pack(writer, keys[4:])
+    reader = FeatureStore.open(tmp_path / "cache", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=1 << 30)
+    packs = reader.packs
+    assert packs is not None and np.array_equal(reader.get(keys[0]), arrays[keys[0]])
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # as the writer thread does a moment after each pack it writes
+        with packs._guard:
+            held.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(60)
+    pid = os.fork()
+    if pid == 0:  # the child: reads a key of the pack not fetched yet, and one of the fetched one
+        code = 1
+        try:
+            code = 0 if all(np.array_equal(reader.get(k), arrays[k]) for k in (keys[5], keys[1])) else 3
+            packs.wait()
+        finally:
+            os._exit(code)
+    release.set()
+    holder.join()
+    deadline = time.monotonic() + 120  # a blocked child never ends: this bounds the failure, not the pass
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done == (0, 0):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert done != (0, 0), "the forked child blocked on a lock the parent's thread held at the fork"
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    assert packs.fetched == 1  # the parent's own fetch; the child's were its own
+
+
+def test_a_cached_pack_cut_off_by_a_crash_is_fetched_again(tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    writer, arrays = _written(tmp_path, s3_endpoint, 8)
+    keys = list(arrays)
+    pack(writer, keys)
+    (name,) = packs = list_packs(writer.origin)
+    first = FeatureStore.open(tmp_path / "cache", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=1 << 30)
+    assert np.array_equal(first.get(keys[0]), arrays[keys[0]]) and first.packs is not None
+    first.packs.wait()
+    (path,) = (tmp_path / "cache").rglob("*.pack")
+
+    def crash() -> None:  # the pack renamed into place, its last bytes never written (a host crash)
+        with open(path, "r+b") as handle:
+            handle.truncate(packs[name][0] // 2)
+
+    crash()
+    later = FeatureStore.open(tmp_path / "cache", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=1 << 30)
+    for reader, mmap in ((later, True), (first, False)):  # a process started after the crash, one from before
+        gets = _counting(reader)
+        for key in reversed(keys):  # the last arrays first: those cut off
+            assert np.array_equal(reader.get(key, mmap=mmap), arrays[key]), key
+        assert len(gets["pack"]) == 1 and len(gets["array"]) <= 1, gets  # fetched again; the first read alone
+        assert reader.packs is not None
+        reader.packs.wait()
+        assert path.stat().st_size == packs[name][0]  # whole again
+        crash()
