@@ -150,19 +150,22 @@ def collect_garbage(store: FeatureStore, references: References, *, dry_run: boo
     The caller must pass every registered experiment: an entry of one left out is removed. An entry written
     while this runs (its key listed after the listing here) is never removed. A pack that holds a removed entry (or
     one no longer stored) goes too (:mod:`labswarm.store.packs`: a copy for reading; the entries it held that
-    are kept are read one by one until packed again).
+    are kept are read one by one until packed again); a pack made while this runs goes only if it holds a removed
+    entry.
 
     Raises:
         StoreError: the store cannot be listed, or an entry cannot be removed.
     """
     keep = {key for features in references.values() for keys in features.values() for key in keys}
+    origin = store.origin
+    earlier = store._call(lambda: list_packs(origin))  # before the entries: each of their keys was stored then
     sizes = store.sizes()
     doomed = sorted(sizes.keys() - keep)
     if not dry_run:
         for key in doomed:
             store.delete(key)
-    origin = store.origin
-    stale = store._call(lambda: stale_packs(origin, sizes.keys() - set(doomed)))
+    gone = set(doomed)
+    stale = store._call(lambda: stale_packs(origin, gone, earlier=earlier, stored=sizes.keys() - gone))
     for name in [] if dry_run else stale:
         store._call(partial(remove_pack, origin, name))
     return Collected(len(doomed), sum(sizes[k] for k in doomed), len(sizes) - len(doomed), dry_run, len(stale),

@@ -5,7 +5,7 @@ they are sound, and removing those that hold a removed array (``du``, ``verify``
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -126,8 +126,12 @@ def check_pack(origin: Storage, name: str) -> str | None:
     return None
 
 
-def stale_packs(origin: Storage, stored: set[str], threads: int = THREADS) -> dict[str, int]:
-    """The packs holding a key not in ``stored`` (an array removed since), name → bytes of the pack object.
+def stale_packs(origin: Storage, doomed: set[str], *, earlier: Collection[str] = (),
+                stored: Collection[str] = (), threads: int = THREADS) -> dict[str, int]:
+    """The packs holding a key of ``doomed`` (removed by ``gc``), and of the packs ``earlier`` (listed before the
+    store's entries were) those holding a key not in ``stored`` (that listing: removed since, e.g. by a ``gc``
+    stopped before its packs went); name → bytes of the pack object. A pack made after the entries were listed
+    holds keys written since, in no listing: it is stale only for a key of ``doomed``.
 
     Raises:
         StorageError: the storage cannot be listed.
@@ -135,8 +139,9 @@ def stale_packs(origin: Storage, stored: set[str], threads: int = THREADS) -> di
     known: dict[str, list[Entry]] = {}
     catalogue = load_catalogue(origin, known, threads)
     sizes = list_packs(origin)
-    return {name: sizes[name][0] for name in catalogue.names if name in sizes
-            and not stored.issuperset(e.key for e in known[name])}
+    earlier, stored = set(earlier), set(stored)
+    return {name: sizes[name][0] for name in catalogue.names if name in sizes and any(
+        e.key in doomed or (name in earlier and e.key not in stored) for e in known[name])}
 
 
 def remove_pack(origin: Storage, name: str) -> None:

@@ -277,3 +277,30 @@ def test_a_cached_pack_cut_off_by_a_crash_is_fetched_again(tmp_path: Path, s3_en
         reader.packs.wait()
         assert path.stat().st_size == packs[name][0]  # whole again
         crash()
+
+
+def test_gc_keeps_a_pack_made_while_it_runs(tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    writer, arrays = _written(tmp_path, s3_endpoint, 8)
+    keys = list(arrays)
+    pack(writer, keys[:4])  # holds keys[3], which gc removes
+    pack(writer, keys[4:])
+    before = set(list_packs(writer.origin))
+    other = FeatureStore.open(tmp_path / "other", remote=s3_endpoint.spec(prefix=PREFIX), cache_bytes=0)
+    late = "d" * 40
+    made: list[set[str]] = []
+
+    def meanwhile(**_: object) -> None:  # after gc listed the entries: a worker writes an array, which is packed
+        if not made:
+            other.put(late, np.ones(5, np.float32))
+            assert pack(other, [late]).packs == 1
+            made.append(set(list_packs(other.origin)) - before)
+
+    writer.storage._s3.meta.events.register("before-parameter-build.s3.DeleteObjects", meanwhile)  # type: ignore[attr-defined]
+    done = collect_garbage(writer, {"exp": {"mel": keys[:3] + keys[4:] + [late]}})
+    (new,) = made[0]
+    (removed,) = before - set(list_packs(writer.origin))
+    assert (done.arrays, done.packs) == (1, 1) and set(list_packs(writer.origin)) == before - {removed} | {new}
+    assert other.contains(late) and not writer.contains(keys[3])
+    writer.delete(keys[6])  # by hand, or a gc stopped before its packs went: that pack is removed next time
+    again = collect_garbage(writer, {"exp": {"mel": [*keys, late]}})
+    assert (again.arrays, again.packs) == (0, 1) and set(list_packs(writer.origin)) == {new}
