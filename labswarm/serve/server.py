@@ -131,15 +131,14 @@ class ModelServer:
                                                       f"{_suffix(upload.name)}", top) for upload in uploads)))
 
     def _folder(self) -> Path:
-        """The server's folder of uploaded files (made on the first upload, removed by :meth:`close`): each file
-        is removed once computed; a folder a request would spend ~0.1-5 ms making and removing (the file system
-        under load)."""
-        with self._flight:
-            if self._uploads is None:
-                self._uploads = Path(tempfile.mkdtemp(prefix="labswarm-upload-"))
-            else:  # made again where it went (a /tmp cleaner, systemd-tmpfiles after days without an upload)
-                self._uploads.mkdir(mode=0o700, exist_ok=True)
-            return self._uploads
+        """The server's folder of uploaded files (made on the first upload, removed by :meth:`close`; made again
+        by the upload thread where it went): each file is removed once computed; a folder a request would spend
+        ~0.1-5 ms making and removing (the file system under load), and no file system call on the event loop."""
+        if self._uploads is None:
+            with self._flight:
+                if self._uploads is None:
+                    self._uploads = Path(tempfile.mkdtemp(prefix="labswarm-upload-"))
+        return self._uploads
 
     async def _file(self, served: Served, upload: Upload, path: Path, top: int | None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -166,7 +165,12 @@ class ModelServer:
         its arrays on the model's queue (batched with the other requests'). The future gives the softmax of each of
         its input arrays (float64 ``(n, n_classes)``), or the first error. ``path`` is removed once computed."""
         try:
-            with open(path, "wb") as handle:
+            try:
+                handle = open(path, "wb")  # noqa: SIM115 (closed below)
+            except FileNotFoundError:  # the folder went (a /tmp cleaner, systemd-tmpfiles after days idle)
+                path.parent.mkdir(mode=0o700, exist_ok=True)
+                handle = open(path, "wb")  # noqa: SIM115
+            with handle:
                 shutil.copyfileobj(upload.file, handle)
             frames, rate = audio_info(path)  # AudioError: not decodable (422)
             seconds = frames / rate

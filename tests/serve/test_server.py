@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -47,6 +48,7 @@ def test_a_lone_file_is_computed_in_the_server_and_one_beside_it_in_a_worker(mod
         alone = asyncio.run(server.predict(served, [_upload(first)]))
         bad = asyncio.run(server.predict(served, [_upload(corrupt)]))
         assert server.alone == 1 and not server.features.pids  # no worker process (the corrupt file: its header)
+        shutil.rmtree(server._folder())  # a /tmp cleaner: the next uploads' thread makes it again
 
         forward = served.batched.forward
 
