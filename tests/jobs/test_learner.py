@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from jobs.receiver import receiver
 from jobs.tiny import learner_spec, start_learner, tiny_manifest
@@ -41,6 +42,7 @@ def _children_until_exit(process: subprocess.Popen, timeout: float) -> list[list
     return seen
 
 
+@pytest.mark.slow  # 36-66 s under load (a learner process training the tiny set)
 def test_the_learner_trains_reports_and_stores_the_model(tmp_path: Path) -> None:
     manifest = tiny_manifest(tmp_path, epochs=2)
     with receiver() as r:
@@ -82,6 +84,7 @@ def test_the_learner_trains_reports_and_stores_the_model(tmp_path: Path) -> None
     assert "learner exits with code 0" in log and "model stored" in log
 
 
+@pytest.mark.slow  # 36-66 s under load (a learner process training the tiny set)
 def test_sigterm_halts_with_a_checkpoint_and_the_next_attempt_continues_it(tmp_path: Path) -> None:
     manifest = tiny_manifest(tmp_path, epochs=3)
     store = _store(tmp_path)
