@@ -146,7 +146,8 @@ def test_a_job_that_could_never_start_is_refused_at_submission_naming_the_field(
     tokens = _tokens(tmp_path, {"alice": {"running_learners": 1, "gpus": 1}})
     two = tiny_manifest(tmp_path, learners=2, framework={"name": "allreduce"})
     gpus = tiny_manifest(tmp_path, resources={"gpus": 2})
-    three = {**tiny_manifest(tmp_path, learners=3, framework={"name": "allreduce"}, resources={"gpus": 1}),
+    three = {**tiny_manifest(tmp_path, learners=3, framework={"name": "allreduce", "batch": "per_learner"},
+                             resources={"gpus": 1}),  # per_learner: 3 learners do not split the batch of 4
              "experiment": {**two["experiment"], "name": "bobs"}}
     with manager(tmp_path, tokens_file=tmp_path / "tokens.yaml", job_slots=3, job_gpus=0) as m:
         alice, bob = _client(m.server.url, tokens["alice"]), _client(m.server.url, tokens["bob"])
