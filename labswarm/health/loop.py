@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 #: Seconds between two readings of the users' weights from the manager (``weights_from_manager``): an admin's
 #: change of a weight (``PUT /v1/quotas/{user}``) reaches the shares within this.
 WEIGHTS_EVERY_S = 10.0
+#: Seconds the ledger's depth is late (outcomes reach the manager in ~0.5 s): the controllers' ``depth_age``.
+LEDGER_AGE_S = 0.5
 
 
 @dataclass
@@ -148,6 +150,7 @@ class HealthLoop:
             prefetch=PREFETCH_MULTIPLIER,
             rate=float(session["rate"]), publish_rate=None if math.isnan(publish) else publish,
             asked_rate=None if math.isnan(publish) else asked, backlog=max(0, unpublished) + session["pending"],
+            depth_age=LEDGER_AGE_S,
         )
 
     def weight_of(self, user: str) -> float:

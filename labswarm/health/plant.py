@@ -78,7 +78,7 @@ class QueuePlant:
         publish_rate = (published - published_before) / span if span > 0 else None
         asked_rate = (asked - asked_before) / span if span > 0 else None
         return Observation(t=self.t, depth=depth, consume_rate=consume_rate, consumers=workers, rate=rate,
-                           publish_rate=publish_rate, asked_rate=asked_rate)
+                           publish_rate=publish_rate, asked_rate=asked_rate, depth_age=self.lag)
 
 
 def simulate(controller: Controller, plant: QueuePlant, seconds: float, *, rate: float, period: float = 1.0,
@@ -219,7 +219,8 @@ class SharedPlant:
         consume_rate = (consumed[i] - consumed_before[i]) / span if span > 0 else 0.0
         publish_rate = (published[i] - published_before[i]) / span if span > 0 else None
         return Observation(t=self.t, depth=float(depth[i]), consume_rate=float(consume_rate), consumers=workers,
-                           rate=rate, publish_rate=None if publish_rate is None else float(publish_rate))
+                           rate=rate, publish_rate=None if publish_rate is None else float(publish_rate),
+                           depth_age=self.lag)
 
 
 def simulate_shared(controllers: list[Controller], weights: list[float], plant: SharedPlant, seconds: float, *,

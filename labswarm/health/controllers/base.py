@@ -38,6 +38,8 @@ class Observation:
             (:mod:`labswarm.health.share`); the rate is held at or below it. ``None``: no share cap.
         max_target: this session's part of the total budget of waiting messages; the target depth is held at or
             below it. ``None``: no budget.
+        depth_age: seconds ``depth`` is late (the ledger's ~0.5 s, a management API's up to ~5 s): the round
+            trip of a rate change; the PI's slow start runs only on a fresh one (:mod:`labswarm.health.controllers.pi`).
     """
 
     t: float
@@ -51,6 +53,7 @@ class Observation:
     backlog: int = 1
     max_rate: float | None = None
     max_target: float | None = None
+    depth_age: float = 0.0
 
     @property
     def measured_publish_rate(self) -> float:
