@@ -65,7 +65,8 @@ def test_a_job_streams_data_larger_than_its_memory_limit_and_one_batch_over_it_f
     total = _synthesise(manifest["experiment"], tmp_path)
     assert total > MEMORY_MB * 2**20 + 2**26, total  # more than the limit with its threads' allowance
     greedy = {**manifest, "name": "greedy", "experiment": {**manifest["experiment"], "pipeline": [
-        {**block, "size": 16} if block["name"] == "batch" else block for block in LEARNER_PIPELINE]}}
+        {**block, "size": 16} if block["name"] == "batch" else block for block in LEARNER_PIPELINE]},
+        "framework": {"name": "allreduce", "batch": "per_learner"}}  # 16 samples a learner (global: 8 each)
     # the RLIMIT_AS path (its figures are address space); under a cgroup (resident memory) 16 samples fit 1.5 GiB
     with manager(tmp_path, job_slots=2, learner_cgroups=False) as m:
         job = m.submit(manifest)
