@@ -136,12 +136,12 @@ def attempt_token_lookups(engine: Any) -> Iterator[list[str]]:
         event.remove(engine, "before_cursor_execute", count)
 
 
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    """Poll ``condition`` every 0.1 s until it returns something true (returned); fails the test after ``timeout``
-    s naming ``what``."""
+def wait_until(condition: Callable[[], Any], what: str, timeout: float = 60.0, interval: float = 0.1) -> Any:
+    """Poll ``condition`` every ``interval`` s until it returns something true (returned); fails the test after
+    ``timeout`` s naming ``what``."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.1)
+        time.sleep(interval)
     return value

@@ -10,14 +10,13 @@ import os
 import re
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from helpers import missing
+from helpers import missing, wait_until
 
 from labswarm.errors import ConfigError
 from labswarm.manager.server import free_port
@@ -25,15 +24,6 @@ from labswarm.queue.app import TASK_NAME, make_celery
 from labswarm.queue.tooling import tooling
 
 CELERY = str(Path(sys.executable).parent / "celery")
-
-
-def _wait(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.2)
-    return value
 
 
 def _celery(broker: str, *command: str) -> dict[str, Any]:
@@ -68,7 +58,7 @@ def flower(rabbitmq_url: str, tmp_path: Path) -> Iterator[str]:
             return False
 
     try:
-        _wait(up, 60, "Flower")
+        wait_until(up, "Flower", 60, interval=0.2)
         yield url
     finally:
         process.terminate()
@@ -83,16 +73,16 @@ def test_celery_inspect_and_flower_see_the_worker_and_its_tasks(rabbitmq_url: st
     progress = cluster.wait_completed()
     cluster.assert_no_loss(progress)
     worker = cluster.launcher.processes[0].pid
-    name = _wait(lambda: next((n for n in _celery(rabbitmq_url, "ping") if f"-{worker}-" in n), None), 60,
-                 "the worker's answer to celery inspect ping")
+    name = wait_until(lambda: next((n for n in _celery(rabbitmq_url, "ping") if f"-{worker}-" in n), None),
+                      "the worker's answer to celery inspect ping", 60, interval=0.2)
     # the node name: labswarm-<experiment>-<pid>-<6 hex>@<host> (the random part: containers on the host network
     # share the host's name and often a pid, and a node's pidbox queue is exclusive)
     assert re.fullmatch(rf"labswarm-{re.escape(cluster.name)}-{worker}-[0-9a-f]{{6}}@.+", name), name
     stats = _celery(rabbitmq_url, "stats", "-d", name)[name]
     assert stats["total"][TASK_NAME] == progress["total"], stats["total"]  # one sample a message
 
-    workers = _wait(lambda: httpx.get(f"{flower}/api/workers", params={"refresh": "true"}, timeout=30).json(),
-                    60, "Flower's workers")
+    workers = wait_until(lambda: httpx.get(f"{flower}/api/workers", params={"refresh": "true"}, timeout=30).json(),
+                         "Flower's workers", 60, interval=0.2)
     assert name in workers, list(workers)
 
     def succeeded() -> list[dict[str, Any]]:
@@ -100,7 +90,7 @@ def test_celery_inspect_and_flower_see_the_worker_and_its_tasks(rabbitmq_url: st
         done = [t for t in tasks if t["name"] == TASK_NAME and t["state"] == "SUCCESS"]
         return done if len(done) == progress["total"] else []
 
-    tasks = _wait(succeeded, 60, "Flower's record of the session's tasks")
+    tasks = wait_until(succeeded, "Flower's record of the session's tasks", 60, interval=0.2)
     assert {t["worker"] for t in tasks} == {name}
 
 
