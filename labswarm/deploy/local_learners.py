@@ -137,16 +137,18 @@ class LocalLearners(LearnerLauncher):
                 env[CGROUP_ENV] = str(cgroup.memory)
             how = cgroup.describe()
         env[LIMITS_ENV] = how  # the learner logs it as it starts
+        # where the learner cannot join its cgroup: the fallback, or (cgroups required) no learner
+        join_fallback = None if self.cgroups else {
+            **fallback, LIMITS_ENV: f"{FALLBACK}: the learner could not join its cgroup"}
         launch.out.parent.mkdir(parents=True, exist_ok=True)
         if self.warm and self.place is None:
-            return self._fork(launch, env, cgroup, fallback)
+            return self._fork(launch, env, cgroup, join_fallback)
         with open(launch.out, "ab") as handle:
             argv = [sys.executable, "-m", "labswarm.jobs.learner.entry", str(launch.spec_path)]
             if self.place is not None:
                 argv = self.place(launch, argv, env)
-            if cgroup is not None:  # its shell joins it; where it cannot: the fallback, or (required) no learner
-                argv = cgroup.wrap(argv, None if self.cgroups else {
-                    **fallback, LIMITS_ENV: f"{FALLBACK}: the learner could not join its cgroup"})
+            if cgroup is not None:  # its shell joins it
+                argv = cgroup.wrap(argv, join_fallback)
             try:
                 process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT,
                                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
@@ -171,7 +173,7 @@ class LocalLearners(LearnerLauncher):
         return WarmStarter(learner_environment(os.environ, ""), on_exit=lambda: self.on_exit and self.on_exit())
 
     def _fork(self, launch: LearnerLaunch, env: dict[str, str], cgroup: LearnerCgroup | None,
-              fallback: dict[str, str]) -> LearnerHandle:
+              join_fallback: dict[str, str] | None) -> LearnerHandle:
         """Start the learner through the warm process (:meth:`start` with ``warm``): the same environment, output
         file, cores and cgroup (joined by the child itself, with the same fallback) as a new interpreter gets."""
         if self._warm is None or not self._warm.alive():
@@ -182,8 +184,7 @@ class LocalLearners(LearnerLauncher):
             pid = self._warm.start({
                 "spec": str(launch.spec_path), "env": env, "out": str(launch.out), "cwd": os.getcwd(),
                 "cores": cores, "join": [str(f / "cgroup.procs") for f in cgroup.folders] if cgroup else [],
-                "fallback": None if self.cgroups else {**fallback, LIMITS_ENV: f"{FALLBACK}: the learner could "
-                                                                               "not join its cgroup"}})
+                "fallback": join_fallback})
         except OSError:
             if cgroup is not None:
                 self._remove(cgroup)
