@@ -13,10 +13,12 @@ Per job the lifecycle keeps one :class:`JobCluster`:
   manager: local learners are told the loopback address, swarm learners the manager's address on the overlay
   network (the host of ``swarm_manager_url``);
 - the shards (``python -m labswarm.train.distributed.ps``, from
-  :func:`~labswarm.train.distributed.launch.plan_attempt`), started
-  before the learners on addresses chosen once per job and kept (a local port; a service name on a swarm),
-  checkpointing into ``<home>/<job>/ps`` (on a swarm, a folder of the shared data volume): a shard that dies is started
-  again at its address and resumes from its checkpoint (:meth:`JobCluster.revive`).
+  :func:`~labswarm.train.distributed.launch.plan_attempt`), started before the learners, which are given the
+  addresses they serve on (a local shard binds a port the kernel picks and writes it to its ready file: a port
+  chosen first and bound later could be taken meanwhile by another process of the machine; a service name on a
+  swarm), checkpointing into ``<home>/<job>/ps`` (on a swarm, a folder of the shared data volume): a shard that dies
+  is started again at its address and resumes from its checkpoint (:meth:`JobCluster.revive`); shards stopped with
+  their attempt (:meth:`JobCluster.close`) and started by the next take new ports.
 
 The cluster lives in the manager's memory: a manager that restarts loses it, the learners lose their store and
 fail, and the job restarts them (a new attempt) within its platform budget; shards a dead manager left behind are
@@ -33,7 +35,6 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -47,13 +48,6 @@ log = logging.getLogger(__name__)
 
 #: Seconds a shard may take to listen after it starts (import of torch included) before the deploy fails.
 SHARD_START_S = 60.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free on ``host`` now (the kernel's choice)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class ShardRunner(Protocol):
@@ -70,7 +64,8 @@ class ShardRunner(Protocol):
     checkpoint_dir: Path
 
     def address(self, index: int) -> tuple[str, int]:
-        """Shard ``index``'s ``(host, port)`` as the learners reach it (fixed for the job)."""
+        """Shard ``index``'s ``(host, port)`` as the learners reach it once :meth:`start` returned (a swarm's: fixed
+        for the job; a local shard's port: the one it bound, 0 before it was started)."""
 
     def start(self, index: int, argv: list[str], env: dict[str, str], wait: bool = True) -> None:
         """Start shard ``index`` (``wait``: until it serves). Raises DeployError or OSError."""
@@ -96,8 +91,10 @@ class ShardRunner(Protocol):
 
 class LocalShards:
     """A job's shards as processes of this machine (``python -m labswarm.train.distributed.ps``), each in a session of
-    its
-    own, on loopback ports chosen once for the job.
+    its own. A shard started with port 0 binds one the kernel picks and writes it to its ready file, which
+    :meth:`start` reads (:meth:`address`); one started again with the port it had (a revived shard, whose learners
+    know it) takes it back; :meth:`stop` forgets the ports, so the next attempt's shards take new ones (a port
+    another process took meanwhile is not the job's for its whole life).
 
     Args:
         job_id: the job.
@@ -110,19 +107,21 @@ class LocalShards:
         self.bind_host = self.master_host = host
         self.checkpoint_dir = home / "ps"
         self.procs: dict[int, subprocess.Popen] = {}
-        self._ports: dict[int, int] = {}
+        self._ports: dict[int, int] = {}  # each started shard's port, from its ready file
 
     def address(self, index: int) -> tuple[str, int]:
-        """``(host, a port free now)``, the same for the job's whole life."""
-        if index not in self._ports:
-            self._ports[index] = free_port(self.bind_host)
-        return self.bind_host, self._ports[index]
+        """``(host, the port shard index serves on)``: 0 before it was started (the kernel picks one at its bind),
+        and again after :meth:`stop`."""
+        return self.bind_host, self._ports.get(index, 0)
 
     def start(self, index: int, argv: list[str], env: dict[str, str], wait: bool = True) -> None:
-        """Start shard ``index`` (its output into ``home/ps/shard-<k>.out``); with ``wait``, until it listens.
+        """Start shard ``index`` (its output into ``home/ps/shard-<k>.out``) on the port ``argv`` names (``--port``;
+        0: one the kernel picks); with ``wait``, until it listens, its port read from its ready file (without:
+        a revived shard on the port it had, which it fails to bind if that was taken meanwhile: it exits, found
+        dead at the next pass).
 
         Raises:
-            DeployError: it exited or did not listen within :data:`SHARD_START_S`.
+            DeployError: it exited (its port taken, say) or did not listen within :data:`SHARD_START_S`.
             OSError: the process could not be started.
         """
         ready = self.checkpoint_dir / f"shard-{index}.port"
@@ -140,6 +139,8 @@ class LocalShards:
                 raise DeployError(f"parameter-server shard {index} of job {self.job_id} did not start (exit code "
                                   f"{proc.poll()}); see {ready.with_suffix('.out')}")
             time.sleep(0.05)
+        if wait:
+            self._ports[index] = int(ready.read_text())
         log.info("job %s: parameter-server shard %d listens on %s:%d (pid %d)", self.job_id, index,
                  *self.address(index), proc.pid)
 
@@ -157,10 +158,12 @@ class LocalShards:
         return None if proc is None else proc.poll()
 
     def stop(self) -> None:
-        """Kill the shards (their process groups) and wait for them."""
+        """Kill the shards (their process groups) and wait for them; their ports are forgotten (the next shards
+        take new ones)."""
         for proc in self.procs.values():
             _kill(proc)
         self.procs.clear()
+        self._ports.clear()
 
     def discard(self) -> None:
         """Nothing: the checkpoints are in the job's folder, which a delete removes."""
@@ -192,6 +195,7 @@ class JobCluster:
         self.runner: ShardRunner = runner if runner is not None else LocalShards(job_id, home, host)
         self.host = self.runner.master_host
         self.coordinator: JobCoordinator | None = None
+        self.shards = shards
         self.ps_addresses = [self.runner.address(k) for k in range(shards)]
         #: each rank's environment in the current attempt (from ``plan_attempt``), for a learner restarted alone
         self.envs: dict[int, dict[str, str]] = {}
@@ -207,7 +211,8 @@ class JobCluster:
 
     def new_attempt(self, attempt: int, cursor: dict[str, Any] | None) -> list[ProcessPlan]:
         """A fresh coordinator for ``attempt`` (the previous one closed) with ``cursor`` restored into it, the shards
-        started (or kept while they run) and serving; returns the learners' plans (their environments).
+        started (or kept while they run) and serving; returns the learners' plans (their environments), which name
+        the addresses the shards serve on (read once they serve: a local shard's port is the kernel's choice).
 
         Raises:
             DeployError: a shard did not start (locally: did not listen within :data:`SHARD_START_S`).
@@ -220,25 +225,33 @@ class JobCluster:
                 self.coordinator.restore_cursor(cursor)
             except Exception as exc:  # a cursor of another layout: the passes after the checkpoint start clean
                 log.warning("job %s: the checkpoint's cursor was not restored: %s", self.job_id, exc)
-        plans = plan_attempt(self.framework, self.learners, attempt, (self.host, self.coordinator.port),
-                             self.ps_addresses, self.runner.checkpoint_dir, ps_secret=self._ps_secret)
-        for plan in plans:
-            if plan.kind == "ps" and plan.argv is not None:
-                self._plans[plan.index] = plan
-                if not self.runner.running(plan.index):
-                    self.runner.start(plan.index, plan.argv, plan.env)
+        master = (self.host, self.coordinator.port)
+        self.ps_addresses = [self.runner.address(k) for k in range(self.shards)]  # 0: stopped, a new port
+        for plan in self._plan(attempt, master):
+            if plan.kind == "ps" and plan.argv is not None and not self.runner.running(plan.index):
+                self.runner.start(plan.index, plan.argv, plan.env)
+        self.ps_addresses = [self.runner.address(k) for k in range(self.shards)]
+        plans = self._plan(attempt, master)  # the addresses the shards serve on
+        self._plans.update({p.index: p for p in plans if p.kind == "ps" and p.argv is not None})  # for revive
         learners = [p for p in plans if p.kind == "learner"]
         self.envs = {p.index: dict(p.env) for p in learners}
         return learners
+
+    def _plan(self, attempt: int, master: tuple[str, int]) -> list[ProcessPlan]:
+        """:func:`~labswarm.train.distributed.launch.plan_attempt` for ``attempt`` on the current shard addresses."""
+        return plan_attempt(self.framework, self.learners, attempt, master, self.ps_addresses,
+                            self.runner.checkpoint_dir, ps_secret=self._ps_secret)
 
     def dead_shards(self) -> list[int]:
         """The shards that have exited."""
         return self.runner.dead()
 
     def revive(self, index: int) -> int | None:
-        """Start shard ``index`` again at its address (it resumes from its checkpoint) without waiting for it to
-        serve (the learners' clients reconnect and retry meanwhile; the manager's lock is not held that long);
-        returns the exit code of the one that died. One that fails to start is found dead at the next pass.
+        """Start shard ``index`` again at its address (the learners know it; it resumes from its checkpoint; if
+        another process took its port meanwhile, it exits and is found dead again, until the platform budget ends
+        the attempt and the next one's shards take new ports) without waiting for it to serve (the learners'
+        clients reconnect and retry meanwhile; the manager's lock is not held that long); returns the exit code of
+        the one that died. One that fails to start is found dead at the next pass.
 
         Raises:
             OSError: it could not be started (the engine's :class:`DeployError` too, as the lifecycle counts either
