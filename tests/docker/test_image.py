@@ -85,6 +85,15 @@ def test_learner_role_loads_torch_and_its_entry_point(image: str) -> None:
     assert version.startswith("2.13.0") and cuda == "False" and total == "3.0"
 
 
+def test_the_manager_serves_with_httptools_and_uvloop(image: str) -> None:
+    """The image carries the ``serve`` extra: uvicorn's ``auto`` picks httptools and uvloop (issue 25's latency),
+    not h11 and asyncio."""
+    done = docker("run", "--rm", "--network", "host", "--entrypoint", "python", image, "-c",
+                  "import uvloop; from uvicorn.protocols.http.auto import AutoHTTPProtocol; "
+                  "print(AutoHTTPProtocol.__name__, uvloop.__name__)")
+    assert done.stdout.split() == ["HttpToolsProtocol", "uvloop"], done.stderr
+
+
 def test_parameter_server_shard_listens_on_the_loopback(containers: Containers) -> None:
     port = free_port()
     shard = containers.run("-m", "labswarm.train.distributed.ps", "--shard", "0", "--learners", "1",
