@@ -76,7 +76,9 @@ class EmbeddedServer:
     Args:
         app: the FastAPI app.
         host: interface to bind.
-        port: TCP port; 0 picks a free one.
+        port: TCP port; 0: one the kernel picks, bound at construction and held until the server listens on it
+            (a port chosen free and bound later, after the lifespan's start-up, could be taken meanwhile by another
+            process of the machine).
 
     Raises:
         ManagerError: the app has no token (open to loopback only) and ``host`` is not a loopback address.
@@ -85,12 +87,19 @@ class EmbeddedServer:
     def __init__(self, app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> None:
         _check_bind(app, host)
         self.host = host
-        self.port = port or free_port(host)
+        self._socket: socket.socket | None = None
+        if not port:
+            self._socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            self._socket.bind((host, 0))  # no SO_REUSEADDR: no other socket can bind it until it is closed
+            port = self._socket.getsockname()[1]
+        self.port = port
         self.app = app
         advertise(app, self.url)
         self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=self.port, log_level="warning",
                                                      lifespan="on", access_log=False))
-        self._thread = threading.Thread(target=self._server.run, name="labswarm-manager", daemon=True)
+        sockets = None if self._socket is None else [self._socket]
+        self._thread = threading.Thread(target=self._server.run, args=(sockets,), name="labswarm-manager",
+                                        daemon=True)
 
     @property
     def url(self) -> str:
@@ -113,7 +122,10 @@ class EmbeddedServer:
     def stop(self, timeout: float = 15.0) -> None:
         """Shut down (the lifespan stops the session publishers), then stop the local workers the manager ran."""
         self._server.should_exit = True
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if self._socket is not None:
+            self._socket.close()  # uvicorn closed it if it served; not if it was never started
         release(self.app)
 
     def __enter__(self) -> EmbeddedServer:
