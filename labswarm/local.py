@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 
 from labswarm.config.experiment import ExperimentConfig
+from labswarm.errors import StoreError
 from labswarm.pipeline.features import FeaturesBlock, SampleResult
 from labswarm.sample import Sample, count_samples, iter_samples
 from labswarm.store.store import StoreStats
@@ -80,7 +81,24 @@ def _init_worker(config_json: str) -> None:
 def _process_chunk(samples: list[dict]) -> list[SampleResult]:
     if _block is None:
         raise RuntimeError("worker process not initialised")
-    return [_block.process(Sample.from_dict(s)) for s in samples]
+    return process_stored(_block, [Sample.from_dict(s) for s in samples])
+
+
+def process_stored(block: FeaturesBlock, samples: list[Sample]) -> list[SampleResult]:
+    """``block.process`` of each of ``samples``, their arrays made durable together before the results are
+    returned (:meth:`FeatureStore.batch`, as a worker does for a message's samples: one sync of a local store; a
+    remote store's uploads sent while the next sample computes). When that fails, the samples computed in the
+    chunk are returned ``failed`` with the reason (a sample is never reported computed before its arrays are
+    stored)."""
+    results: list[SampleResult] = []
+    try:
+        with block.store.batch():
+            for sample in samples:
+                results.append(block.process(sample))
+    except StoreError as exc:
+        return [SampleResult(r.sample_id, "failed", f"StoreError: {exc}", r.seconds, r.keys)
+                if r.status == "computed" else r for r in results]
+    return results
 
 
 def _chunks(items: Iterable[Sample], size: int) -> Iterator[list[Sample]]:
@@ -127,24 +145,31 @@ def run_local(
 
     if jobs == 1:
         limit_threads(1)
-        for sample in pending():
-            record(block.process(sample))
+        for chunk in _chunks(pending(), CHUNK):
+            for result in process_stored(block, chunk):
+                record(result)
     else:
-        block.warm_up()  # the forked workers inherit warm libraries
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker,
-                                 initargs=(config.model_dump_json(),)) as pool:
-            in_flight: set[Future] = set()
-            for chunk in _chunks(pending(), CHUNK):
-                if len(in_flight) >= 4 * jobs:
-                    done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
-                    for future in done:
-                        for result in future.result():
-                            record(result)
-                in_flight.add(pool.submit(_process_chunk, [s.to_dict() for s in chunk]))
-            for future in as_completed(in_flight):
-                for result in future.result():
-                    record(result)
+        _in_pool(config, block, pending(), jobs, record)
     summary.seconds = time.perf_counter() - started
     summary.store = block.store.stats()
     return summary
+
+
+def _in_pool(config: ExperimentConfig, block: FeaturesBlock, samples: Iterator[Sample], jobs: int,
+             record: Callable[[SampleResult], None]) -> None:
+    """``samples`` computed by ``jobs`` forked worker processes, in chunks, at most ``4 * jobs`` in flight."""
+    block.warm_up()  # the forked workers inherit warm libraries
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_init_worker,
+                             initargs=(config.model_dump_json(),)) as pool:
+        in_flight: set[Future] = set()
+        for chunk in _chunks(samples, CHUNK):
+            if len(in_flight) >= 4 * jobs:
+                done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+                for future in done:
+                    for result in future.result():
+                        record(result)
+            in_flight.add(pool.submit(_process_chunk, [s.to_dict() for s in chunk]))
+        for future in as_completed(in_flight):
+            for result in future.result():
+                record(result)

@@ -157,8 +157,9 @@ class FeaturesBlock:
 
         Returns:
             The :class:`SampleResult`: ``cached`` when all keys were present, ``computed`` when missing ones
-            were computed and written, ``failed`` with the reason when the audio, the transformation, an
-            extractor or the store failed.
+            were computed and written (inside a :meth:`FeatureStore.batch` of a remote store: handed to its
+            uploads, stored only once the batch has ended without an error), ``failed`` with the reason when the
+            audio, the transformation, an extractor or the store failed.
         """
         started = time.perf_counter()
         keys: dict[str, str] = {}
@@ -167,9 +168,8 @@ class FeaturesBlock:
             missing = {name for name, key in keys.items() if not self.present.contains(key)}
             if not missing:
                 return SampleResult(sample.id, "cached", None, time.perf_counter() - started, keys)
-            for name, values in self.compute(sample, missing).items():
-                self.store.put(keys[name], values)
-                self.present.added(keys[name])
+            for name, values in self.compute(sample, missing).items():  # in a batch: uploaded in the background
+                self.store.put(keys[name], values, stored=self.present.added)
             status: Status = "computed"
             reason = None
         except LabswarmError as exc:

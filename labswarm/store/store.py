@@ -23,6 +23,7 @@ import io
 import json
 import os
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from labswarm.storage.cache import DEFAULT_CACHE_BYTES, CachedStorage
 from labswarm.storage.local import LocalStorage, LocalStorageConfig
 from labswarm.store.npy import map_file, read_at
 from labswarm.store.packs import PackReader
+from labswarm.store.uploads import UPLOAD_THREADS, Uploads
 
 T = TypeVar("T")
 
@@ -80,6 +82,8 @@ class FeatureStore:
         #: where the store is, for messages (a folder, ``s3://bucket/prefix at URL (cached in FOLDER)``)
         self.where = str(root) if root is not None else storage.describe()
         self._fetcher: tuple[int, ThreadPoolExecutor] | None = None  # fetch()'s (process, threads), at first use
+        self._uploader: tuple[int, ThreadPoolExecutor] | None = None  # batch()'s upload threads, at first use
+        self._batch = threading.local()  # .uploads: this thread's open batch of a remote store
         self._check_layout()
         #: reads the packed arrays of a remote store through its cache (:mod:`labswarm.store.packs`)
         self.packs = PackReader(self.origin, storage, self.relpath) if isinstance(storage, CachedStorage) else None
@@ -243,17 +247,31 @@ class FeatureStore:
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
-        """The :meth:`put` calls of this thread inside the block made durable together at its end, with one sync
-        instead of one per array, where the store is a local folder (:meth:`LocalStorage.deferred_sync`: an array
-        appears under its key only once its bytes are on disk; until the block ends the arrays written inside are
-        not found). Elsewhere (an object store) it changes nothing.
+        """The :meth:`put` calls of this thread inside the block made durable together by its end. A local folder
+        (:meth:`LocalStorage.deferred_sync`): one sync instead of one per array; an array appears under its key
+        only once its bytes are on disk. A remote store (:mod:`labswarm.store.uploads`): each array is sent by a
+        background thread while this one goes on (the next sample computed meanwhile), at most
+        :data:`~labswarm.store.uploads.UPLOAD_BYTES` held at once, and the block's end waits until all are
+        stored. Either way, until the block ends the arrays written inside may not be found, and once it has
+        ended without an error every one is stored: acknowledge work only after it. Nested: the outer block.
 
         Raises:
-            StoreError: (at the end) the sync or a rename failed; the block's arrays not yet in place are removed
-                (those placed before the failure were synced first).
+            StoreError: (at the end) the sync, a rename or an upload failed; for a local folder the block's arrays
+                not yet in place are removed (those placed before the failure were synced first); of a remote
+                store, the arrays whose upload succeeded are stored (each object whole).
         """
         if not isinstance(self.storage, LocalStorage):
-            yield
+            if getattr(self._batch, "uploads", None) is not None:
+                yield
+                return
+            if self._uploader is None or self._uploader[0] != os.getpid():  # a forked child has none of the threads
+                self._uploader = (os.getpid(), ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="store-upload"))
+            uploads = self._batch.uploads = Uploads(self._uploader[1])
+            try:
+                yield
+            finally:
+                self._batch.uploads = None
+                uploads.flush()  # also after an error inside: no upload outlives its batch
             return
         try:
             with self.storage.deferred_sync():
@@ -261,11 +279,16 @@ class FeatureStore:
         except StorageError as exc:
             raise StoreError(str(exc)) from exc
 
-    def put(self, key: str, array: np.ndarray) -> None:
-        """Store ``array`` under ``key`` atomically (an existing entry is replaced by equal values).
+    def put(self, key: str, array: np.ndarray, *, stored: Callable[[str], None] | None = None) -> None:
+        """Store ``array`` under ``key`` atomically (an existing entry is replaced by equal values); inside a
+        :meth:`batch` of a remote store, sent by a background thread (durable at the batch's end).
+
+        Args:
+            stored: called with ``key`` once the array is stored (at once, or by the upload's thread).
 
         Raises:
-            StoreError: object arrays (not storable without pickle) or a write failure.
+            StoreError: object arrays (not storable without pickle) or a write failure (of an upload in a batch:
+                at the batch's end).
         """
         array = np.asarray(array)
         if array.dtype.hasobject:
@@ -273,7 +296,15 @@ class FeatureStore:
         buffer = io.BytesIO()
         np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
         rel = self.relpath(key)
-        self._call(lambda: self.storage.put_bytes(rel, buffer.getvalue()))
+        data = buffer.getvalue()
+        uploads: Uploads | None = getattr(self._batch, "uploads", None)
+        if uploads is not None:
+            uploads.submit(key, len(data), lambda: self.storage.put_bytes(rel, data),
+                           None if stored is None else lambda: stored(key))
+            return
+        self._call(lambda: self.storage.put_bytes(rel, data))
+        if stored is not None:
+            stored(key)
 
     def delete(self, key: str) -> None:
         """Remove ``key`` if stored."""

@@ -1,0 +1,89 @@
+"""A remote feature store's writes inside a batch (:meth:`labswarm.store.FeatureStore.batch`), sent by background
+threads while the computing thread goes on, all of them waited for at the batch's end.
+
+Into an object store each array is a PUT request that waits for the service (the moto server on this machine:
+~48 ms of wall time a 220 kB PUT at load ~8, against a sample's ~0.1-0.2 s of feature computation, 2026-11-26,
+docs/benchmarks/store.md): made on the computing thread, the worker waits on it for every array. Inside a batch
+(a task's message of several samples, a local run's chunk) :meth:`Uploads.submit` hands the array's bytes to a
+small pool of threads and returns; :meth:`Uploads.flush`, at the end of the batch, waits until every one is
+stored. The caller acknowledges a message (or reports its samples) only after the flush, so "a task is
+acknowledged only after its arrays are durable in the store" still holds: a process killed inside the batch has
+acknowledged nothing, and an object store makes each object appear whole (no partial array). Memory is bounded:
+at most :data:`UPLOAD_BYTES` of arrays wait or travel at once; beyond, :meth:`Uploads.submit` waits for the
+oldest to finish (backpressure, as a bounded queue).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from labswarm.errors import StoreError
+
+#: Uploads in flight at once per process (threads): a sample's arrays (one per feature) and the next sample's go
+#: out together; the S3 client keeps 32 connections (:data:`labswarm.storage.s3.POOL_CONNECTIONS`).
+UPLOAD_THREADS = 4
+#: Most bytes of arrays held for upload at once (waiting or being sent) before a write waits for room: ~300 mel
+#: arrays of the demo set's 220 kB.
+UPLOAD_BYTES = 64 * 2**20
+
+
+class Uploads:
+    """The background writes of one batch.
+
+    Args:
+        pool: the threads that send them (shared by the batches of a store in this process).
+        max_bytes: the most bytes held at once (default :data:`UPLOAD_BYTES`); an array larger than that is sent
+            alone.
+    """
+
+    def __init__(self, pool: ThreadPoolExecutor, max_bytes: int | None = None) -> None:
+        self._pool, self.max_bytes = pool, UPLOAD_BYTES if max_bytes is None else max_bytes
+        self._room = threading.Condition()
+        self._held = 0
+        self._sent: list[Future[None]] = []
+        self._failed: list[tuple[str, Exception]] = []
+
+    @property
+    def held(self) -> int:
+        """Bytes waiting or being sent now."""
+        with self._room:
+            return self._held
+
+    def submit(self, what: str, size: int, send: Callable[[], None], stored: Callable[[], None] | None) -> None:
+        """Have ``send()`` (the write of ``size`` bytes, ``what`` in messages) run by a background thread, then
+        ``stored()`` once it succeeded; waits first while :attr:`max_bytes` are held (unless nothing is)."""
+        with self._room:
+            while self._held and self._held + size > self.max_bytes:
+                self._room.wait()
+            self._held += size
+
+        def run() -> None:
+            try:
+                send()
+                if stored is not None:
+                    stored()
+            except Exception as exc:  # reported by flush(), on the batch's thread
+                self._failed.append((what, exc))
+            finally:
+                with self._room:
+                    self._held -= size
+                    self._room.notify_all()
+
+        self._sent.append(self._pool.submit(run))
+
+    def flush(self) -> None:
+        """Wait until every write submitted is done.
+
+        Raises:
+            StoreError: some failed (how many, and the first one's reason); the others are stored.
+        """
+        for sent in self._sent:
+            sent.result()
+        count = len(self._sent)
+        self._sent = []
+        if self._failed:
+            what, exc = self._failed[0]
+            failed, self._failed = len(self._failed), []
+            raise StoreError(f"{failed} of {count} arrays not stored, e.g. {what}: {exc}") from exc
