@@ -1,5 +1,6 @@
 """The embedded manager (labswarm.manager.server.EmbeddedServer) with a real app and uvicorn: the port it picks is
-held from its construction, so no other process of the machine can take it before it listens."""
+held from its construction, so no other process of the machine can take it before it listens; free_port picks
+ports the kernel gives no other socket."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import httpx
 import pytest
 
 from labswarm.manager.api import create_app
-from labswarm.manager.server import EmbeddedServer
+from labswarm.manager.server import EmbeddedServer, free_port
 from labswarm.settings import Settings
 
 
@@ -27,3 +28,13 @@ def test_the_port_an_embedded_manager_picks_is_its_own_from_construction_to_stop
         server.stop()
     with socket.socket() as after:  # closed with the server
         after.bind(("127.0.0.1", server.port))
+
+
+def test_free_port_is_below_the_kernels_ephemeral_range_and_free() -> None:
+    start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port() for _ in range(20)}
+    assert all(start // 2 <= port < start for port in ports), ports  # no connect() or bind to 0 is given one
+    assert len(ports) > 1  # at random, so two callers rarely pick the same
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
