@@ -13,6 +13,7 @@ from labswarm.registry import LAUNCHERS
 
 if TYPE_CHECKING:
     from labswarm.deploy.learners import LearnerLauncher
+    from labswarm.deploy.standby import StandbyWorkers
     from labswarm.settings import Settings
 
 
@@ -28,11 +29,14 @@ class Host:
             ``None`` while it is not served.
         concurrency: pool processes per local worker (``labswarm run --concurrency``); 1 by default.
         log_dir: folder of the local workers' logs; ``None``: ``<home>/logs`` (``LABSWARM_HOME``).
+        standby: local worker interpreters started ahead of the session (``labswarm run``: while its manager
+            starts), which the local launcher takes before spawning any (:mod:`labswarm.deploy.standby`).
     """
 
     manager_url: str | None = None
     concurrency: int = 1
     log_dir: Path | None = None
+    standby: StandbyWorkers | None = None
 
 
 class Launcher(ABC):

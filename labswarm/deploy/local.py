@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labswarm.deploy.base import Host, Launcher
-from labswarm.deploy.lifeline import lifeline_env
+from labswarm.deploy.standby import StandbyWorkers, worker_env
 from labswarm.errors import DeployError
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,8 @@ class LocalLauncher(Launcher):
         log_name: prefix of the log files.
         restart: when dead workers are replaced; ``None``: never (they stay dead until the next :meth:`scale`).
         stop_grace_s: seconds a worker scaled away gets to finish its running tasks before it is killed.
+        standby: worker interpreters started ahead of the session (:mod:`labswarm.deploy.standby`), taken before
+            any worker is spawned; the host's (:meth:`bind`) when it has some.
     """
 
     outlives_owner = False
@@ -119,7 +121,7 @@ class LocalLauncher(Launcher):
     def __init__(self, experiment: str | list[str], manager_url: str | None, *, broker_url: str | None = None,
                  concurrency: int = 1, token: str | None = None, log_dir: Path | None = None,
                  log_name: str = "worker", restart: RestartPolicy | None = RestartPolicy(),
-                 stop_grace_s: float = 30.0) -> None:
+                 stop_grace_s: float = 30.0, standby: StandbyWorkers | None = None) -> None:
         self.experiment = experiment
         self.manager_url = manager_url
         self.broker_url = broker_url
@@ -139,6 +141,8 @@ class LocalLauncher(Launcher):
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        #: interpreters started ahead of the session that :meth:`_spawn` takes first (:mod:`labswarm.deploy.standby`)
+        self.standby: StandbyWorkers | None = standby
 
     def bind(self, host: Host) -> None:
         """Take the manager's URL, the pool size and the log folder from the process that serves the manager."""
@@ -146,6 +150,7 @@ class LocalLauncher(Launcher):
         self.concurrency = host.concurrency
         if host.log_dir is not None:
             self.log_dir = host.log_dir
+        self.standby = host.standby or self.standby
 
     def command(self) -> list[str]:
         """The command line of one worker.
@@ -164,16 +169,20 @@ class LocalLauncher(Launcher):
         return cmd  # secrets (broker URL, token) go through the environment: see _spawn
 
     def _spawn(self) -> subprocess.Popen:
-        env = dict(os.environ)
+        env = worker_env()  # the worker ends with this process, however it ends (its own session hides it)
         if self.token:
             env["LABSWARM_API_TOKEN"] = self.token
         if self.broker_url:
             env["LABSWARM_BROKER_URL"] = self.broker_url
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-            env.setdefault(var, "1")
-        env.update(lifeline_env())  # the worker ends with this process, however it ends (its own session hides it)
         command = self.command()
         n, self._started = self._started, self._started + 1
+        log_file = None if self.log_dir is None else self.log_dir / f"{self.log_name}-{n}.log"
+        if self.standby is not None:  # an interpreter started and warmed up ahead of the session
+            if log_file is not None:
+                log_file.parent.mkdir(parents=True, exist_ok=True)
+            process = self.standby.take(command[3:], env, log_file)
+            if process is not None:
+                return process
         if self.log_dir is None:
             return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                                     start_new_session=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from labswarm.client import ManagerClient
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.deploy.base import Host
 from labswarm.deploy.local import LocalLauncher
+from labswarm.deploy.standby import StandbyWorkers
 from labswarm.run.adopt import RunLock, left_running
 from labswarm.run.health import HealthThread, health_figure
 from labswarm.run.training import JobTraining, job_manifest, train_job
@@ -174,16 +176,22 @@ def run_experiment(config: ExperimentConfig, options: RunOptions | None = None, 
     # a manager of its own: the experiment's runs on this home one at a time (a session a killed run left
     # running is then this run's to take over, see labswarm.run.adopt), locked before that manager resumes it
     lock = RunLock(settings.home, config.name) if options.manager_url is None else contextlib.nullcontext()
-    with lock:
-        return _run(config, options, settings, hooks or RunHooks())
+    # the local workers' interpreters import and warm up while the manager starts (labswarm.deploy.standby); those
+    # not taken (a session taken over with fewer workers) are stopped at the end
+    standby = (StandbyWorkers(options.workers, config.model_dump(mode="json"))
+               if options.launcher == "local" and options.workers > 0 else None)
+    with lock, contextlib.closing(standby) if standby is not None else contextlib.nullcontext():
+        return _run(config, options, settings, hooks or RunHooks(), standby)
 
 
-def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hooks: RunHooks) -> RunResult:
-    """:func:`run_experiment`'s run, under its lock."""
+def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hooks: RunHooks,
+         standby: StandbyWorkers | None) -> RunResult:
+    """:func:`run_experiment`'s run, under its lock, with its ``standby`` workers."""
     started = time.perf_counter()
     server, own_token, manager_url = None, False, options.manager_url
+    ended = threading.Event()  # the session ended (embedded manager: told at once; else seen by polling)
     if manager_url is None:
-        server, settings, own_token = _embedded_manager(config, options, settings)
+        server, settings, own_token = _embedded_manager(config, options, settings, standby, ended)
         manager_url = server.url
     local = controller = token_file = None
     client = ManagerClient(manager_url, settings.api_token)
@@ -195,11 +203,11 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
         hooks.on_dashboard(f"{manager_url.rstrip('/')}/ui", token_file)
         client.post_experiment(config.model_dump(mode="json"))
         session, local = _start_session(client, config.name, options, settings, manager_url, server is None,
-                                        hooks)
+                                        hooks, standby=standby)
         if options.health:
             controller = HealthThread(manager_url, settings.api_token, options.rabbitmq_api,
                                       max(1, options.workers * options.concurrency), settings.home / "health").start()
-        progress = _wait(client, session["id"], options.poll, hooks, session.get("follow", options.follow))
+        progress = _wait(client, session["id"], options.poll, hooks, session.get("follow", options.follow), ended)
         failures = client.failures(session["id"]) if progress["failed"] else []
         figure = None
         if controller is not None:
@@ -228,9 +236,11 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
             token_file.unlink(missing_ok=True)
 
 
-def _embedded_manager(config: ExperimentConfig, options: RunOptions,
-                      settings: Settings) -> tuple[EmbeddedServer, Settings, bool]:
-    """Start a manager in this process for ``config``'s run.
+def _embedded_manager(config: ExperimentConfig, options: RunOptions, settings: Settings,
+                      standby: StandbyWorkers | None = None,
+                      ended: threading.Event | None = None) -> tuple[EmbeddedServer, Settings, bool]:
+    """Start a manager in this process for ``config``'s run; its local launcher takes the ``standby`` workers
+    first, and ``ended`` is set as soon as a session of it completes or fails (its publisher ends it).
 
     Returns:
         The serving manager, its settings (data roots, broker and token of this run), and whether its token is
@@ -256,12 +266,16 @@ def _embedded_manager(config: ExperimentConfig, options: RunOptions,
         settings = settings.model_copy(update={"api_token": new_token()})
     app = create_app(settings)
     # the manager runs the local workers itself (launcher "local"), as it runs a swarm service
-    app.state.sessions.launchers.host = Host(concurrency=options.concurrency, log_dir=options.log_dir)
+    app.state.sessions.launchers.host = Host(concurrency=options.concurrency, log_dir=options.log_dir,
+                                             standby=standby)
+    if ended is not None:
+        app.state.sessions.context.on_end.append(lambda _session_id: ended.set())
     return EmbeddedServer(app).start(), settings, own_token
 
 
 def _start_session(client: ManagerClient, experiment: str, options: RunOptions, settings: Settings,
-                   manager_url: str, remote: bool, hooks: RunHooks) -> tuple[dict[str, Any], LocalLauncher | None]:
+                   manager_url: str, remote: bool, hooks: RunHooks, *, standby: StandbyWorkers | None = None
+                   ) -> tuple[dict[str, Any], LocalLauncher | None]:
     """Start the experiment's session; a ``remote`` manager cannot start processes here, so with the ``local``
     launcher this process runs and supervises the workers. The manager this run started may hold a session
     that a killed run left running: it is taken over instead (:mod:`labswarm.run.adopt`).
@@ -281,7 +295,7 @@ def _start_session(client: ManagerClient, experiment: str, options: RunOptions, 
         if not options.workers:
             return session, None
         local = LocalLauncher(experiment, manager_url, concurrency=options.concurrency, token=settings.api_token,
-                              log_dir=options.log_dir or settings.home / "logs")
+                              log_dir=options.log_dir or settings.home / "logs", standby=standby)
         try:
             local.start(options.workers)
         except BaseException:  # the ones started stop: the caller never sees this launcher
@@ -292,18 +306,21 @@ def _start_session(client: ManagerClient, experiment: str, options: RunOptions, 
                                 follow=options.follow), None
 
 
-def _wait(client: ManagerClient, session_id: str, poll: float, hooks: RunHooks, follow: bool = False
-          ) -> dict[str, Any]:
+def _wait(client: ManagerClient, session_id: str, poll: float, hooks: RunHooks, follow: bool = False,
+          ended: threading.Event | None = None) -> dict[str, Any]:
     """The session's progress once its status is final, polled every ``poll`` seconds (each given to
-    :meth:`RunHooks.on_progress`). A followed session ends only when cancelled: a KeyboardInterrupt cancels it
-    (not left active in the manager's database), then goes on up."""
+    :meth:`RunHooks.on_progress`) or as soon as ``ended`` is set (the embedded manager's publisher ended a
+    session: the end is seen at once, not at the next poll). A followed session ends only when cancelled: a
+    KeyboardInterrupt cancels it (not left active in the manager's database), then goes on up."""
+    ended = ended or threading.Event()
     try:
         while True:
             progress = client.session(session_id)
             hooks.on_progress(progress)
             if progress["status"] in FINAL:
                 return progress
-            time.sleep(poll)
+            if ended.wait(poll):
+                ended.clear()  # another session's end (none in a run of one experiment) is looked at once
     except KeyboardInterrupt:
         if follow:
             client.cancel(session_id)

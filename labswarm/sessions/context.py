@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy.orm import Session
 
@@ -23,8 +23,12 @@ class SessionContext:
         db: opens a new database session (use as a context manager); the ledger and the session rows live there.
         settings: the runtime settings (attempts, rates, windows, launchers' settings).
         broker: the broker client the publishers publish with (queue depths, purges).
+        on_end: called with a session's id, from its publisher's thread, as soon as that publisher has ended the
+            session (completed or failed; before its workers are stopped): ``labswarm run`` sees its session's end
+            at once instead of at its next poll. A listener must return quickly and not raise.
     """
 
     db: Callable[[], AbstractContextManager[Session]]
     settings: Settings
     broker: BrokerClient
+    on_end: list[Callable[[str], None]] = field(default_factory=list)

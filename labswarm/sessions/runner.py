@@ -325,4 +325,9 @@ class SessionRunner(threading.Thread):
             row = known_session(db, self.session_id)
             lifecycle.end(row, state, error=error)
             db.commit()
+        for listener in list(self.context.on_end):
+            try:
+                listener(self.session_id)
+            except Exception:  # a listener's failure never keeps the session's workers running
+                log.exception("session %s: a listener of its end failed", self.session_id)
         self._on_end(self.session_id)
