@@ -5,11 +5,12 @@ stand-in ``docker`` first on PATH (no engine needed) whose ``build`` downloads t
 from __future__ import annotations
 
 import os
-import socket
 import stat
 import subprocess
 import sys
 from pathlib import Path
+
+from labswarm.manager.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,9 +46,7 @@ def test_two_image_builds_at_once_serve_the_wheels_on_two_ports(tmp_path: Path) 
     docker.write_text(FAKE_DOCKER.replace("PYTHON", sys.executable, 1))
     docker.chmod(docker.stat().st_mode | stat.S_IXUSR)
     (wheels / "torch-0.0-py3-none-any.whl").write_bytes(b"wheel bytes")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        preferred = s.getsockname()[1]
+    preferred = free_port()  # below the ephemeral range: no connect() of the machine takes it before the build
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_DOCKER_RECORD": str(record), "TRAIN": "1",
            "LABSWARM_DOCKER_WHEELS": str(wheels), "LABSWARM_DOCKER_WHEELS_PORT": str(preferred),
            "LABSWARM_DOCKER_LOG_DIR": str(tmp_path / "log"), "LABSWARM_DOCKER_STATE_DIR": str(tmp_path / "state")}
