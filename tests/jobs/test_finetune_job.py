@@ -11,6 +11,7 @@ import json
 import zipfile
 from pathlib import Path
 
+import pytest
 import torch
 
 from jobs.manager import manager, read_events, statuses
@@ -28,6 +29,7 @@ def _two_classes(data: Path, tmp_path: Path) -> Path:
     return other
 
 
+@pytest.mark.slow  # two training jobs (25.7 s in stop 32's CI)
 def test_fine_tuning_from_a_job_renews_the_output_layer_and_keeps_the_rest(tmp_path: Path) -> None:
     """~40 s: two jobs of one epoch each, real learner processes."""
     parent_manifest = tiny_manifest(tmp_path, epochs=1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import pytest
 from train.three_classes import write_three_classes
 
 from jobs.manager import manager, read_events, statuses
@@ -18,6 +19,7 @@ def _with_rate(manifest: dict, rate: float) -> dict:
     return {**manifest, "training": {**manifest["training"], "learning_rate": rate}}
 
 
+@pytest.mark.slow  # training jobs changed live and run again (37.9 s in stop 32's CI)
 def test_a_job_changed_live_is_reused_only_for_what_it_trained_with(tmp_path: Path) -> None:
     """~40 s: two jobs of one learner, one after the other (one job slot)."""
     write_three_classes(tmp_path / "data", per_class=32)  # epochs of several steps: the change lands mid-training

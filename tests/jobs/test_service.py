@@ -11,6 +11,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 from helpers import promtool_check
 
 from jobs.manager import manager, read_events, statuses
@@ -88,6 +89,7 @@ def test_halting_a_completed_job_is_refused(tmp_path: Path) -> None:
     assert answer.status_code == 409 and "completed" in answer.json()["detail"]
 
 
+@pytest.mark.slow  # a training job of two attempts (24.4 s in stop 32's CI)
 def test_a_learner_killed_mid_training_restarts_from_its_checkpoint(tmp_path: Path) -> None:
     with manager(tmp_path) as m:
         job = m.submit(tiny_manifest(tmp_path, epochs=3))
