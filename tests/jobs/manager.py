@@ -128,6 +128,45 @@ def wait_until(condition: Callable[[], Any], timeout: float = 60.0, what: str = 
     return value
 
 
+def freeze_until_rank_0_steps(m: Manager, job_id: str, rank: int = 1, timeout: float = 300.0) -> tuple[int, int]:
+    """Freeze (SIGSTOP) learner ``rank`` of the job's attempt once it started, and wait for rank 0's first step in
+    that same attempt; returns ``(the frozen learner's pid, the attempt's number)``. An attempt that ends first (on
+    a loaded machine an attempt can fail before its first step, and the next one has other processes) is passed
+    over: the next attempt's learner ``rank`` is frozen instead, so the pid returned belongs to the attempt that
+    is running."""
+    deadline = time.monotonic() + timeout
+
+    def started(event: dict[str, Any]) -> bool:
+        return event["event"] == "attempt" and event["data"]["event"] == "started"
+
+    event = read_events(m.http, job_id, until=started, timeout=timeout)[-1]
+    while True:
+        number = event["data"]["attempt"]
+        [attempt] = [a for a in m.show(job_id)["attempts"] if a["number"] == number]
+        victim = next(lr["pid"] for lr in attempt["learners"] if lr["rank"] == rank)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGSTOP)
+        wait_until(lambda pid=victim: _frozen_or_gone(pid), 30, f"learner {rank} of attempt {number} frozen")
+
+        def stepped_or_next(e: dict[str, Any], number: int = number) -> bool:
+            return (started(e) and e["data"]["attempt"] > number) or (
+                e["event"] == "log" and e["data"].get("rank") == 0 and e["data"].get("attempt") == number
+                and "first step" in e["data"]["line"])
+
+        event = read_events(m.http, job_id, last_event_id=event["id"], until=stepped_or_next,
+                            timeout=max(deadline - time.monotonic(), 1))[-1]
+        if event["event"] == "log":
+            return victim, number
+        assert stepped_or_next(event), f"the job ended before rank 0 stepped: {event}"
+
+
+def _frozen_or_gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
 _SERVE = """
 import sys
 from pathlib import Path
