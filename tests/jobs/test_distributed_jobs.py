@@ -179,18 +179,23 @@ def test_a_downpour_learner_killed_in_its_first_pass_keeps_its_chunks_in_the_sto
     manifest["experiment"]["pipeline"][3]["size"] = 1  # 72 training samples a pass, one a step: ~36 steps a rank
     with manager(tmp_path, job_slots=2) as m:
         job = m.submit(manifest)
-        read_events(m.http, job["id"], until=lambda e: e["event"] == "log" and e["data"].get("rank") == 1
-                    and "first step" in e["data"]["line"])
-        victim = _pid(m, job["id"], 1)
+        # rank 1 of the attempt whose rank 1 stepped (on a loaded machine an earlier attempt may have failed)
+        stepped = read_events(m.http, job["id"], until=lambda e: e["event"] == "log" and e["data"].get("rank") == 1
+                              and "first step" in e["data"]["line"])[-1]
+        number = stepped["data"]["attempt"]
+        before = m.show(job["id"])
+        [running] = [a for a in before["attempts"] if a["number"] == number]
+        victim = next(lr["pid"] for lr in running["learners"] if lr["rank"] == 1)
         os.kill(victim, signal.SIGKILL)
         stream = read_events(m.http, job["id"])
         shown = m.show(job["id"])
-    assert statuses(stream)[-1] == "completed", shown.get("log_tail")
-    [attempt] = shown["attempts"]
+    assert statuses(stream)[-1] == "completed", _explained(shown, stream)
+    attempt = shown["attempts"][-1]
+    assert attempt["number"] == number == len(before["attempts"]), _explained(shown, stream)
     assert [r["previous"]["pid"] for r in attempt["learner_restarts"]] == [victim]
     results = _results(tmp_path, job["id"])
     assert_every_sample_once_per_pass(results, shown, manifest, 2)
-    lines = record.read(results.glob("logs/attempt-1/chunks-1.jsonl"))
+    lines = record.read(results.glob(f"logs/attempt-{number}/chunks-1.jsonl"))
     assert any(c["owner"].split(":")[2] == str(victim) for c in lines), "the premise: the killed process trained chunks"
 
 
