@@ -54,6 +54,8 @@ def main() -> int:
         return 0
     with contextlib.suppress(Exception):  # the worker's own start reports a broken config or library, in its log
         _warm(first.get("config") or {})
+    gc.collect()  # the garbage of the imports, then their objects out of the collector's sight (as run_worker does
+    gc.freeze()  # after its warm-up: its own collection then has only what came since)
     command = _read(stdin)
     if command is None:
         return 0
