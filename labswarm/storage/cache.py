@@ -11,7 +11,7 @@ Layout of the cache folder::
     .lock                   taken (``flock``, exclusive) by whoever adds or evicts
     .usage.json             {"bytes": N}: the bytes of the cached objects, changed under the lock
     objects/<full key>      one file per cached object (the remote's full key)
-    incoming/<random>.tmp   an object being added: written without the lock, then renamed under it
+    incoming/<random>.tmp   an object being added: written and synced without the lock, then renamed under it
 
 The bound holds at every moment for ``objects/``: an object is written into ``incoming/`` without the lock (so that
 the threads and processes filling the cache write at once: under the lock, each fill's write waited for the
@@ -135,7 +135,7 @@ class CachedStorage(Storage):
             incoming.mkdir(parents=True, exist_ok=True)
             for _path, data in chosen:
                 tmps.append(tmp := incoming / f"{uuid.uuid4().hex}.tmp")
-                tmp.write_bytes(data)  # outside the lock, as a single fill
+                _write_synced(tmp, data)  # outside the lock, as a single fill
             with self._locked() as state:
                 new = [(path, len(data), tmp) for (path, data), tmp in zip(chosen, tmps, strict=True)
                        if not path.is_file()]
@@ -209,7 +209,7 @@ class CachedStorage(Storage):
         incoming.mkdir(parents=True, exist_ok=True)
         tmp = incoming / f"{uuid.uuid4().hex}.tmp"
         try:
-            tmp.write_bytes(data)  # outside the lock: the fetching threads and processes write at once
+            _write_synced(tmp, data)  # outside the lock: the fetching threads and processes write at once
             with self._locked() as state:
                 if path.is_file():  # another process fetched it meanwhile
                     return path, data if keep_bytes else None
@@ -366,3 +366,22 @@ def _count(folder: Path) -> int:
             with contextlib.suppress(FileNotFoundError):
                 total += os.stat(os.path.join(dirpath, name)).st_size
     return total
+
+
+def _write_synced(path: Path, data: bytes | memoryview) -> None:
+    """Write ``data`` into the new file ``path`` and sync it to the disk (``fsync``) before it is renamed into
+    place: without, a host crash could leave the rename on disk but not all the bytes, a short file under the
+    object's name (read back as a corrupt array, never fetched again while cached). The fills' writes run outside
+    the cache's lock, so a sync delays only its own fill.
+
+    Raises:
+        OSError: the file cannot be created (it exists: ``O_EXCL``), written or synced.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)

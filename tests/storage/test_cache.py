@@ -132,3 +132,31 @@ def test_a_file_evicted_by_another_process_is_fetched_again(tmp_path: Path) -> N
     assert read_in_place(cache, "o/1") == bytes([1]) * SIZE and first.is_file()
     first.unlink()
     assert cache.warm("o/1") and first.is_file()
+
+
+def test_a_cached_file_is_synced_before_it_is_renamed_into_place(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # a host crash after the rename but before the bytes reached the disk would leave a short file under the
+    # object's name: each file (a fill, and the objects a caller inserts, as a pack) is synced first
+    remote = remote_with(tmp_path, 3)
+    cache = CachedStorage(remote, tmp_path / "cache", 10 * SIZE)
+    synced: list[str] = []
+    placed: list[tuple[str, bool]] = []  # (the file renamed into objects/, whether it was synced before)
+    fsync, replace = os.fsync, os.replace
+
+    def spy_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        fsync(fd)
+
+    def spy_replace(src: str | Path, dst: str | Path) -> None:
+        if "objects" in Path(dst).parts:
+            placed.append((str(dst), str(src) in synced))
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", spy_fsync)
+    monkeypatch.setattr(os, "replace", spy_replace)
+    assert cache.get_bytes("o/1") == bytes([1]) * SIZE
+    assert cache.warm("o/2")
+    assert cache.insert([("p/whole", b"x" * SIZE)]) == 1
+    assert [(Path(dst).name, was) for dst, was in placed] == [("1", True), ("2", True), ("whole", True)], placed
+    assert (tmp_path / "cache" / "objects" / "p" / "whole").read_bytes() == b"x" * SIZE
