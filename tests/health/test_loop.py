@@ -186,6 +186,58 @@ def test_the_first_decision_measures_the_consume_rate_from_the_first_outcome_not
     assert all(r["consume_rate"] == pytest.approx(20.0, rel=0.05) for r in rows), rows  # and the ticks after
 
 
+class _WindowedStart:
+    """A stand-in for :class:`ManagerMonitor`: one session whose 2 workers can finish 15 samples/s from t = 5.8 s
+    (the first tick with outcomes sees 3); until a rate is set the start window holds the publisher at 20 samples
+    outstanding (one published per outcome), then it publishes at the rate in force. The ledger's counts are
+    whole samples, read at each tick (``t``)."""
+
+    def __init__(self) -> None:
+        self.t, self.last = 0.0, 0.0
+        self.published, self.finished = 20.0, 0.0
+        self.rates: list[float] = []
+
+    async def sessions(self) -> list[dict]:
+        dt, self.last = self.t - self.last, self.t
+        busy = max(0.0, min(dt, self.t - 5.8))  # seconds the workers ran in this step
+        if self.rates:  # the rate in force paces the publisher from the first one on
+            self.published += self.rates[-1] * dt
+        self.finished = min(self.published, self.finished + 15.0 * busy)
+        if not self.rates:  # the start window: 20 outstanding
+            self.published = 20.0 + self.finished
+        published, finished = int(self.published), int(self.finished)
+        return [{"id": "s", "experiment": "s", "queue": "labswarm.s", "status": "running", "weight": 1.0,
+                 "total": 10_000, "published": published, "republished": 0, "cached": 0, "finished": finished,
+                 "pending": published - finished, "rate": self.rates[-1] if self.rates else 5000.0}]
+
+    async def set_rate(self, session_id: str, rate: float) -> None:
+        self.rates.append(rate)
+
+
+def test_the_rates_after_the_first_decision_grow_to_the_workers_not_capped_by_the_start_window(
+        tmp_path: Path) -> None:
+    """The publish rate set against the rates asked is measured from the first decision on: measured over the
+    start too, when the start window held the publisher (one sample per outcome), the publisher looked short of
+    the first rate asked and the anti-windup capped the next ones at 1.25x that mean: a 270-sample run's first
+    rates went 5.9, 5.0, 4.6/s against workers consuming 10-11/s with the queue empty (fails so: the second rate
+    is below the first)."""
+    manager = _WindowedStart()
+    loop = HealthLoop(manager, None, consumers=2, log_dir=tmp_path, clock=lambda: manager.t)
+
+    async def run() -> None:
+        for t in range(12):
+            manager.t = float(t)
+            await loop.tick()
+
+    asyncio.run(run())
+    rates = manager.rates
+    assert len(rates) >= 4, rates
+    assert rates[1] > 1.5 * rates[0] and max(rates[:4]) >= 15.0, rates  # the slow start doubles to the workers
+    rows = [json.loads(line) for line in (tmp_path / "health-s.jsonl").read_text().splitlines()]
+    assert all(r["depth"] <= 1.5 * r["target"] for r in rows[1:]), rows  # and floods nothing (the start window's
+    # queue aside, at the first decision)
+
+
 def test_the_decision_log_is_strict_json(tmp_path: Path) -> None:
     """A rate or a target that is not finite is logged as null: a bare NaN (Python's default) is not JSON, and
     strict parsers (jq, browsers, Go) reject the whole line."""
