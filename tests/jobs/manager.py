@@ -143,10 +143,11 @@ def freeze_until_rank_0_steps(m: Manager, job_id: str, rank: int = 1, timeout: f
     while True:
         number = event["data"]["attempt"]
         [attempt] = [a for a in m.show(job_id)["attempts"] if a["number"] == number]
-        victim = next(lr["pid"] for lr in attempt["learners"] if lr["rank"] == rank)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(victim, signal.SIGSTOP)
-        wait_until(lambda pid=victim: _frozen_or_gone(pid), 30, f"learner {rank} of attempt {number} frozen")
+        victim = next(lr["pid"] for lr in attempt["learners"] if lr["rank"] == rank)  # None: it did not start
+        if victim is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGSTOP)
+            wait_until(lambda pid=victim: _frozen_or_gone(pid), 30, f"learner {rank} of attempt {number} frozen")
 
         def stepped_or_next(e: dict[str, Any], number: int = number) -> bool:
             return (started(e) and e["data"]["attempt"] > number) or (
@@ -155,8 +156,11 @@ def freeze_until_rank_0_steps(m: Manager, job_id: str, rank: int = 1, timeout: f
 
         event = read_events(m.http, job_id, last_event_id=event["id"], until=stepped_or_next,
                             timeout=max(deadline - time.monotonic(), 1))[-1]
-        if event["event"] == "log":
+        if event["event"] == "log" and victim is not None:
             return victim, number
+        if event["event"] == "log":  # rank 0 stepped without the learner: wait for the attempt's end
+            event = read_events(m.http, job_id, last_event_id=event["id"], timeout=max(deadline - time.monotonic(), 1),
+                                until=lambda e, number=number: started(e) and e["data"]["attempt"] > number)[-1]
         assert stepped_or_next(event), f"the job ended before rank 0 stepped: {event}"
 
 
