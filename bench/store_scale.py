@@ -27,7 +27,10 @@ The second form measures a distributed learner's training inputs (labswarm/train
 computed store: features kept in memory against streamed from the store (memory kept, ``batch()`` samples/s),
 then the learner's training steps (the experiment's model and optimizer, one learner on a real TCPStore cursor):
 in memory, streamed reading each chunk in its step, streamed with the next chunk read ahead (steps.py).
-The third, feature computation (the local runner, 2 processes) writing to a local store against writing to s3.
+The third, feature computation (the local runner, 2 processes) writing to a local store against writing to s3:
+real features of the demo's clips, each worker's chunk of 4 samples in one ``FeatureStore.batch`` as a worker's
+message (one sync of the local store; the s3 uploads sent by background threads while the next sample computes,
+all stored before the chunk's results return: labswarm/store/uploads.py).
 The fourth, a learner's peak memory on the training split synthesised 1x and 10x (bench/learner_memory.py); the
 fifth, each learner's peak memory in a 2-learner job through the manager on those sets (bench/job_memory.py).
 
