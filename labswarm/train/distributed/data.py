@@ -140,6 +140,7 @@ class _StoreFeatures(Features):
         super().__init__(config)
         self.experiment, self.output, self.frames = experiment, output, frames
         self.kept: dict[str, dict[str, np.ndarray]] = {}
+        self.kept_bytes = 0  # of the arrays in ``kept``, kept up to date (a sum over them per sample was quadratic)
         self.keys: dict[str, str] = {}  # sample id -> store key of ``output`` (streaming)
         self.streaming = False
 
@@ -171,6 +172,7 @@ class _StoreFeatures(Features):
             features = super().load(sample)
             if not self.streaming:
                 self.kept[sample.id] = features
+                self.kept_bytes += sum(a.nbytes for a in features.values())
             return features
         array = self._compute.store.get(key, mmap=True)
         if self.frames is None or array.shape[-1] <= self.frames:
@@ -240,8 +242,8 @@ class TrainingSamples(StoreDataset):
             try:
                 if self._block.streaming:
                     self._block.index(self.samples[i])
-                else:
-                    self[i]
+                else:  # its full-length features read and kept (an item's crop and tensors are not needed now)
+                    next(self._block(iter([self.samples[i]]), self._ctx)).features  # noqa: B018 (read for its effect)
             except SampleError as exc:
                 log.warning("leaving sample %s out of the training split: %s", self.samples[i].id, exc)
                 continue
@@ -285,6 +287,7 @@ class TrainingSamples(StoreDataset):
         for j in self.positions:
             self._block.index(self.samples[j])
         self._block.kept.clear()
+        self._block.kept_bytes = 0
 
     @property
     def streaming(self) -> bool:
@@ -294,7 +297,7 @@ class TrainingSamples(StoreDataset):
     @property
     def nbytes(self) -> int:
         """Bytes of the features kept in memory."""
-        return sum(a.nbytes for f in self._block.kept.values() for a in f.values())
+        return self._block.kept_bytes
 
     def ids(self, indices: Sequence[int]) -> list[str]:
         """The sample ids of cursor indices ``indices``."""
