@@ -16,17 +16,27 @@ threads too: it trains with :class:`UnforkedLoop`, the single process's loop hoo
 A fork server is a fresh interpreter started once per learner (by ``exec``, not a fork of the learner), single
 threaded; each producer is forked from it. It imports the learner's main module and the pipeline blocks' modules
 first (``set_forkserver_preload``), and the plugin registries loaded (:mod:`labswarm.pipeline.warm`), so each
-producer starts warm, as a forked one does.
+producer starts warm, as a forked one does. Starting it (an interpreter importing the learner's modules, torch
+among them) takes seconds: :class:`UnforkedLoop` starts it in a thread when training starts
+(:func:`start_fork_server`), while the learner reads its training features, rather than when the first
+validation asks for its producers (a one-learner job's first epoch ended ~9 s later than before it had a fork
+server, issue 23).
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
+import threading
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from labswarm.pipeline.base import Block
+from labswarm.pipeline.pipeline import Pipeline
 from labswarm.train.loop import LoopHooks
+
+log = logging.getLogger(__name__)
 
 #: The modules of the producers' loop and of its loaded plugin registries, preloaded by the fork server.
 PRODUCER_MODULES = ("labswarm.pipeline.producer", "labswarm.pipeline.warm")
@@ -50,6 +60,29 @@ def unforked(block: Block[Any], modules: Iterable[str] = ()) -> Block[Any]:
     return Block.from_spec({**block.spec(), "start_method": "forkserver"})
 
 
+def start_fork_server() -> threading.Thread:
+    """Start the fork server :func:`unforked` set up (its preload as set so far), in a daemon thread, so that its
+    start overlaps whatever this process does next; the first producer then finds it running. The fork server
+    and multiprocessing's resource tracker are started by ``exec`` (``spawnv_passfds``), never by forking this
+    process, under the fork server's own lock: a producer started meanwhile waits for the same server. A failure
+    is logged; the first producer's start then tries again and raises it.
+
+    Returns:
+        The thread (joined by nobody; ``join()`` it to wait for the server).
+    """
+    from multiprocessing import forkserver
+
+    def run() -> None:
+        try:
+            forkserver.ensure_running()
+        except Exception as exc:  # the first producer's start tries again and reports it
+            log.warning("the producers' fork server did not start ahead: %s", exc)
+
+    thread = threading.Thread(target=run, name="fork-server-start", daemon=True)
+    thread.start()
+    return thread
+
+
 class UnforkedLoop(LoopHooks):
     """The single process's loop hooks (:class:`~labswarm.train.loop.LoopHooks`: its steps, its one validation)
     for a process that runs other threads: its pipelines' producers start from a fork server (:func:`unforked`,
@@ -65,3 +98,13 @@ class UnforkedLoop(LoopHooks):
         (:func:`unforked`)."""
         self._modules.add(type(block).__module__)
         return unforked(block, self._modules)
+
+    def attach(self, torch: Any, model: Any, optimizer: Any, train: Pipeline, output: str, run_dir: Path) -> Any:
+        """Training starts (:meth:`LoopHooks.attach`): the fork server starts meanwhile, in a thread
+        (:func:`start_fork_server`: the trainer built its pipelines, so the preload is set).
+
+        Returns:
+            ``model``.
+        """
+        start_fork_server()
+        return super().attach(torch, model, optimizer, train, output, run_dir)
