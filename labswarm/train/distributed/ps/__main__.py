@@ -2,9 +2,11 @@
 DIR``.
 
 The lifecycle manager starts ``ps_shards`` of these before the learners, each on its own port, and hands the
-addresses to the learners (``LABSWARM_PS_ADDRS``). The shard prints ``listening on HOST:PORT`` once it accepts
-connections, and writes ``PORT`` to ``--ready-file`` when given. It runs until killed (SIGTERM: it checkpoints
-first). The job's secret comes from the environment only (``LABSWARM_PS_SECRET``,
+addresses to the learners (``LABSWARM_PS_ADDRS``). The shard binds and listens on its port first, before it imports
+torch (seconds on a loaded machine, in which another process could take a revived shard's old port): learners
+connecting meanwhile wait in the socket's backlog. It prints ``listening on HOST:PORT`` once it serves (torch
+imported, the checkpoint loaded), and writes ``PORT`` to ``--ready-file`` when given. It runs until killed
+(SIGTERM: it checkpoints first). The job's secret comes from the environment only (``LABSWARM_PS_SECRET``,
 :mod:`labswarm.train.distributed.ps.auth`): learners must prove it on connect; without it the shard listens on
 loopback only.
 """
@@ -19,7 +21,7 @@ import sys
 from pathlib import Path
 
 from labswarm.errors import ConfigError
-from labswarm.train.distributed.ps.auth import SECRET_ENV, check_bind
+from labswarm.train.distributed.ps.auth import SECRET_ENV, listen
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,9 +41,11 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--{name.replace('_', '-')} is out of range: {getattr(args, name)}")
     secret = os.environ.get(SECRET_ENV) or None
     try:
-        check_bind(args.host, secret)
+        sock = listen(args.host, args.port, secret)  # the port held from here on: torch is imported after it
     except ConfigError as exc:
         parser.error(str(exc))
+    except OSError as exc:
+        parser.exit(1, f"{parser.prog}: cannot listen on {args.host}:{args.port}: {exc}\n")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     import torch
 
@@ -52,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.set_num_threads(1)
     shard = Shard(args.shard, args.learners, args.checkpoint_dir, args.checkpoint_every, args.round_timeout)
-    server = ShardServer(shard, args.host, args.port, secret)
+    server = ShardServer(shard, args.host, args.port, secret, sock=sock)
 
     def stop(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)

@@ -35,6 +35,9 @@ SECRET_ENV = "LABSWARM_PS_SECRET"
 NONCE_BYTES = 32
 #: Seconds a shard waits for a connecting learner's answer before it drops the connection.
 HANDSHAKE_TIMEOUT_S = 10.0
+#: Connections a shard's listening socket queues before it accepts them (``listen()``'s backlog): learners that
+#: connect while a revived shard still loads torch and its checkpoint wait there (socketserver's default is 5).
+LISTEN_BACKLOG = 128
 
 
 class AuthError(LabswarmError):
@@ -70,6 +73,24 @@ def check_bind(host: str, secret: str | None) -> None:
     if not secret and not is_loopback(host):
         raise ConfigError([("host", f"a parameter-server shard listens on {host!r}, beyond loopback, only with the "
                                     f"job's secret in {SECRET_ENV}")])
+
+
+def listen(host: str, port: int, secret: str | None) -> socket.socket:
+    """A shard's listening TCP socket (IPv4, ``SO_REUSEADDR`` as socketserver sets it, so a revived shard can take
+    its port back from the connections of the one that died); stdlib only, so a shard holds its port before it
+    imports torch. Connections wait in its backlog (:data:`LISTEN_BACKLOG`) until the server accepts them.
+
+    Args:
+        host: the address to listen on; beyond loopback only with a secret (:func:`check_bind`).
+        port: the port; 0: one the kernel picks (read it with ``getsockname()``).
+        secret: the job's secret, or ``None``.
+
+    Raises:
+        ConfigError: ``host`` is not loopback and there is no secret.
+        OSError: the address cannot be bound (the port is taken, say).
+    """
+    check_bind(host, secret)
+    return socket.create_server((host, port), backlog=LISTEN_BACKLOG)
 
 
 def server_handshake(sock: socket.socket, secret: str | None) -> bool:

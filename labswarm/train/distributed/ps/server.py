@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from labswarm.train.distributed.ps.auth import check_bind, server_handshake
+from labswarm.train.distributed.ps.auth import LISTEN_BACKLOG, listen, server_handshake
 from labswarm.train.distributed.ps.protocol import ProtocolError, recv, send
 
 log = logging.getLogger(__name__)
@@ -206,6 +206,9 @@ class ShardServer(socketserver.ThreadingTCPServer):
         port: the port; 0 picks a free one (read :attr:`port`). A restarted shard takes its old port back.
         secret: the job's secret (learners must prove it); ``None``: any learner is answered, and ``host`` must be
             loopback.
+        sock: a socket already listening on ``host:port`` (:func:`~labswarm.train.distributed.ps.auth.listen`), which
+            the server takes over: the shard's process binds it before it imports torch, so no other process can
+            take the port in those seconds; ``None``: bound here.
 
     Raises:
         ConfigError: ``host`` is not loopback and there is no secret.
@@ -214,10 +217,15 @@ class ShardServer(socketserver.ThreadingTCPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = LISTEN_BACKLOG
 
-    def __init__(self, shard: Shard, host: str = "127.0.0.1", port: int = 0, secret: str | None = None) -> None:
-        check_bind(host, secret)
-        super().__init__((host, port), _Handler)
+    def __init__(self, shard: Shard, host: str = "127.0.0.1", port: int = 0, secret: str | None = None,
+                 sock: socket.socket | None = None) -> None:
+        sock = sock if sock is not None else listen(host, port, secret)
+        super().__init__(sock.getsockname()[:2], _Handler, bind_and_activate=False)
+        self.socket.close()  # the one TCPServer made, never bound
+        self.socket = sock
+        self.server_address = sock.getsockname()
         self.shard = shard
         self.secret = secret or None
 
