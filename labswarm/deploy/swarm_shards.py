@@ -38,7 +38,6 @@ import contextlib
 import logging
 import shlex
 import shutil
-import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +47,7 @@ from labswarm.deploy.swarm import RestartSpec, ServiceSpec, data_mount, docker_s
 from labswarm.deploy.swarm_jobs import KILL_GRACE_S, LABEL_JOB, LABEL_SHARD, JobServices, ps_service_name, task_status
 from labswarm.deploy.swarm_secrets import LABEL_MANAGED, SecretSpec
 from labswarm.errors import DeployError
+from labswarm.ports import free_port
 
 if TYPE_CHECKING:
     from labswarm.settings import Settings
@@ -116,14 +116,6 @@ def shard_arguments(argv: list[str], host: str | None = "0.0.0.0") -> list[str]:
     return args
 
 
-def free_port() -> int:
-    """A TCP port free on every address of this machine now (the kernel's choice): a shard's port on the host
-    network, where the shard runs on the manager's node."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
 def shard_service_spec(job_id: str, index: int, argv: list[str], settings: Settings,
                        node_id: str | None = None) -> ServiceSpec:
     """The service of shard ``index`` of ``job_id``, as data (see the module docstring). On the host network
@@ -189,7 +181,7 @@ class SwarmShards:
         if not self.host_network:
             return ps_service_name(self.job_id, index), PS_PORT
         if index not in self._ports:
-            self._ports[index] = free_port()
+            self._ports[index] = free_port("")
         return self.master_host, self._ports[index]
 
     def node(self) -> str | None:

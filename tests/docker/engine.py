@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 import uuid
 from collections.abc import Callable
 
 import pytest
+
+from labswarm.ports import free_port as free_port  # re-exported: the docker tests pick ports here
 
 #: The image the tests run (``.ci/docker`` builds it with the training extra).
 IMAGE = os.environ.get("LABSWARM_TEST_IMAGE", "labswarm:ci")
@@ -28,12 +29,6 @@ def docker(*args: str, timeout: float = 120, check: bool = True) -> subprocess.C
     if check and done.returncode != 0:
         raise AssertionError(f"docker {' '.join(args)} -> {done.returncode}: {done.stdout}{done.stderr}")
     return done
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(what: str, condition: Callable[[], object], timeout: float, interval: float = 0.5) -> object:
