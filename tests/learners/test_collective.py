@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from helpers import wait_until
 
 from learners.tiny import kill_all, start_learners, tiny_batch, tiny_model, wait_all
 
@@ -66,16 +68,25 @@ def test_model_averaging_equal_after_an_average_apart_between(master_env: dict[s
     assert results[0]["stats"]["bytes_sent"] == 3 * n_params * 4
 
 
-def test_a_hung_peer_fails_the_collective_within_the_timeout(master_env: dict[str, str], tmp_path: Path) -> None:
-    # rank 1 stops before step 3; rank 0 all-reduces its average after step 3 and must fail there within the
-    # 3 s collective timeout, not torch's 30 min default
+def test_a_hung_peer_fails_the_collective_within_the_timeout(store: Any, master_env: dict[str, str],
+                                                              tmp_path: Path) -> None:
+    # rank 1 joins more than the 3-s collective timeout after rank 0 (learners start seconds apart, each importing
+    # torch): the first join is bounded by JOIN_TIMEOUT_S instead, so both train; rank 1 then stops before step 3,
+    # and rank 0's next collective must fail within the 3 s, not torch's 30 min default
     spec = {"framework": {"name": "model_averaging", "period": 2}, "batch": 4, "steps": 5, "hang": [1, 3],
             "out": str(tmp_path)}
-    procs = start_learners(2, spec, {**master_env, "LABSWARM_COLLECTIVE_TIMEOUT_S": "3"}, tmp_path)
+    env = {**master_env, "LABSWARM_COLLECTIVE_TIMEOUT_S": "3"}
+    keys = store.num_keys()
+    procs = start_learners(2, spec, env, tmp_path, ranks=[0])
     try:
-        code = procs[0].wait(timeout=60)
+        wait_until(lambda: store.num_keys() > keys or procs[0].poll() is not None, "rank 0 in its join", 120)
+        time.sleep(6)  # rank 1 late by twice the collective timeout (the lateness under test, not a wait)
+        procs |= start_learners(2, spec, env, tmp_path, ranks=[1])
+        code = procs[0].wait(timeout=120)
+        hanging = procs[1].poll() is None  # joined, trained steps 1-2, sleeping before step 3
     finally:
         kill_all(procs.values())
     log = (tmp_path / "learner-0.log").read_text()
     assert code != 0 and "timed out waiting 3000ms" in log.lower(), log[-2000:]
+    assert hanging, (tmp_path / "learner-1.log").read_text()[-2000:]
     assert not (tmp_path / "rank-0.pt").exists()

@@ -16,6 +16,10 @@ first, then ``N`` learner processes, each with this environment (torchrun's name
                                 is its framework's ``timeout_s``): a hung peer fails the step within that
                                 time, never torch's 30-minute default
 ==============================  =======================================================================
+
+The learners' first join of their process group is bounded by :data:`JOIN_TIMEOUT_S` instead (at least the
+collective timeout): the learners of an attempt start seconds apart, each importing torch, and a short collective
+timeout, chosen to find a hung peer quickly, must not fail an attempt whose learners are all healthy.
 """
 
 from __future__ import annotations
@@ -27,6 +31,11 @@ from datetime import timedelta
 from typing import Any
 
 from labswarm.errors import ConfigError
+
+#: Seconds the learners of an attempt may take to all join their process group, when that is longer than the
+#: collective timeout: the manager's default ``job_start_timeout`` (a learner's first report), after which a learner
+#: that never came is killed as hung and its peers with it. The timeout then becomes the collective one.
+JOIN_TIMEOUT_S = 300.0
 
 #: Default collective timeout in seconds; torch's own default (``default_pg_timeout``) is 30 min.
 DEFAULT_TIMEOUT_S = 30.0
@@ -105,8 +114,15 @@ class LearnerContext:
         """:attr:`timeout_s` as a ``timedelta`` (what torch.distributed takes)."""
         return timedelta(seconds=self.timeout_s)
 
-    def store(self) -> Any:
-        """A client of the job's rendezvous ``TCPStore`` (hosted by the coordinator).
+    @property
+    def join_timeout(self) -> timedelta:
+        """How long the process group's first join may take: :data:`JOIN_TIMEOUT_S`, or :attr:`timeout_s` if
+        longer."""
+        return timedelta(seconds=max(self.timeout_s, JOIN_TIMEOUT_S))
+
+    def store(self, timeout: timedelta | None = None) -> Any:
+        """A client of the job's rendezvous ``TCPStore`` (hosted by the coordinator), its waits bounded by
+        ``timeout`` (default :attr:`timeout`).
 
         Raises:
             ConfigError: no ``MASTER_ADDR`` / ``MASTER_PORT``.
@@ -115,25 +131,35 @@ class LearnerContext:
 
         if self.master_addr is None or not self.master_port:
             raise ConfigError([("MASTER_ADDR", "distributed learners need MASTER_ADDR and MASTER_PORT")])
-        return TCPStore(self.master_addr, self.master_port, is_master=False, timeout=self.timeout,
+        return TCPStore(self.master_addr, self.master_port, is_master=False, timeout=timeout or self.timeout,
                         use_libuv=True)
+
+    def _joined(self, store: Any) -> None:
+        """After the first join (bounded by :attr:`join_timeout`): the collective timeout on every later operation
+        of the default process group and of ``store``."""
+        from torch.distributed.distributed_c10d import _set_pg_timeout  # torch's own setter (2.13: no public one)
+
+        _set_pg_timeout(self.timeout)
+        store.set_timeout(self.timeout)
 
     def init_process_group(self, backend: str | None = None) -> None:
         """Join this attempt's process group (``gloo`` on CPU, ``nccl`` when CUDA is available), through the job's
-        store under the prefix ``labswarm/attempt-<n>/pg``, with :attr:`timeout_s` on every collective.
+        store under the prefix ``labswarm/attempt-<n>/pg``, within :attr:`join_timeout`, then with :attr:`timeout_s`
+        on every collective.
 
         Raises:
             ConfigError: no rendezvous address.
-            torch.distributed.DistError: the peers did not all join within the timeout.
+            torch.distributed.DistError: the peers did not all join within :attr:`join_timeout`.
         """
         import torch
         import torch.distributed as dist
 
         if backend is None:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
-        store = dist.PrefixStore(f"labswarm/attempt-{self.attempt}/pg", self.store())
-        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world_size,
-                                timeout=self.timeout)
+        client = self.store(self.join_timeout)
+        dist.init_process_group(backend, store=dist.PrefixStore(f"labswarm/attempt-{self.attempt}/pg", client),
+                                rank=self.rank, world_size=self.world_size, timeout=self.join_timeout)
+        self._joined(client)
 
     def join_group(self, size: int, backend: str | None = None) -> int:
         """Join this learner's worker group as its own process group: the ``size`` consecutive ranks
@@ -153,7 +179,8 @@ class LearnerContext:
 
         Raises:
             ConfigError: ``size`` does not divide the number of learners, or no rendezvous address.
-            torch.distributed.DistError: the group's members did not all join within the timeout.
+            torch.distributed.DistError: the group's members did not all join within :attr:`join_timeout` (then
+                :attr:`timeout_s` bounds each collective, as in :meth:`init_process_group`).
         """
         import torch
         import torch.distributed as dist
@@ -164,7 +191,7 @@ class LearnerContext:
         if backend is None:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         group, local = divmod(self.rank, size)
-        store = self.store()
+        store = self.store(self.join_timeout)
         prefix = f"labswarm/attempt-{self.attempt}/group-{group}"
         generation = int(store.get(f"{prefix}/gen")) if store.check([f"{prefix}/gen"]) else 0
         while store.add(f"{prefix}/gen-{generation}/seat-{local}", 1) > 1:  # taken: that generation is over
@@ -172,7 +199,8 @@ class LearnerContext:
                                     str(generation + 1)).decode()
             generation = int(now) if now else 0
         dist.init_process_group(backend, store=dist.PrefixStore(f"{prefix}/gen-{generation}/pg", store), rank=local,
-                                world_size=size, timeout=self.timeout)
+                                world_size=size, timeout=self.join_timeout)
+        self._joined(store)
         return local
 
 

@@ -40,8 +40,9 @@ class FrameworkConfig(PluginConfig):
             wait may take (> 0, at most 3600; default :data:`~labswarm.train.distributed.context.DEFAULT_TIMEOUT_S`,
             30):
             a learner whose peer hangs fails its step within it and the job restarts, where torch's own default
-            (``default_pg_timeout``) waits 30 minutes. It also bounds the rendezvous (every learner of an attempt
-            must join within it) and the wait for rank 0's checkpoint on a halt (rank 0's validation alone is
+            (``default_pg_timeout``) waits 30 minutes. The learners' first join of their process group may take
+            longer (:data:`~labswarm.train.distributed.context.JOIN_TIMEOUT_S`: they start seconds apart); it
+            bounds the wait for rank 0's checkpoint on a halt (rank 0's validation alone is
             waited for in the store instead: :mod:`labswarm.train.distributed.rank0_wait`). It reaches
             the learners as ``LABSWARM_COLLECTIVE_TIMEOUT_S`` and the shards as ``--round-timeout``.
         topology: the SINGA cluster topology the framework runs (:mod:`labswarm.config.topology`; a job fills it
