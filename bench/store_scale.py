@@ -175,7 +175,9 @@ def training_steps(config: Any, variants: dict[str, Any], steps: int, rounds: in
 def features(experiment: str, clips: int, rounds: int, spec: dict) -> None:
     """Feature computation (labswarm's local runner, 2 worker processes) of ``experiment``'s first ``clips``
     clips (all its transformations) into a fresh local store and into a fresh prefix of the s3 bucket of ``spec``,
-    ``rounds`` interleaved rounds; samples/s."""
+    ``rounds`` interleaved rounds after an untimed one (the first run of a process pays the libraries' one-time
+    loading: 4-6 samples/s against 10-15 after, 2026-11-26, load ~6, always the local store's in the first
+    round); samples/s."""
     import yaml
 
     from labswarm.config.experiment import load_experiment
@@ -189,7 +191,7 @@ def features(experiment: str, clips: int, rounds: int, spec: dict) -> None:
         labels.write_text("\n".join(lines[:clips + 1]) + "\n")
         data = yaml.safe_load(Path(experiment).read_text())
         rates: dict[str, list[float]] = {}
-        for r in range(rounds):
+        for r in range(-1, rounds):  # -1: the untimed round
             for name in (("local", "s3") if r % 2 == 0 else ("s3", "local")):
                 store: dict = {"root": str(work / f"store-{r}-{name}")}
                 if name == "s3":
@@ -199,8 +201,12 @@ def features(experiment: str, clips: int, rounds: int, spec: dict) -> None:
                                                       "store": store})
                 summary = run_local(round_config, jobs=2)
                 assert summary.failed == 0 and summary.computed == summary.total, summary
+                if r < 0:
+                    print(f"untimed round: {name} {summary.total / summary.seconds:.1f} samples/s", flush=True)
+                    continue
                 rates.setdefault(name, []).append(summary.total / summary.seconds)
-                print(f"round {r + 1}: {name} {rates[name][-1]:.1f} samples/s", flush=True)
+                print(f"round {r + 1}: {name} {rates[name][-1]:.1f} samples/s, load {os.getloadavg()[0]:.1f}",
+                      flush=True)
         base = statistics.median(rates["local"])
         for name, values in rates.items():
             print(f"  features into {name:5s} {statistics.median(values):6.1f} samples/s  "
