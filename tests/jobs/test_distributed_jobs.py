@@ -216,8 +216,8 @@ def test_allreduce_learner_killed_restarts_both_from_the_checkpoint(tmp_path: Pa
 
 @pytest.mark.slow
 def test_a_learner_hung_inside_a_collective_fails_the_step_and_the_learners_restart(tmp_path: Path) -> None:
-    """Rank 1 frozen (SIGSTOP) mid-job: rank 0's next all-reduce times out after the framework's ``timeout_s`` (10 s;
-    it also bounds the rendezvous and every wait for a peer, so not shorter on 2 loaded cores)
+    """Rank 1 frozen (SIGSTOP) mid-job: rank 0's next all-reduce times out after the framework's ``timeout_s`` (10 s:
+    it bounds every wait for a peer after the first join, which JOIN_TIMEOUT_S bounds; not shorter on 2 loaded cores)
     and fails its learner; the lifecycle kills the frozen peer and both restart from the checkpoint. The watchdog
     (60 s without a report) is not what finds it: rank 1 is killed as a peer, not as hung."""
     manifest = _distributed(tmp_path, {"name": "allreduce", "timeout_s": 10}, epochs=4)
