@@ -277,6 +277,8 @@ def pull(experiment: Annotated[str, typer.Argument(help="Its YAML file or a regi
 
         with ThreadPoolExecutor(threads) as pool:
             outcomes = list(pool.map(one, todo))
+        if feature_store.packs is not None:  # the fetched packs written into the cache (a thread's) before counting
+            feature_store.packs.wait()
         return (outcomes.count("pulled"), outcomes.count("cached"), outcomes.count("missing"), cache.usage(),
                 feature_store)
 
