@@ -269,9 +269,13 @@ class FeatureStore:
             uploads = self._batch.uploads = Uploads(self._uploader[1])
             try:
                 yield
-            finally:
+            except BaseException:  # no upload outlives its batch; the block's own error is the one raised
                 self._batch.uploads = None
-                uploads.flush()  # also after an error inside: no upload outlives its batch
+                with contextlib.suppress(StoreError):
+                    uploads.flush()
+                raise
+            self._batch.uploads = None
+            uploads.flush()
             return
         try:
             with self.storage.deferred_sync():
