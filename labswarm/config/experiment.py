@@ -132,7 +132,8 @@ class ExperimentConfig(_Strict):
     Attributes:
         name: lower-case identifier (``[a-z0-9][a-z0-9_.-]*``, at most 64 characters).
         description: free text.
-        seed: seed of everything random (per-sample seeds derive from it).
+        seed: seed of everything random (per-sample seeds derive from it); what training draws follows
+            ``training.seed`` where set (:attr:`training_seed`).
         dataset: see :class:`DatasetConfig`.
         transformations: every clip yields one sample per transformation, in this order.
         features: the extractors computed for each sample; their ``output`` names must be unique.
@@ -229,6 +230,15 @@ class ExperimentConfig(_Strict):
         if value is not None and info.data.get("model") is None and "model" not in _failed(info):
             raise ValueError("training needs a `model` section (e.g. {name: cnn, input: mel})")
         return value
+
+    @property
+    def training_seed(self) -> int:
+        """The seed of what training draws (sample order, crops, initial weights, dropout): ``training.seed``, else
+        the experiment's :attr:`seed` (the default, as before ``training.seed`` existed). The features and the
+        validation split keep :attr:`seed`."""
+        if self.training is not None and self.training.seed is not None:
+            return self.training.seed
+        return self.seed
 
     def fingerprint(self) -> str:
         """A 16-hex-digit hash of the whole configuration (canonical JSON), e.g. to name trained models."""

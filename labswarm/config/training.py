@@ -51,6 +51,11 @@ class TrainingConfig(BaseModel):
             ``None``: the learner's environment variable ``LABSWARM_LEARNER_KEEP_BYTES``, else 1 GiB, at most half
             of what a memory limit (``resources.memory_mb``) leaves once the learner has started
             (:mod:`labswarm.train.distributed.data`). The crops trained are the same either way.
+        seed: the training seed, an int >= 0: what training draws (each epoch's sample order and its share per
+            learner, the random crops, the initial weights, dropout) and nothing else: the features (each sample's
+            transformation seed) and the validation split stay the experiment's ``seed``'s, so another training
+            seed reuses every stored feature. ``None`` (default): the experiment's ``seed``, which trains exactly as
+            before the field existed (:attr:`~labswarm.config.experiment.ExperimentConfig.training_seed`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -67,14 +72,16 @@ class TrainingConfig(BaseModel):
     device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     threads: int | None = Field(None, ge=1)
     keep_bytes: int | None = Field(None, ge=0)  # issue 24
+    seed: int | None = Field(None, ge=0, strict=True)  # issue 23: a bool or "3" is no seed
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Without ``keep_bytes`` while unset, so that the fingerprints of experiments written before it existed
-        do not change."""
+        """Without ``keep_bytes`` and ``seed`` while unset, so that the fingerprints of experiments written before
+        they existed do not change."""
         data = handler(self)
-        if self.keep_bytes is None:
-            data.pop("keep_bytes", None)
+        for key in ("keep_bytes", "seed"):
+            if getattr(self, key) is None:
+                data.pop(key, None)
         return data
 
     @field_validator("schedule", mode="before")

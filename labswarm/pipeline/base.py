@@ -103,9 +103,10 @@ class Context:
         return replace(self, **changes)
 
     def seed(self, *parts: Any) -> int:
-        """A 63-bit seed from the experiment seed, the epoch, the shard and ``parts`` (BLAKE2b); independent of
-        anything else, so a respawned producer draws the same numbers."""
-        text = json.dumps([self.experiment.seed, self.epoch, self.rank, self.world, self.producer,
+        """A 63-bit seed from the training seed (:attr:`ExperimentConfig.training_seed`: ``training.seed``, else
+        the experiment seed), the epoch, the shard and ``parts`` (BLAKE2b); independent of anything else, so a
+        respawned producer draws the same numbers."""
+        text = json.dumps([self.experiment.training_seed, self.epoch, self.rank, self.world, self.producer,
                            self.producers, *parts], default=str)
         return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big") >> 1
 

@@ -1,7 +1,7 @@
 """Multiprocess prefetch: producer processes build batches ahead of the trainer, under a memory watchdog.
 
 Producer ``k`` of ``n`` runs the chain of blocks before the prefetch block on its shard of the epoch's samples
-(:attr:`Context.shard`), seeded from (experiment seed, epoch, producer id, rank), and puts its batches, in order
+(:attr:`Context.shard`), seeded from (training seed, epoch, producer id, rank), and puts its batches, in order
 and numbered, into its own bounded queue. The trainer takes batch ``j`` of the epoch from producer ``j mod n``
 (skipping producers that have finished): the order is deterministic for a seed, a number of producers and a
 rank, however fast each producer runs.

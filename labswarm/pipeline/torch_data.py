@@ -61,7 +61,7 @@ class StoreDataset(Dataset):
             needs every sample to have the same length, as fixed-length segments do).
         validation: share of each class's source recordings held out; default the experiment's
             ``training.validation`` (else 0).
-        random_crop: crop at a random offset seeded by (experiment seed, :meth:`set_epoch`'s epoch, index), so
+        random_crop: crop at a random offset seeded by (training seed, :meth:`set_epoch`'s epoch, index), so
             the same epoch crops alike in any worker; otherwise a deterministic centred crop.
         threads: maths-library threads per ``DataLoader`` worker process (``None``: leave them as they are).
 

@@ -20,6 +20,7 @@ from jobs.tiny import tiny_manifest
     ({"priority": 10_000}, "priority"),
     ({"experiment": "not-registered"}, "experiment"),
     ({"training": {"epochs": 0}}, "training.epochs"),
+    ({"training": {"seed": -1}}, "training.seed"),
     ({"results_store": {"name": "ftp"}}, "results_store.name"),
     ({"results_store": None}, "results_store"),
     ({"surprise": 1}, "surprise"),

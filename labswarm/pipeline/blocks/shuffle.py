@@ -24,7 +24,7 @@ class ShuffleConfig(BlockConfig):
 class Shuffle(Block[ShuffleConfig]):
     """Reservoir-style buffer shuffle (as in tf.data / webdataset): fill a buffer of ``buffer`` items, then
     each new item replaces a randomly chosen one, which is yielded; at the end the rest leave in random order.
-    Seeded from (experiment seed, epoch, shard) via :meth:`Context.rng`: a new order every epoch, the same
+    Seeded from (training seed, epoch, shard) via :meth:`Context.rng`: a new order every epoch, the same
     order for the same context. In evaluation mode (``ctx.train`` false) items pass through in order."""
 
     name = "shuffle"

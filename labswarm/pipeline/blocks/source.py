@@ -33,7 +33,7 @@ class Source(Block[SourceConfig]):
     shard only, so that producers and learners each read a disjoint share (together: the whole split).
 
     In training mode the shards are drawn anew every epoch: sample ``i`` of the split goes to shard
-    ``perm[i] mod shards``, ``perm`` a permutation seeded by (experiment seed, epoch) alone, so shards stay
+    ``perm[i] mod shards``, ``perm`` a permutation seeded by (training seed, epoch) alone, so shards stay
     disjoint and their sizes differ by at most one (dataset order groups a clip's transformations and often the
     classes: a fixed ``index mod shards`` gave every producer, hence every batch, the same transformations or a
     single class, epoch after epoch). In evaluation mode every ``ctx.shards``-th sample from ``ctx.shard`` on.
@@ -58,7 +58,7 @@ class Source(Block[SourceConfig]):
         if ctx.train:  # the split's size from the clips (each yields one sample per transformation)
             count = sum(wanted(c.source) for c in clips) * len(config.transformations)
             count = count if limit is None else min(count, limit)
-            text = json.dumps([config.seed, ctx.epoch, "source"]).encode()
+            text = json.dumps([config.training_seed, ctx.epoch, "source"]).encode()
             seed = int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big")
             shards = np.random.default_rng(seed).permutation(count) % ctx.shards
         for index, sample in enumerate(s for s in iter_samples(config) if wanted(s.source)):

@@ -76,7 +76,7 @@ class GlobalCursor:
         owner: who claims (a learner's ``rank:attempt:pid:token``, :func:`~labswarm.train.distributed.record.owner`),
             recorded in leases and done marks.
         lease_s: how long a claim holds without a renewal, in s (default 30: longer than a chunk's training).
-        seed: the seed of each pass's permutation (the experiment's seed).
+        seed: the seed of each pass's permutation (the training seed: ``ExperimentConfig.training_seed``).
 
     Raises:
         ConfigError: a non-positive ``n_samples``, ``chunk_size`` or ``lease_s``, or an ``owner`` with ``|``.

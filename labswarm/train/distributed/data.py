@@ -4,7 +4,7 @@ to a budget and streamed from the store beyond it.
 A learner of a distributed run trains on the chunks the global cursor hands it, so a sample's input must not
 depend on which learner trains it, nor on the chunk it falls in. :class:`TrainingSamples` is
 :class:`~labswarm.pipeline.torch_data.StoreDataset` (``random_crop=True``: a random crop per sample, re-drawn
-every epoch, positioned by (experiment seed, epoch, sample index)) over the training split: the crop of sample
+every epoch, positioned by (training seed, epoch, sample index)) over the training split: the crop of sample
 ``i`` in epoch ``e`` is ``StoreDataset(..., random_crop=True).set_epoch(e)[i]`` exactly, whichever learner takes
 it (``tests/train/test_distributed_data.py``). Only where the features come from differs: each sample's
 full-length features are read from the store (computed and stored if missing, as the features block does) once,

@@ -6,11 +6,11 @@ A learner of a distributed job reads its training inputs through
 split fits ``training.keep_bytes`` (default 1 GiB, half of what a memory limit leaves), else **streamed** from the
 store, each step's chunk memory-mapped and cropped by a reader thread while the step before trains
 (:class:`~labswarm.train.distributed.steps.ReadAhead`); crops re-drawn every epoch, sample ``i``'s positioned by
-(experiment seed, epoch, ``i``). :class:`SingleLearner` gives the single-process trainer that same reading, so a
+(training seed, epoch, ``i``). :class:`SingleLearner` gives the single-process trainer that same reading, so a
 data set larger than the machine's memory trains with memory bounded by one chunk read ahead, whatever its size
 (issue 24 item 1, ``tests/train/test_single_learner.py``), and a sample gets the same crops alone as in a job.
 
-Its steps: each epoch is a pass over the split in the global cursor's order (a permutation seeded by (experiment
+Its steps: each epoch is a pass over the split in the global cursor's order (a permutation seeded by (training
 seed, epoch), cut into chunks of the pipeline's batch size: :class:`LocalCursor`, the in-process counterpart of
 :class:`~labswarm.train.distributed.cursor.GlobalCursor`), one chunk a step. A halt stops at a step boundary; the
 mid-epoch checkpoint's ``steps`` tells the resumed pass how many of its chunks were trained (taken in order), and
@@ -45,7 +45,7 @@ class LocalCursor:
     Args:
         n_samples: samples in the split (> 0).
         chunk_size: samples per chunk (> 0).
-        seed: the experiment's seed.
+        seed: the training seed (``ExperimentConfig.training_seed``).
         pass_: the epoch, from 0.
         skip: chunks of the pass trained already (a mid-epoch checkpoint's steps).
     """
@@ -139,7 +139,7 @@ class SingleLearner(LoopHooks):
                                        keep_bytes=settings.keep_bytes if settings is not None else None)
         n = len(self.samples.load())
         self.chunk = next((b.config.size for b in train.blocks if b.name == "batch"), 32)
-        self.seed = experiment.seed
+        self.seed = experiment.training_seed
         line = (f"{n} training samples, streamed from the store (one batch read ahead; their features exceed "
                 f"{self.samples.keep_bytes / 1e6:.0f} MB, training.keep_bytes)" if self.samples.streaming
                 else f"{n} training samples, {self.samples.nbytes / 1e6:.1f} MB of features in memory")

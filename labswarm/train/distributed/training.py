@@ -10,7 +10,7 @@ the trainer trains as a single process, through the default hooks). With it, the
 2. reads the training split's full-length features once into memory (:mod:`labswarm.train.distributed.data`),
    up to ``training.keep_bytes``, beyond which it streams them from the store, each step's chunk claimed and read
    one step ahead (:mod:`labswarm.train.distributed.steps`), and trains on random crops re-drawn every epoch,
-   each sample's positioned by (experiment seed, epoch, sample index) exactly as
+   each sample's positioned by (training seed, epoch, sample index) exactly as
    :class:`~labswarm.pipeline.torch_data.StoreDataset` with ``random_crop`` positions it (it is that class), so
    a sample's crop does not depend on which learner trains it; samples indexed in dataset order, the same on every
    learner;
@@ -236,7 +236,7 @@ class DistributedTraining(UnforkedLoop):
                  self.samples.nbytes / 1e6, " (streamed from the store)" if self.samples.streaming else "", chunk)
         self.cursor = GlobalCursor(self.context.store(), n, chunk,
                                    owner=record.owner(self.rank, self.context.attempt), lease_s=self.lease_s,
-                                   seed=experiment.seed)
+                                   seed=experiment.training_seed)
         self._chunks_path = self.chunk_log(run_dir)
         self.lr_scaling = lr_scaling.install(self.framework, optimizer, self.context.world_size,  # issue 23
                                              lr_scaling.steps_per_pass(n, chunk, self.context.world_size))
