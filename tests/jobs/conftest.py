@@ -37,7 +37,7 @@ def s3_url() -> str:
     """The S3 API server's URL, once it answered; skips when it does not, but fails when ``CI`` is ``"true"``."""
     url = os.environ.get("LABSWARM_TEST_S3", S3_URL).rstrip("/")
     try:
-        urllib.request.urlopen(url + "/", timeout=3).close()
+        urllib.request.urlopen(url + "/", timeout=30).close()  # refused at once if absent; a loaded server may be slow
     except urllib.error.HTTPError:
         pass  # it answers (a real server refuses an anonymous listing)
     except OSError as exc:
