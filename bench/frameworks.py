@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/frameworks.py [--experiment examples/music_speech_noise.yml] [--epochs 3]
         [--framework NAME[:key=value,...]]... [--learners 1,2] [--target 0.8] [--output DIR] [--workdir DIR]
-        [--rounds R]
+        [--rounds R] [--seed S]
 
 The demo experiment needs the demo set: ``labswarm demo-data data/demo`` (the README's main command makes it; its
 features land in ``data/store`` at the first run, or on the fly here, which is slow). Every framework trains the
@@ -27,7 +27,13 @@ are noisy (the load average is printed before and after).
 ``--rounds R`` runs the whole comparison ``R`` times (each round's files in ``round-<r>/``), the one-learner run and
 the frameworks' one after another in every round, so that the machine's drift (~15 % between runs on a shared
 2-core host) falls on both sides of a ratio; printed: each round's scaling ratios, then their medians beside the
-goal. The table and the plots are the last round's.
+goal. The table and the plots are the last round's. Each round trains with its own training seed (``training.seed``:
+round ``r`` from 1 with ``S + r - 1``, ``S`` the ``--seed`` given, else the experiment's training seed), the same
+for every learner count and framework of the round, so a round's ratios stay paired while the rounds draw other
+sample orders, crops and initial weights (the features, seeded by the experiment's seed, are computed once): with
+one seed for all, ``R`` rounds repeated one draw (issue 23: one learner's first epoch validated at 0.727 in all 3
+rounds, where other orders give 0.80-0.89). Printed beside the medians: each round's first-epoch validation
+accuracies and their median.
 """
 
 from __future__ import annotations
@@ -76,17 +82,25 @@ def sooner(rows: list[dict[str, Any]]) -> dict[str, float]:
             if r["learners"] == 2 and r["time_to_target_s"]}
 
 
-def medians(rounds: list[dict[str, float]], what: str = "samples/s", goal: float = ALLREDUCE_SCALING_GOAL
-            ) -> list[str]:
-    """The lines of the medians over rounds of :func:`ratios`, allreduce's beside its goal."""
-    lines = [f"median over {len(rounds)} rounds of {what}, 2 learners / 1 learner (each round's own):"]
-    for label in rounds[0]:
+def first_epoch(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per run (by label), its validation accuracy after the first epoch (runs without one left out)."""
+    return {r["label"]: r["epochs"][0]["val_accuracy"] for r in rows
+            if r["epochs"] and r["epochs"][0].get("val_accuracy") is not None}
+
+
+def medians(rounds: list[dict[str, float]], what: str = "samples/s", goal: float | None = ALLREDUCE_SCALING_GOAL,
+            heading: str | None = None) -> list[str]:
+    """The lines of the medians over rounds of per-label values (:func:`ratios`' by default), allreduce's beside
+    its ``goal`` (``None``: no goal); a label missing from a round (its target not reached) counts its rounds."""
+    lines = [heading or f"median over {len(rounds)} rounds of {what}, 2 learners / 1 learner (each round's own):"]
+    for label in dict.fromkeys(k for r in rounds for k in r):
         values = [r[label] for r in rounds if label in r]
-        verdict = ""
-        if label.startswith("allreduce"):
+        verdict = "" if len(values) == len(rounds) else f"   ({len(rounds) - len(values)} rounds without)"
+        if goal is not None and label.startswith("allreduce"):
             met = "met" if statistics.median(values) >= goal else "NOT met"
-            verdict = f"   goal >= {goal}x: {met}"
-        lines.append(f"  {label:<28} {statistics.median(values):5.2f}x  (rounds: "
+            verdict = f"   goal >= {goal}x: {met}{verdict}"
+        unit = "x" if goal is not None else " "
+        lines.append(f"  {label:<28} {statistics.median(values):5.2f}{unit}  (rounds: "
                      f"{', '.join(f'{v:.2f}' for v in values)}){verdict}")
     return lines
 
@@ -140,9 +154,13 @@ def main() -> None:
                                                      "(default: a new folder under /tmp)")
     parser.add_argument("--rounds", type=int, default=1, help="repeat the comparison R times and print the "
                                                                   "medians of the scaling ratios (default 1)")
+    parser.add_argument("--seed", type=int, help="training seed of round 1; round r trains with seed + r - 1 "
+                                                 "(default: the experiment's training seed)")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.seed is not None and args.seed < 0:
+        parser.error("--seed must be at least 0")
 
     from labswarm.compare.run import CompareOptions, compare, parse_learners, table
     from labswarm.config.experiment import load_experiment
@@ -171,16 +189,21 @@ def main() -> None:
 
     per_round: list[dict[str, float]] = []
     per_round_sooner: list[dict[str, float]] = []
+    per_round_first: list[dict[str, float]] = []
+    base = args.seed if args.seed is not None else config.training_seed
     for r in range(args.rounds):
         sub = f"round-{r + 1}" if args.rounds > 1 else ""  # Path / "" is the path itself
-        options = CompareOptions(learners=counts, epochs=args.epochs, target=args.target, threads=1)
+        options = CompareOptions(learners=counts, epochs=args.epochs, target=args.target, threads=1, seed=base + r)
         rows = compare(args.experiment, args.framework or list(ALL), output / sub, options, workdir=workdir / sub,
                        on_event=on_event)
         per_round.append(ratios(rows))
         per_round_sooner.append(sooner(rows))
+        per_round_first.append(first_epoch(rows))
         if args.rounds > 1:
-            print(f"round {r + 1}: " + "  ".join(f"{k} {v:.2f}x" for k, v in per_round[-1].items())
-                  + "; time to target sooner: " + "  ".join(f"{k} {v:.2f}x" for k, v in per_round_sooner[-1].items()),
+            print(f"round {r + 1} (training seed {base + r}): "
+                  + "  ".join(f"{k} {v:.2f}x" for k, v in per_round[-1].items())
+                  + "; time to target sooner: " + "  ".join(f"{k} {v:.2f}x" for k, v in per_round_sooner[-1].items())
+                  + "; epoch-1 val acc: " + "  ".join(f"{k} {v:.3f}" for k, v in per_round_first[-1].items()),
                   flush=True)
     print()
     print(table(rows))
@@ -190,8 +213,12 @@ def main() -> None:
         print()
         for line in medians(per_round):
             print(line)
-    if args.rounds > 1 and per_round_sooner[0]:
+    if args.rounds > 1 and any(per_round_sooner):
         for line in medians(per_round_sooner, "time to the target (1 learner's / 2 learners')", SOONER_GOAL):
+            print(line)
+    if args.rounds > 1 and any(per_round_first):
+        for line in medians(per_round_first, goal=None, heading=f"median over {args.rounds} rounds of the validation "
+                            f"accuracy after epoch 1 (training seeds {base}-{base + args.rounds - 1}):"):
             print(line)
     print(f"\n{time.perf_counter() - started:.0f} s in all; load average after: "
           f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} (figures are noisy when it exceeds {cores}); "

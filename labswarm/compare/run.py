@@ -150,9 +150,11 @@ def parse_learners(text: str | Sequence[int]) -> list[int]:
 
 
 def job_manifest(experiment: Mapping[str, Any], framework: Mapping[str, Any] | None, learners: int, results: Path,
-                 epochs: int | None = None, threads: int = 1, ps_shards: int = 1) -> dict[str, Any]:
+                 epochs: int | None = None, threads: int = 1, ps_shards: int = 1, *, seed: int | None = None
+                 ) -> dict[str, Any]:
     """The job of one run: ``experiment`` inline, ``learners`` of ``framework`` (``None`` or ``learners == 1``: the
-    single-process trainer), ``threads`` torch threads and CPUs per learner, results in ``results``.
+    single-process trainer), ``threads`` torch threads and CPUs per learner, results in ``results``; ``seed``: its
+    ``training.seed`` (``None``: the experiment's).
 
     The single-process trainer's prefetch block gets ``producers: 0``: its pipeline runs in the trainer's process,
     so its data work counts as waiting for data (left out of the compute seconds that samples/s divides by, see
@@ -176,6 +178,8 @@ def job_manifest(experiment: Mapping[str, Any], framework: Mapping[str, Any] | N
     training: dict[str, Any] = {"threads": threads}
     if epochs is not None:
         training["epochs"] = epochs
+    if seed is not None:
+        training["seed"] = seed
     manifest: dict[str, Any] = {
         "name": f"compare-{name.replace('_', '-')}-{learners}", "description": f"labswarm compare: {name} ×{learners}",
         "experiment": dict(experiment), "training": training, "learners": learners,
@@ -274,6 +278,8 @@ class CompareOptions:
         timeout_s: the longest a job may take, in s.
         owner: recorded in ``compare.json``: that user may see the run on the dashboard (admins see all).
         hosts: the machines the learners and shards run on (:mod:`labswarm.compare.hosts`); ``None``: this one.
+        seed: every run's ``training.seed`` (order, crops, initial weights; not the features); ``None``: the
+            experiment's.
     """
 
     learners: Sequence[int] = (2,)
@@ -284,6 +290,7 @@ class CompareOptions:
     timeout_s: float = RUN_TIMEOUT_S
     owner: str | None = None
     hosts: Hosts | None = None
+    seed: int | None = None
 
 
 def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], output: Path,
@@ -336,7 +343,7 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
     output.mkdir(parents=True, exist_ok=True)
     (output / "compare.json").write_text(json.dumps({
         "experiment": str(experiment), "learners": max(counts), "learner_counts": counts, "epochs": opts.epochs,
-        "threads": opts.threads, "owner": opts.owner, "frameworks": specs,
+        "seed": opts.seed, "threads": opts.threads, "owner": opts.owner, "frameworks": specs,
         "hosts": None if opts.hosts is None else dict(zip(opts.hosts.names, opts.hosts.addresses, strict=True)),
         "rows": rows}, indent=1))
     (output / "compare.md").write_text(table(rows))
@@ -364,7 +371,8 @@ def run_all(config: Any, runs: Sequence[tuple[int, Mapping[str, Any] | None]], w
     from labswarm.jobs.client.client import JobsClient
 
     workload = config.model_dump(mode="json")
-    manifests = [job_manifest(workload, fw, n, workdir / "results", epochs, opts.threads, opts.ps_shards)
+    manifests = [job_manifest(workload, fw, n, workdir / "results", epochs, opts.threads, opts.ps_shards,
+                              seed=opts.seed)
                  for n, fw in runs]
     for manifest in manifests:
         parse_manifest(manifest, source=f"job {manifest['name']}").training_config()  # every error before the first

@@ -95,6 +95,8 @@ def test_the_jobs_share_one_workload_and_one_learner_is_the_single_process_train
     for manifest in (single, ps, ar):
         assert manifest["training"] == {"threads": 1, "epochs": 2}
         parse_manifest(manifest)  # the manager takes it
+    seeded = job_manifest(workload, {"name": "allreduce"}, 2, tmp_path / "results", epochs=2, seed=11)  # a round's
+    assert parse_manifest(seeded).training_config().seed == 11 and seeded["experiment"] == workload  # own order
     with pytest.raises(ConfigError, match="framework"):
         job_manifest(workload, None, 2, tmp_path)
 
