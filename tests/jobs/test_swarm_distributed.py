@@ -122,7 +122,7 @@ def test_shards_first_then_learners_with_their_place_and_delete_removes_all(
     assert m.http.delete(f"/v1/jobs/{jid}").status_code == 204
     assert engine.services == {} and engine.secrets.items == {} and engine.configs.items == {}
     assert not (volume / ".labswarm-jobs" / jid).exists() and volume.exists()
-    wait_until(lambda: not _listening_everywhere(port), 10, "the coordinator closed")
+    wait_until(lambda: not _listening_everywhere(port), 60, "the coordinator closed")
 
 
 def test_an_async_learner_that_fails_is_replaced_alone(tmp_path: Path, swarm_manager: Manager,

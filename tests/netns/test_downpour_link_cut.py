@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.serial]
 if os.geteuid() != 0:
     missing("network namespaces need root")
 
-#: The framework's request timeout, in s (also its rendezvous bound: not shorter on 2 loaded cores).
+#: The framework's request timeout, in s (the first join has its own bound, JOIN_TIMEOUT_S, since 4bde901).
 TIMEOUT_S = 10
 #: Where each rank's learner runs; the shard runs on ``d``.
 HOSTS = {0: "b", 1: "c"}

@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.serial]
 if os.geteuid() != 0:
     missing("network namespaces need root")
 
-#: The framework's collective timeout, in s (also its rendezvous bound: not shorter on 2 loaded cores).
+#: The framework's collective timeout, in s (the first join has its own bound, JOIN_TIMEOUT_S, since 4bde901).
 TIMEOUT_S = 10
 #: Where each rank's learner runs.
 HOSTS = {0: "b", 1: "c"}
