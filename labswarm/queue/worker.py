@@ -31,11 +31,21 @@ def _process_init(**_kwargs) -> None:
     worker_state()  # builds the features block, client and reporter of this pool process
 
 
-def _process_shutdown(**_kwargs) -> None:
+def _process_shutdown(exitcode: int | None = None, **_kwargs) -> None:
+    """(``worker_process_shutdown``, in a pool process that ends) Send the last outcomes, then exit at once.
+
+    billiard's pool process, once this returns, tells the worker it is ending and sleeps 1 s, for the worker's
+    result handler to kill it (SIGTERM on that message); at a warm shutdown that handler has stopped, so every
+    pool process slept its full second and the worker waited for it (the last second of every ``labswarm run``,
+    whose end waits for its workers: issue 27). Its tasks are done and reported here; the worker joins its pool
+    processes by their exit, not by that message."""
     from labswarm.queue import task
 
-    if task._state is not None:
-        task._state.close()
+    try:
+        if task._state is not None:
+            task._state.close()
+    finally:
+        os._exit(exitcode or 0)
 
 
 #: The write end of a pipe the worker's event loop watches (:func:`_wake_on_shutdown`); empty until it runs.
