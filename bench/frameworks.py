@@ -99,9 +99,9 @@ def medians(rounds: list[dict[str, float]], what: str = "samples/s", goal: float
         if goal is not None and label.startswith("allreduce"):
             met = "met" if statistics.median(values) >= goal else "NOT met"
             verdict = f"   goal >= {goal}x: {met}{verdict}"
-        unit = "x" if goal is not None else " "
-        lines.append(f"  {label:<28} {statistics.median(values):5.2f}{unit}  (rounds: "
-                     f"{', '.join(f'{v:.2f}' for v in values)}){verdict}")
+        form, unit = (".2f", "x") if goal is not None else (".3f", "")  # a ratio, or an accuracy
+        lines.append(f"  {label:<28} {statistics.median(values):5{form}}{unit}  (rounds: "
+                     f"{', '.join(f'{v:{form}}' for v in values)}){verdict}")
     return lines
 
 
