@@ -2,12 +2,14 @@
 side on one model and one 10-s clip.
 
     .venv/bin/python bench/serve.py [--model MODEL.pt] [--requests 32] [--clients 1,4,16] [--rounds 3]
+                                    [--upload raw|multipart]
 
 Without ``--model`` a small model is trained first on a synthetic three-class set of 10-s clips (tones and noise,
 1 epoch, ~half a minute). The endpoint runs as its own process (``python -m labswarm.cli serve``: uvicorn, the
 model loaded once, features in its worker processes, forward passes batched across requests); the clients are
-threads of this process, each with its own HTTP connection, each request one 10-s WAV file. The baseline calls the
-same model in this process with no HTTP: :class:`labswarm.predict.Predictor` built once (what
+threads of this process (httpx), each with its own HTTP connection, each request one 10-s WAV file, as the
+request's whole body (``--upload raw``, the default) or as a multipart form (``--upload multipart``). The
+baseline calls the same model in this process with no HTTP: :class:`labswarm.predict.Predictor` built once (what
 :func:`labswarm.predict.predict` does per call, without reloading the model each time), ``predict_file`` from as
 many threads as there are clients, with the maths libraries on one thread as the endpoint's feature workers
 (:func:`labswarm.threads.limit_threads`; with their default two threads the baseline's mel projection is up to
@@ -137,6 +139,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--requests", type=int, default=32, help="requests per round and client count (32)")
     parser.add_argument("--clients", default="1,4,16")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (3)")
+    parser.add_argument("--upload", choices=("raw", "multipart"), default="raw",
+                        help="the clip as the request's whole body (raw, default) or as a multipart form")
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.clients.split(",")]
 
@@ -164,12 +168,16 @@ def main(argv: list[str]) -> None:
         def local(_index: int) -> None:
             assert predictor.predict_file(clip).error is None
 
+        if args.upload == "raw":
+            sent = {"content": body, "params": {"name": "clip.wav"}, "headers": {"Content-Type": "audio/wav"}}
+        else:
+            sent = {"files": [("files", ("clip.wav", body, "audio/wav"))]}
+
         def remote(index: int) -> None:
-            files = [("files", ("clip.wav", body, "audio/wav"))]
             try:
-                answer = https[index].post("/v1/models/bench/predict", files=files)
+                answer = https[index].post("/v1/models/bench/predict", **sent)  # type: ignore[arg-type]
             except (httpx.ReadError, httpx.RemoteProtocolError):  # a keep-alive connection the server closed
-                answer = https[index].post("/v1/models/bench/predict", files=files)  # while idle: once more
+                answer = https[index].post("/v1/models/bench/predict", **sent)  # type: ignore[arg-type]
             row = answer.json()["results"][0]
             assert answer.status_code == 200 and row["label"] == expected.label, answer.text
 
@@ -197,12 +205,12 @@ def main(argv: list[str]) -> None:
                 http.close()
             process.terminate()
             process.wait(60)
-    _report(model, counts, runs, loads)
+    _report(model, counts, runs, loads, args.upload)
 
 
-def _report(model: Path, counts: list[int], runs: dict, loads: list[float]) -> None:
+def _report(model: Path, counts: list[int], runs: dict, loads: list[float], upload: str) -> None:
     alone = os.environ.get("LABSWARM_PREDICT_COMPUTE_ALONE", "true")
-    print(f"model {model.name}; LABSWARM_PREDICT_COMPUTE_ALONE={alone}; one 10-s clip a request; "
+    print(f"model {model.name}; LABSWARM_PREDICT_COMPUTE_ALONE={alone}; one 10-s clip a request ({upload} upload); "
           f"{len(runs[counts[0]])} interleaved rounds; load average (1 min) at start and after each round: "
           f"{', '.join(f'{x:.1f}' for x in loads)}; {os.cpu_count()} cores")
     one = counts[0]

@@ -4,8 +4,14 @@ and alone (``labswarm serve``). The app sets ``app.state.models``, a :class:`~la
 
 =================================== ==================================================================
 ``GET /v1/models/{job}``            the model's classes, input feature, experiment, segment, limits, passes
-``POST /v1/models/{job}/predict``   audio files (multipart ``files``, repeated) -> one result per file
+``POST /v1/models/{job}/predict``   audio files (multipart ``files``, repeated) -> one result per file;
+                                    or one file as the whole body (``?name=``) -> its result
 =================================== ==================================================================
+
+One file may come as the request's whole body, ``Content-Type`` ``application/octet-stream``, ``audio/*`` or
+none, named by the query's ``name`` (``file-0`` without one): no multipart encoding for the client to build or
+for the server to parse, the same answer. Another ``Content-Type`` is a 415; a multipart body without a ``files``
+part, or with a ``files`` part that is not a file, a 422 naming it.
 
 A result is the file's ``labswarm predict --json`` row (``path``: the name it was sent with; ``label``,
 ``probabilities``, ``windows``, ``error``) with its own ``status``: 200, 413 (over ``predict_max_file_bytes``
@@ -18,13 +24,15 @@ is a 422 naming ``files``. Another user's job is a 404, as on every jobs route; 
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, File, HTTPException, Query, Request, UploadFile
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from starlette.datastructures import UploadFile
 
 from labswarm.errors import Conflict, NotFound
 from labswarm.serve.server import ModelServer, Upload
@@ -86,26 +94,67 @@ async def describe_model(job: str, request: Request) -> dict[str, Any]:
     return await run_in_threadpool(_server(request).describe, job, getattr(request.state, "user", None))
 
 
-@router.post("/{job}/predict", responses={207: {"description": "some files classified, others refused"},
-                                          413: {"description": "every file refused for its size or length, "
-                                                "or the request body over its limit"}})
-async def predict(job: str, request: Request, files: Annotated[list[UploadFile], File(
-                      description="Audio files to classify (any format libsndfile decodes, any rate and channels)")],
-                  top: Annotated[int | None, Query(ge=1, description="Keep the K most probable classes")] = None
-                  ) -> JSONResponse:
+#: The prediction route's request body, as the OpenAPI schema declares it (the handler reads it itself).
+_BODY = {"required": True, "description": "The audio files to classify (any format libsndfile decodes, any rate "
+         "and channels): a multipart form with one `files` part per file; or one file as the whole body "
+         "(`Content-Type` `application/octet-stream`, `audio/*` or none; its name in the `name` query parameter)",
+         "content": {"multipart/form-data": {"schema": {
+             "type": "object", "required": ["files"], "properties": {"files": {
+                 "type": "array", "items": {"type": "string", "format": "binary"}}}}},
+             "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+
+
+@router.post("/{job}/predict", openapi_extra={"requestBody": _BODY}, responses={
+    207: {"description": "some files classified, others refused"},
+    400: {"description": "a multipart body that does not parse"},
+    413: {"description": "every file refused for its size or length, or the request body over its limit"},
+    415: {"description": "a body neither multipart/form-data nor one audio file (application/octet-stream, "
+          "audio/*)"}})
+async def predict(job: str, request: Request,
+                  top: Annotated[int | None, Query(ge=1, description="Keep the K most probable classes")] = None,
+                  name: Annotated[str | None, Query(min_length=1, max_length=255, description=(
+                      "The file's name in its result (`path`) when the body is one file; default `file-0`"))
+                  ] = None) -> JSONResponse:
     """Classify audio files with the model of a completed training job, as ``labswarm predict`` does: one result
     per file, in order, each with its HTTP status (see the module's table)."""
     server = _server(request)
-    if len(files) > server.settings.max_files:
-        raise HTTPException(422, [{"path": "files", "reason": f"{len(files)} files: over the limit of "
-                                   f"{server.settings.max_files} a request (setting predict_max_files)"}])
     served = await _served(request, job)
-    uploads = [Upload(f.filename or f"file-{i}", f.file, f.size if f.size is not None else _size(f))
-               for i, f in enumerate(files)]
-    results = await server.predict(served, uploads, top)
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media == "multipart/form-data":
+        async with request.form() as form:  # closes the parts' temporary files
+            results = await server.predict(served, _parts(form.getlist("files"), server.settings.max_files), top)
+    elif media in ("", "application/octet-stream") or media.startswith("audio/"):
+        body = await request.body()
+        results = await server.predict(served, [Upload(name or "file-0", io.BytesIO(body), len(body))], top)
+    else:
+        raise HTTPException(415, f"Content-Type {media}: send multipart/form-data (files), or one audio file "
+                                 "as the body with Content-Type application/octet-stream or audio/* (curl "
+                                 "--data-binary sends application/x-www-form-urlencoded unless told otherwise)")
     statuses = {r["status"] for r in results}
     status = 200 if statuses == {200} else 207 if 200 in statuses else statuses.pop() if len(statuses) == 1 else 422
     return JSONResponse({"model": job, "results": results}, status_code=status)
+
+
+def _parts(files: list[UploadFile | str], limit: int) -> list[Upload]:
+    """The multipart ``files`` parts as uploads.
+
+    Raises:
+        HTTPException: 422 naming ``files``: none, more than ``limit``, or a part that is not a file.
+    """
+    if not files:
+        raise HTTPException(422, [{"path": "files", "reason": "no file: send one multipart part named files per "
+                                   "audio file"}])
+    if len(files) > limit:
+        raise HTTPException(422, [{"path": "files", "reason": f"{len(files)} files: over the limit of {limit} a "
+                                   "request (setting predict_max_files)"}])
+    uploads = []
+    for i, part in enumerate(files):
+        if isinstance(part, str):
+            raise HTTPException(422, [{"path": f"files.{i}", "reason": "a form field, not a file (the part has no "
+                                       "filename)"}])
+        uploads.append(Upload(part.filename or f"file-{i}", part.file,
+                              part.size if part.size is not None else _size(part)))
+    return uploads
 
 
 def _size(upload: UploadFile) -> int:

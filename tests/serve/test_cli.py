@@ -1,5 +1,6 @@
 """``labswarm serve MODEL`` as its own process over real HTTP (uvicorn, no manager, no database): the model file's
-predictions, a file over the size limit refused in its row, the token required, a bad model file exit 2."""
+predictions, a file over the size limit refused in its row, the token required, a bad model file exit 2; one file
+as the whole body (no multipart) answered alike, a body of another type 415, a form without a file 422."""
 
 from __future__ import annotations
 
@@ -45,6 +46,13 @@ def test_labswarm_serve_answers_over_http_as_labswarm_predict(model: Path, tmp_p
         answer = httpx.post(f"{url}/v1/models/three/predict", files=files, headers=auth, timeout=60)
         unknown = httpx.post(f"{url}/v1/models/other/predict", files=files[:1], headers=auth, timeout=60)
         no_token = httpx.post(f"{url}/v1/models/three/predict", files=files[:1], timeout=60)
+        raw = [httpx.post(f"{url}/v1/models/three/predict", content=p.read_bytes(), timeout=60, params=params,
+                          headers={**auth, **({"Content-Type": kind} if kind else {})})
+               for p, kind, params in ((good[1], "audio/wav", {"name": "high_3.wav", "top": 1}),
+                                       (good[0], "application/octet-stream", {}), (big, None, {"name": "big.wav"}))]
+        urlencoded = httpx.post(f"{url}/v1/models/three/predict", data={"files": "x"}, headers=auth, timeout=60)
+        no_file = httpx.post(f"{url}/v1/models/three/predict", data={"files": "x"}, files=[("other", files[0][1])],
+                             headers=auth, timeout=60)
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(60)
@@ -57,6 +65,17 @@ def test_labswarm_serve_answers_over_http_as_labswarm_predict(model: Path, tmp_p
         assert row["probabilities"] == pytest.approx(p.to_dict()["probabilities"], rel=0, abs=1e-6)
     assert unknown.status_code == 404 and "three" in unknown.json()["detail"]
     assert no_token.status_code == 401
+    assert [a.status_code for a in raw] == [200, 200, 413], [a.text for a in raw]
+    one, unnamed, too_big = (a.json()["results"] for a in raw)
+    assert one[0]["path"] == "high_3.wav" and one[0]["label"] == rows[2]["label"]
+    assert list(one[0]["probabilities"]) == [one[0]["label"]]  # top=1
+    assert one[0]["probabilities"][one[0]["label"]] == pytest.approx(rows[2]["probabilities"][one[0]["label"]],
+                                                                     rel=0, abs=1e-6)
+    assert unnamed[0]["path"] == "file-0"
+    assert unnamed[0]["probabilities"] == pytest.approx(rows[0]["probabilities"], rel=0, abs=1e-6)
+    assert too_big[0]["path"] == "big.wav" and "over the limit of 50000" in too_big[0]["error"]
+    assert urlencoded.status_code == 415 and "application/x-www-form-urlencoded" in urlencoded.json()["detail"]
+    assert no_file.status_code == 422 and no_file.json()["detail"][0]["path"] == "files.0", no_file.text
     assert process.returncode == 0, log.read_text()[-3000:]
 
 
