@@ -30,8 +30,9 @@ def serve_command(
     manager: Manager = DEFAULT_MANAGER,
     token_file: TokenFile = None,
 ) -> None:
-    """Serve one trained model over HTTP: POST /v1/models/NAME/predict with audio files (multipart `files`)
-    answers each file's label and class probabilities, as `labswarm predict --json` does.
+    """Serve one trained model over HTTP: POST /v1/models/NAME/predict with audio files (multipart `files`, or
+    one file as the whole body with ?name=) answers each file's label and class probabilities, as `labswarm
+    predict --json` does.
 
     Clients authenticate with LABSWARM_API_TOKEN (or a token of LABSWARM_TOKENS_FILE) of this process: without
     one, a server on a non-loopback --host generates one and prints it once. Limits: LABSWARM_PREDICT_* (file size
