@@ -60,16 +60,22 @@ def test_a_one_learner_epoch_is_a_fresh_permutation_with_every_class_early(tmp_p
 
 
 PROBE = """
-import sys, time
+import sys, threading, time
 from multiprocessing import forkserver
 from pathlib import Path
 import psutil
 from labswarm.pipeline.base import Block
 from labswarm.train.distributed.producers import UnforkedLoop
 
+idle = UnforkedLoop()  # producers: 0 (compare's one-learner runs): the chain runs in-process, nothing to fork
+idle.pipeline_block(Block.from_spec({"name": "prefetch", "producers": 0}))
+idle.attach(None, "model", None, None, "mel", Path("."))
+# attach starts the server's thread before it returns: none alive and no server means none was started
+assert not idle.forks and forkserver._forkserver._forkserver_pid is None
+assert "fork-server-start" not in [t.name for t in threading.enumerate()]
 loop = UnforkedLoop()
 loop.pipeline_block(Block.from_spec({"name": "prefetch"}))
-assert forkserver._forkserver._forkserver_pid is None
+assert loop.forks and forkserver._forkserver._forkserver_pid is None
 loop.attach(None, "model", None, None, "mel", Path("."))
 deadline = time.monotonic() + 120
 while forkserver._forkserver._forkserver_pid is None and time.monotonic() < deadline:
@@ -82,7 +88,8 @@ print(" ".join(psutil.Process(pid).cmdline()))
 
 def test_the_producers_fork_server_starts_when_training_starts() -> None:
     """A fresh interpreter (a fork server already running in this one would answer for it): no producer has started,
-    yet the fork server runs after ``attach``, a child of this process's, with the producers' preload."""
+    yet the fork server runs after ``attach``, a child of this process's, with the producers' preload; with
+    ``producers: 0`` (no producer will ever be forked) ``attach`` starts none."""
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "forkserver" in done.stdout and "labswarm.pipeline.producer" in done.stdout, done.stdout

@@ -20,7 +20,8 @@ producer starts warm, as a forked one does. Starting it (an interpreter importin
 among them) takes seconds: :class:`UnforkedLoop` starts it in a thread when training starts
 (:func:`start_fork_server`), while the learner reads its training features, rather than when the first
 validation asks for its producers (a one-learner job's first epoch ended ~9 s later than before it had a fork
-server, issue 23).
+server, issue 23); only if a prefetch block has producers to fork (``producers: 0``, as compare's one-learner runs
+set it, starts no fork server).
 """
 
 from __future__ import annotations
@@ -92,19 +93,34 @@ class UnforkedLoop(LoopHooks):
     def __init__(self) -> None:
         super().__init__()
         self._modules: set[str] = set()  # the pipeline blocks' modules, preloaded by the producers' fork server
+        #: A block seen so far starts producer processes from the fork server (a prefetch block with ``producers``
+        #: above 0); ``False``: none will (``producers: 0``, compare's one-learner runs), no fork server starts.
+        self.forks = False
 
     def pipeline_block(self, block: Block[Any]) -> Block[Any]:
         """``block`` with its producers started from a fork server, never by forking this process
-        (:func:`unforked`)."""
+        (:func:`unforked`); one that will start producers from it sets :attr:`forks`."""
         self._modules.add(type(block).__module__)
-        return unforked(block, self._modules)
+        block = unforked(block, self._modules)
+        if block.name == "prefetch" and block.config.start_method == "forkserver" and block.config.producers > 0:
+            self.forks = True
+        return block
+
+    def start_fork_server(self) -> threading.Thread | None:
+        """Start the producers' fork server ahead (:func:`start_fork_server`) if a pipeline block will fork
+        producers from it (:attr:`forks`): with ``producers: 0`` no interpreter is started (none would be used).
+
+        Returns:
+            The starting thread, or ``None`` when no fork server is needed.
+        """
+        return start_fork_server() if self.forks else None
 
     def attach(self, torch: Any, model: Any, optimizer: Any, train: Pipeline, output: str, run_dir: Path) -> Any:
-        """Training starts (:meth:`LoopHooks.attach`): the fork server starts meanwhile, in a thread
-        (:func:`start_fork_server`: the trainer built its pipelines, so the preload is set).
+        """Training starts (:meth:`LoopHooks.attach`): the fork server starts meanwhile, in a thread, if producers
+        will be forked from it (:meth:`start_fork_server`: the trainer built its pipelines, so the preload is set).
 
         Returns:
             ``model``.
         """
-        start_fork_server()
+        self.start_fork_server()
         return super().attach(torch, model, optimizer, train, output, run_dir)

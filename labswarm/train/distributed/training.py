@@ -79,7 +79,7 @@ from labswarm.train.distributed.context import LearnerContext
 from labswarm.train.distributed.cursor import Chunk, GlobalCursor
 from labswarm.train.distributed.data import TrainingSamples
 from labswarm.train.distributed.frameworks.base import CommStats, Framework
-from labswarm.train.distributed.producers import UnforkedLoop, start_fork_server
+from labswarm.train.distributed.producers import UnforkedLoop
 from labswarm.train.distributed.record import ChunkRecord
 from labswarm.train.distributed.steps import CursorSteps
 from labswarm.train.loop import EpochSteps
@@ -221,7 +221,7 @@ class DistributedTraining(UnforkedLoop):
             torch.distributed.DistError: the peers did not join within the timeout.
         """
         self.started = time.perf_counter()
-        start_fork_server()  # the validation's producers' fork server starts while the peers join, features load
+        self.start_fork_server()  # the validation's producers' fork server (if any) starts while the peers join
         self._join()
         module = self.framework.attach(model, optimizer, self.context)
         experiment = train.context.experiment
