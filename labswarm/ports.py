@@ -25,7 +25,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     Linux's default; the start read from ``/proc/sys/net/ipv4/ip_local_port_range``, else
     :data:`EPHEMERAL_START`): the kernel gives ports of that range to every ``connect()`` and every bind to port 0
     of the machine, so a port it picked could be taken by one of them before the server binds it; below the range
-    only another caller choosing the same port at random can take it.
+    only another caller choosing the same port at random can take it. A range starting at 2048 or lower leaves no
+    room below it: then the kernel picks (a bind to port 0), as before.
 
     Raises:
         OSError: no port of the range was free after 200 tries.
@@ -34,6 +35,10 @@ def free_port(host: str = "127.0.0.1") -> int:
     with contextlib.suppress(OSError, ValueError, IndexError):
         high = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     low = max(high // 2, 1024)
+    if low >= high:  # an ephemeral range from 1024-2048 or lower: no room below it, the kernel's choice then
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+            sock.bind((host, 0))
+            return int(sock.getsockname()[1])
     for _ in range(200):
         port = _RANDOM.randrange(low, high)  # not the global generator: a test may have seeded it
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers import require
 from three_classes import training_experiment, write_three_classes
 
@@ -69,6 +70,7 @@ def _same(a: list[Any], b: list[Any]) -> bool:
     return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
+@pytest.mark.slow  # 6.8-8.7 s loaded: over CI's 10-s line at CI load
 def test_the_training_seed_draws_the_order_crops_and_weights_and_leaves_the_features(tmp_path: Path) -> None:
     root = write_three_classes(tmp_path / "data", per_class=4)
     data = training_experiment(root, tmp_path / "store", seed=3,
