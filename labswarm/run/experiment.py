@@ -176,11 +176,14 @@ def run_experiment(config: ExperimentConfig, options: RunOptions | None = None, 
     # a manager of its own: the experiment's runs on this home one at a time (a session a killed run left
     # running is then this run's to take over, see labswarm.run.adopt), locked before that manager resumes it
     lock = RunLock(settings.home, config.name) if options.manager_url is None else contextlib.nullcontext()
-    # the local workers' interpreters import and warm up while the manager starts (labswarm.deploy.standby); those
-    # not taken (a session taken over with fewer workers) are stopped at the end
-    standby = (StandbyWorkers(options.workers, config.model_dump(mode="json"))
-               if options.launcher == "local" and options.workers > 0 else None)
-    with lock, contextlib.closing(standby) if standby is not None else contextlib.nullcontext():
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(lock)  # first: a run the lock refuses starts nothing
+        # the local workers' interpreters import and warm up while the manager starts (labswarm.deploy.standby);
+        # those not taken (a session taken over with fewer workers) are stopped at the end
+        standby = (StandbyWorkers(options.workers, config.model_dump(mode="json"))
+                   if options.launcher == "local" and options.workers > 0 else None)
+        if standby is not None:
+            stack.callback(standby.close)
         return _run(config, options, settings, hooks or RunHooks(), standby)
 
 
