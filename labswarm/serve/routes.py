@@ -18,21 +18,25 @@ A result is the file's ``labswarm predict --json`` row (``path``: the name it wa
 or ``predict_max_duration_s``) or 422 (cannot be decoded or classified). The answer is 200 when every file was
 classified, 207 (Multi-Status) when some were, and otherwise the files' common status (413 or 422; 422 when
 they differ), always with the list: ``{"model": job, "results": [...]}``. A request body over
-``predict_max_request_bytes`` is refused whole with 413 before it is read; more than ``predict_max_files`` files
-is a 422 naming ``files``. Another user's job is a 404, as on every jobs route; a job not completed yet, 409.
+``predict_max_request_bytes`` is refused whole with 413 before it is read; a one-file body is read no further
+than ``predict_max_file_bytes`` (a ``Content-Length`` over it not at all, a chunked body up to the chunk that
+passes it: its 413 row) and spooled as a multipart part is (in memory up to 1 MiB, then a temporary file); more
+than ``predict_max_files`` files is a 422 naming ``files``. Another user's job is a 404, as on every jobs route;
+a job not completed yet, 409.
 """
 
 from __future__ import annotations
 
-import io
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO, cast
 
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartParser
 
 from labswarm.errors import Conflict, NotFound
 from labswarm.serve.server import ModelServer, Upload
@@ -124,8 +128,14 @@ async def predict(job: str, request: Request,
         async with request.form() as form:  # closes the parts' temporary files
             results = await server.predict(served, _parts(form.getlist("files"), server.settings.max_files), top)
     elif media in ("", "application/octet-stream") or media.startswith("audio/"):
-        body = await request.body()
-        results = await server.predict(served, [Upload(name or "file-0", io.BytesIO(body), len(body))], top)
+        # spooled as Starlette spools a multipart part: in memory up to 1 MiB, then a temporary file
+        spool = UploadFile(cast(BinaryIO, tempfile.SpooledTemporaryFile(  # noqa: SIM115 (closed below)
+            max_size=MultiPartParser.spool_max_size)), size=0)
+        try:
+            upload = await _body(request, spool, name or "file-0", server.settings.max_file_bytes)
+            results = await server.predict(served, [upload], top)
+        finally:
+            await spool.close()
     else:
         raise HTTPException(415, f"Content-Type {media}: send multipart/form-data (files), or one audio file "
                                  "as the body with Content-Type application/octet-stream or audio/* (curl "
@@ -155,6 +165,27 @@ def _parts(files: list[UploadFile | str], limit: int) -> list[Upload]:
         uploads.append(Upload(part.filename or f"file-{i}", part.file,
                               part.size if part.size is not None else _size(part)))
     return uploads
+
+
+async def _body(request: Request, spool: UploadFile, name: str, limit: int) -> Upload:
+    """The request's whole body, written to ``spool``, as one upload named ``name``.
+
+    Read no further than ``limit`` bytes (``max_file_bytes``): a ``Content-Length`` over it is not read at all
+    (its upload: that size, no bytes), a body without one (chunked) stops at the chunk that passes it (its upload:
+    the bytes read, ``whole`` false); either is refused in its row with 413. Below ``spool``'s size in memory a
+    chunk is written on the event loop (no thread for a small body), past it in a thread (Starlette's
+    :meth:`~starlette.datastructures.UploadFile.write`)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return Upload(name, spool.file, int(declared))
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return Upload(name, spool.file, size, whole=False)
+        await spool.write(chunk)
+    await spool.seek(0)
+    return Upload(name, spool.file, size)
 
 
 def _size(upload: UploadFile) -> int:

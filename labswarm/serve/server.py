@@ -40,11 +40,14 @@ from labswarm.serve.sources import ModelSource
 
 @dataclass
 class Upload:
-    """One uploaded file: its name as sent, its bytes (a readable file object) and its size in bytes."""
+    """One uploaded file: its name as sent, its bytes (a readable file object) and its size in bytes; ``whole``
+    false: a body read no further than past ``max_file_bytes`` (chunked, no ``Content-Length``), ``size`` the bytes
+    read then, ``file`` none of them (refused with 413)."""
 
     name: str
     file: IO[bytes]
     size: int
+    whole: bool = True
 
 
 class Refused(Exception):
@@ -144,8 +147,9 @@ class ModelServer:
         loop = asyncio.get_running_loop()
         try:
             if upload.size > self.settings.max_file_bytes:
-                raise Refused(413, f"{upload.size} bytes: over the limit of {self.settings.max_file_bytes} "
-                                   "(setting predict_max_file_bytes, LABSWARM_PREDICT_MAX_FILE_BYTES)")
+                size = f"{upload.size} bytes" if upload.whole else f"at least {upload.size} bytes"
+                raise Refused(413, f"{size}: over the limit of {self.settings.max_file_bytes} (setting "
+                                   "predict_max_file_bytes, LABSWARM_PREDICT_MAX_FILE_BYTES)")
             started = await loop.run_in_executor(self.files, self._start, served, upload, path)
             # computed alone: done already, no callback through the loop's self-pipe to wait for
             parts = started.result() if started.done() else await asyncio.wrap_future(started)

@@ -1,13 +1,17 @@
 """``labswarm serve MODEL`` as its own process over real HTTP (uvicorn, no manager, no database): the model file's
 predictions, a file over the size limit refused in its row, the token required, a bad model file exit 2; one file
-as the whole body (no multipart) answered alike, a body of another type 415, a form without a file 422."""
+as the whole body (no multipart) answered alike, one declaring a length over the limit refused unread (413
+row), a chunked one past the limit 413, a body of another type 415, a form without a file 422."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -50,6 +54,9 @@ def test_labswarm_serve_answers_over_http_as_labswarm_predict(model: Path, tmp_p
                           headers={**auth, **({"Content-Type": kind} if kind else {})})
                for p, kind, params in ((good[1], "audio/wav", {"name": "high_3.wav", "top": 1}),
                                        (good[0], "application/octet-stream", {}), (big, None, {"name": "big.wav"}))]
+        unread = _declared_only(port, "/v1/models/three/predict?name=huge.wav", token, 10_000_000)
+        chunked = httpx.post(f"{url}/v1/models/three/predict", params={"name": "big.wav"}, timeout=60, headers={
+            **auth, "Content-Type": "audio/wav"}, content=_chunks(big.read_bytes(), 8192))
         urlencoded = httpx.post(f"{url}/v1/models/three/predict", data={"files": "x"}, headers=auth, timeout=60)
         no_file = httpx.post(f"{url}/v1/models/three/predict", data={"files": "x"}, files=[("other", files[0][1])],
                              headers=auth, timeout=60)
@@ -74,9 +81,40 @@ def test_labswarm_serve_answers_over_http_as_labswarm_predict(model: Path, tmp_p
     assert unnamed[0]["path"] == "file-0"
     assert unnamed[0]["probabilities"] == pytest.approx(rows[0]["probabilities"], rel=0, abs=1e-6)
     assert too_big[0]["path"] == "big.wav" and "over the limit of 50000" in too_big[0]["error"]
+    # a Content-Length over the file limit: answered without the body (only 4 bytes of it were ever sent)
+    assert unread.startswith(b"HTTP/1.1 413 "), unread[:500]
+    huge = json.loads(unread.partition(b"\r\n\r\n")[2])["results"][0]
+    assert huge["path"] == "huge.wav" and huge["error"].startswith("10000000 bytes: over the limit of 50000"), huge
+    assert chunked.status_code == 413 and "Content-Length" not in chunked.request.headers
+    assert chunked.json()["results"][0]["error"].startswith("at least "), chunked.text  # not read to its end
     assert urlencoded.status_code == 415 and "application/x-www-form-urlencoded" in urlencoded.json()["detail"]
     assert no_file.status_code == 422 and no_file.json()["detail"][0]["path"] == "files.0", no_file.text
     assert process.returncode == 0, log.read_text()[-3000:]
+
+
+def _declared_only(port: int, target: str, token: str, length: int) -> bytes:
+    """POST to ``target`` with headers declaring a ``length``-byte audio body and send 4 bytes of it: the server's
+    whole answer (headers and body, read to its ``Content-Length``), or a timeout if it waits for the rest."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
+        sock.sendall(f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
+                     f"Content-Type: audio/wav\r\nContent-Length: {length}\r\n\r\nRIFF".encode())
+        answer = b""
+        while True:
+            head, _, body = answer.partition(b"\r\n\r\n")
+            sizes = [int(line.split(b":")[1]) for line in head.lower().split(b"\r\n")
+                     if line.startswith(b"content-length:")]
+            if sizes and len(body) >= sizes[0]:
+                return answer
+            data = sock.recv(65536)  # socket.timeout (60 s) if the server waits for the body
+            if not data:
+                return answer
+            answer += data
+
+
+def _chunks(data: bytes, size: int) -> Iterator[bytes]:
+    """``data`` in ``size``-byte pieces (httpx sends a generator chunked, with no ``Content-Length``)."""
+    for start in range(0, len(data), size):
+        yield data[start:start + size]
 
 
 def test_labswarm_serve_refuses_a_file_that_is_not_a_model(tmp_path: Path) -> None:
