@@ -37,6 +37,7 @@ from labswarm.pipeline.features import FeaturesBlock, SampleResult
 from labswarm.queue.names import TASK_NAME, app_queue, queue_name
 from labswarm.queue.reporter import Reporter
 from labswarm.sample import ExperimentSamples, ForeignSample, Sample
+from labswarm.store.uploads import RETRY_DELAY, STORE_RETRIES  # one retry policy for the store's writes
 
 #: Queue names are this prefix and the experiment's name.
 QUEUE_PREFIX = queue_name("")
@@ -46,10 +47,6 @@ log = logging.getLogger(__name__)
 #: Seconds during which a fingerprint found stale (the manager has another) fails its messages without asking
 #: the manager again.
 STALE_RECHECK = 5.0
-#: Runs of one sample inside a task when the failure is transient (the feature store, e.g. an NFS hiccup).
-STORE_RETRIES = 3
-#: Seconds before the first in-task retry; doubled each time.
-RETRY_DELAY = 0.5
 #: Seconds a worker tries to publish the parts of a redelivered multi-sample message (queue full, broker down)
 #: before it gives the message back to the queue (requeued: it is split on its next delivery).
 SPLIT_TIMEOUT = 30.0
@@ -207,7 +204,9 @@ def worker_state() -> WorkerState:
 
 
 def run_sample(block: FeaturesBlock, sample: Sample) -> SampleResult:
-    """Process a sample, retrying transient store failures :data:`STORE_RETRIES` times with backoff."""
+    """Process a sample, retrying transient store failures: :data:`~labswarm.store.uploads.STORE_RETRIES` runs in
+    all, :data:`~labswarm.store.uploads.RETRY_DELAY` s before the second, doubled each time (inside a multi-sample
+    message of a remote store the uploads are retried by the same policy, :mod:`labswarm.store.uploads`)."""
     delay = RETRY_DELAY
     for _ in range(STORE_RETRIES - 1):
         result = block.process(sample)
@@ -224,9 +223,9 @@ def compute(task: Task, session_id: str, sample: dict | list, fingerprint: str |
     in turn). Returns the outcome's status (``abandoned``: not run, the sample is out of attempts; ``unchecked``:
     not run, the manager could not confirm the configuration; ``rejected``: no sample id to record an outcome
     for); for several samples, their statuses joined by commas, ``split`` (see :func:`split`), or ``unstored``
-    (their arrays could not be made durable together: no outcome, reconciliation publishes them again). The sample
-    computed is the experiment's own, rebuilt from its id (:meth:`WorkerState.sample_of`): a message that
-    describes it otherwise fails it, not computed.
+    (their arrays could not be made durable together, a remote store's upload failing after its retries: no
+    outcome, reconciliation publishes them again). The sample computed is the experiment's own, rebuilt from its id
+    (:meth:`WorkerState.sample_of`): a message that describes it otherwise fails it, not computed.
 
     Raises:
         celery.exceptions.Reject: (requeue) a redelivered multi-sample message could not be split.

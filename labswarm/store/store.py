@@ -250,15 +250,17 @@ class FeatureStore:
         """The :meth:`put` calls of this thread inside the block made durable together by its end. A local folder
         (:meth:`LocalStorage.deferred_sync`): one sync instead of one per array; an array appears under its key
         only once its bytes are on disk. A remote store (:mod:`labswarm.store.uploads`): each array is sent by a
-        background thread while this one goes on (the next sample computed meanwhile), at most
-        :data:`~labswarm.store.uploads.UPLOAD_BYTES` held at once, and the block's end waits until all are
-        stored. Either way, until the block ends the arrays written inside may not be found, and once it has
+        background thread while this one goes on (the next sample computed meanwhile), a failed one tried again
+        (:data:`~labswarm.store.uploads.STORE_RETRIES` attempts), at most
+        :data:`~labswarm.store.uploads.UPLOAD_BYTES` held by the block at once, and the block's end waits until
+        all are stored. Either way, until the block ends the arrays written inside may not be found, and once it has
         ended without an error every one is stored: acknowledge work only after it. Nested: the outer block.
 
         Raises:
             StoreError: (at the end) the sync, a rename or an upload failed; for a local folder the block's arrays
                 not yet in place are removed (those placed before the failure were synced first); of a remote
-                store, the arrays whose upload succeeded are stored (each object whole).
+                store, the arrays whose upload succeeded are stored (each object whole), the others failed on every
+                attempt.
         """
         if not isinstance(self.storage, LocalStorage):
             if getattr(self._batch, "uploads", None) is not None:
