@@ -47,6 +47,12 @@ WEIGHTS_EVERY_S = 10.0
 LEDGER_AGE_S = 0.5
 
 
+#: Samples the rates asked must have made due since the first decision before the publish rate is compared with
+#: them (the anti-windup): two messages of the publisher's largest packing in a short run's first seconds (~4 real
+#: samples, up to 8 a message, labswarm.sessions' samples_per_message), so a message not yet sent is not a shortfall.
+MIN_SAMPLES_DUE = 16.0
+
+
 @dataclass
 class SessionTrack:
     """The time series and the controller of one session."""
@@ -143,6 +149,12 @@ class HealthLoop:
         since = window if track.decided_at is None else min(window, t - track.decided_at + 1e-6)
         publish = track.published.rate(since)
         asked = track.asked.mean(since)
+        if since * asked < MIN_SAMPLES_DUE:
+            # too short a span to judge the publisher: it sends whole messages of several samples (~0.25 s of work
+            # each), and one second after a first decision of a few samples/s none may have been due yet; judged
+            # on it, it looked short (0 published) and the anti-windup cut the rate to the floor while the workers
+            # starved (a quiet 270-sample run stalled 5 s at 0.6/s): no reading, no anti-windup, until enough were due
+            publish = math.nan
         # Depth from the ledger (published, no outcome yet, less what the consumers hold) is ~0.5 s old; the
         # management API's is up to ~5 s old and moves in steps, which makes any controller overshoot. The
         # broker gives the consumers (and its own depth, logged beside for comparison).

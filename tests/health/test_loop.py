@@ -192,16 +192,19 @@ class _WindowedStart:
     outstanding (one published per outcome), then it publishes at the rate in force. The ledger's counts are
     whole samples, read at each tick (``t``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_message: int = 1) -> None:
         self.t, self.last = 0.0, 0.0
         self.published, self.finished = 20.0, 0.0
         self.rates: list[float] = []
+        self.per_message, self.credit = per_message, 0.0  # the publisher sends whole messages of per_message samples
 
     async def sessions(self) -> list[dict]:
         dt, self.last = self.t - self.last, self.t
         busy = max(0.0, min(dt, self.t - 5.8))  # seconds the workers ran in this step
-        if self.rates:  # the rate in force paces the publisher from the first one on
-            self.published += self.rates[-1] * dt
+        if self.rates:  # the rate in force paces the publisher from the first one on, a whole message at a time
+            self.credit += self.rates[-1] * dt
+            sent = (self.credit // self.per_message) * self.per_message
+            self.published, self.credit = self.published + sent, self.credit - sent
         self.finished = min(self.published, self.finished + 15.0 * busy)
         if not self.rates:  # the start window: 20 outstanding
             self.published = 20.0 + self.finished
@@ -236,6 +239,26 @@ def test_the_rates_after_the_first_decision_grow_to_the_workers_not_capped_by_th
     rows = [json.loads(line) for line in (tmp_path / "health-s.jsonl").read_text().splitlines()]
     assert all(r["depth"] <= 1.5 * r["target"] for r in rows[1:]), rows  # and floods nothing (the start window's
     # queue aside, at the first decision)
+
+
+def test_a_publisher_sending_whole_messages_is_not_judged_short_before_a_message_was_due(tmp_path: Path) -> None:
+    """Samples go out in messages of several (``samples_per_message``, ~0.25 s of work each): one second after a
+    first decision of a few samples/s the publisher may not have sent its first message yet. Judged on that second
+    it looked short (0 published against the rate asked), and the anti-windup cut the rate to the floor (0.6/s)
+    while the workers starved: a quiet 270-sample run over RabbitMQ stalled 5 s at 10 samples/s (fails so: the
+    second rate is the floor)."""
+    manager = _WindowedStart(per_message=8)
+    loop = HealthLoop(manager, None, consumers=2, log_dir=tmp_path, clock=lambda: manager.t)
+
+    async def run() -> None:
+        for t in range(12):
+            manager.t = float(t)
+            await loop.tick()
+
+    asyncio.run(run())
+    rates = manager.rates
+    assert len(rates) >= 4, rates
+    assert min(rates[1:4]) >= rates[0] and max(rates[:4]) >= 15.0, rates
 
 
 def test_the_decision_log_is_strict_json(tmp_path: Path) -> None:
