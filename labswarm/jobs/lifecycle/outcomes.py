@@ -105,6 +105,11 @@ class AttemptOutcomes:
                 attempt.checkpoint_out = pointer
         codes = [lr.exit_code for lr in learners]
         bad = next((c for c in codes if c != 0), 0)
+        # a learner's own user-fault exit (a C1xx refusal, a user exit code) is the attempt's cause: its peers'
+        # failures (a collective broken by its exit, a peer killed for it) follow from it, and whichever rank
+        # came first must not make a user's fault a platform restart (under load rank 0's broken collective
+        # was first in rank order and the job was restarted twice before the refusal counted)
+        bad = next((c for c in codes if c not in (0, None) and self._user_fault(job, c)), bad)
         attempt.exit_code = bad
         verdict = self._verdict(job, learners, bad)
         if verdict is None:  # every learner exited 0 (a halt it did not see included): the job completes
@@ -172,6 +177,12 @@ class AttemptOutcomes:
                                                "rank": learner.rank, "error_code": verdict.code.value,
                                                "reason": verdict.detail, "previous": old, "pid": learner.pid,
                                                "checkpoint": pointer}, attempt=job.attempt)
+
+    def _user_fault(self, job: JobRow, code: int) -> bool:
+        """Whether exit ``code`` alone is the user's fault (:func:`classify_exit` with the job's user exit codes)."""
+        policy = RestartPolicy.model_validate(job.manifest["restart"])
+        verdict = classify_exit(code, killed_by_platform=False, user_exit_codes=policy.user_exit_codes)
+        return verdict is not None and verdict.fault == Fault.USER
 
     def _verdict(self, job: JobRow, learners: list[LearnerRow], code: int | None) -> ExitVerdict | None:
         if any(lr.killed == "deploy" for lr in learners):
