@@ -299,7 +299,9 @@ def test_a_killed_shard_restarts_from_its_checkpoint_and_the_job_completes(tmp_p
         # the shard serving now: on a loaded machine an earlier attempt may have failed to deploy (its shard
         # did not start), and its ``started`` event names a shard that is gone
         before = m.show(job["id"])
-        [shard] = [p for p in _ps_processes(job["id"]) if p.is_running()]
+        # (waited for: its process may be between a death and its revival, or its command line not yet readable)
+        [shard] = wait_until(lambda: [p for p in _ps_processes(job["id"]) if p.is_running()], 120,
+                             "the job's shard process")
         shard.send_signal(signal.SIGKILL)
         stream = read_events(m.http, job["id"])
         shown = m.show(job["id"])
