@@ -216,6 +216,19 @@ class _WindowedStart:
     async def set_rate(self, session_id: str, rate: float) -> None:
         self.rates.append(rate)
 
+    def run(self, log_dir: Path, seconds: int = 12) -> list[float]:
+        """A :class:`HealthLoop` over this session (2 consumers, decisions logged in ``log_dir``), ticked once a
+        second from t = 0 for ``seconds``; returns the rates it set."""
+        loop = HealthLoop(self, None, consumers=2, log_dir=log_dir, clock=lambda: self.t)
+
+        async def ticks() -> None:
+            for t in range(seconds):
+                self.t = float(t)
+                await loop.tick()
+
+        asyncio.run(ticks())
+        return self.rates
+
 
 def test_the_rates_after_the_first_decision_grow_to_the_workers_not_capped_by_the_start_window(
         tmp_path: Path) -> None:
@@ -224,16 +237,7 @@ def test_the_rates_after_the_first_decision_grow_to_the_workers_not_capped_by_th
     the first rate asked and the anti-windup capped the next ones at 1.25x that mean: a 270-sample run's first
     rates went 5.9, 5.0, 4.6/s against workers consuming 10-11/s with the queue empty (fails so: the second rate
     is below the first)."""
-    manager = _WindowedStart()
-    loop = HealthLoop(manager, None, consumers=2, log_dir=tmp_path, clock=lambda: manager.t)
-
-    async def run() -> None:
-        for t in range(12):
-            manager.t = float(t)
-            await loop.tick()
-
-    asyncio.run(run())
-    rates = manager.rates
+    rates = _WindowedStart().run(tmp_path)
     assert len(rates) >= 4, rates
     assert rates[1] > 1.5 * rates[0] and max(rates[:4]) >= 15.0, rates  # the slow start doubles to the workers
     rows = [json.loads(line) for line in (tmp_path / "health-s.jsonl").read_text().splitlines()]
@@ -247,16 +251,7 @@ def test_a_publisher_sending_whole_messages_is_not_judged_short_before_a_message
     it looked short (0 published against the rate asked), and the anti-windup cut the rate to the floor (0.6/s)
     while the workers starved: a quiet 270-sample run over RabbitMQ stalled 5 s at 10 samples/s (fails so: the
     second rate is the floor)."""
-    manager = _WindowedStart(per_message=8)
-    loop = HealthLoop(manager, None, consumers=2, log_dir=tmp_path, clock=lambda: manager.t)
-
-    async def run() -> None:
-        for t in range(12):
-            manager.t = float(t)
-            await loop.tick()
-
-    asyncio.run(run())
-    rates = manager.rates
+    rates = _WindowedStart(per_message=8).run(tmp_path)
     assert len(rates) >= 4, rates
     assert min(rates[1:4]) >= rates[0] and max(rates[:4]) >= 15.0, rates
 
