@@ -70,6 +70,10 @@ def compare_command(
                                                       "once. Default: 1,2.")] = None,
     epochs: Annotated[int | None, typer.Option(min=1, help="Override training.epochs.")] = None,
     target: Annotated[float, typer.Option(min=0.0, max=1.0, help="Validation accuracy to time.")] = 0.8,
+    seed: Annotated[int | None, typer.Option(
+        min=0, help="Every run's training.seed (an integer >= 0): the sample order, crops, initial weights and "
+                    "dropout, not the features. Default: the experiment's (its training.seed, else its seed).")
+    ] = None,
     ps_shards: Annotated[int | None, typer.Option(min=1, help="Parameter-server shards. Default: 1.")] = None,
     threads: Annotated[int, typer.Option(min=1, help="Torch threads (and CPUs) per learner.")] = 1,
     output: Annotated[Path | None, typer.Option(
@@ -127,7 +131,7 @@ def compare_command(
                                  env={"GLOO_SOCKET_IFNAME": gloo_ifname} if gloo_ifname else None)
         options = CompareOptions(learners=parse_learners(learners if learners is not None else "1,2"),
                                  epochs=epochs, target=target, ps_shards=ps_shards if ps_shards is not None else 1,
-                                 threads=threads, owner=owner, hosts=placed)
+                                 threads=threads, owner=owner, hosts=placed, seed=seed)
         if budget is not None:
             return _search(experiment, budget, output, options, keep, trial_epochs, manager, token or None)
         rows = compare(experiment, names or list(DEFAULT_FRAMEWORKS), output, options, manager_url=manager,

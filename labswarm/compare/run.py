@@ -351,6 +351,15 @@ def compare(experiment: Path, frameworks: Sequence[Mapping[str, Any] | str], out
     return rows
 
 
+def job_manifests(config: Any, runs: Sequence[tuple[int, Mapping[str, Any] | None]], workdir: Path,
+                  opts: CompareOptions, epochs: int | None) -> list[dict[str, Any]]:
+    """The job manifest of each run of :func:`run_all` (:func:`job_manifest`: the experiment ``config`` inline,
+    ``opts``' threads, shards and seed, results in ``workdir/results``), in the order of ``runs``."""
+    workload = config.model_dump(mode="json")
+    return [job_manifest(workload, fw, n, workdir / "results", epochs, opts.threads, opts.ps_shards, seed=opts.seed)
+            for n, fw in runs]
+
+
 def run_all(config: Any, runs: Sequence[tuple[int, Mapping[str, Any] | None]], workdir: Path,
             opts: CompareOptions, epochs: int | None, *, manager_url: str | None = None, token: str | None = None,
             on_event: Callable[[str, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
@@ -370,10 +379,7 @@ def run_all(config: Any, runs: Sequence[tuple[int, Mapping[str, Any] | None]], w
     from labswarm.config.roots import experiment_folders
     from labswarm.jobs.client.client import JobsClient
 
-    workload = config.model_dump(mode="json")
-    manifests = [job_manifest(workload, fw, n, workdir / "results", epochs, opts.threads, opts.ps_shards,
-                              seed=opts.seed)
-                 for n, fw in runs]
+    manifests = job_manifests(config, runs, workdir, opts, epochs)
     for manifest in manifests:
         parse_manifest(manifest, source=f"job {manifest['name']}").training_config()  # every error before the first
         # job: the training settings and the framework's batch split (framework.batch) against the experiment
