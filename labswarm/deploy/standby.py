@@ -62,6 +62,10 @@ class StandbyWorkers:
         count: how many to start now (>= 0).
         config: the experiment they warm up (``ExperimentConfig.model_dump(mode="json")``); ``None``: imports only.
 
+    Raises:
+        OSError: a process could not be started (``subprocess.Popen``'s errors); those already started are stopped
+            first (:meth:`close`), so a failed construction leaves no process behind.
+
     Thread safety: :meth:`take` and :meth:`close` may be called from any thread.
     """
 
@@ -73,16 +77,21 @@ class StandbyWorkers:
         line = json.dumps({"config": dict(config) if config is not None else {}}) + "\n"
         # what `ps` shows: a worker of the experiment (the module reads its command from stdin, not these)
         label = ["worker", "--experiment", str(config["name"])] if config and config.get("name") else ["worker"]
-        for _ in range(max(0, count)):
-            process = subprocess.Popen([sys.executable, "-m", MODULE, *label], env=self.env, stdin=subprocess.PIPE,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-            assert process.stdin is not None
-            try:
-                process.stdin.write(line.encode())
-                process.stdin.flush()
-            except OSError:  # it died at once: take() skips it
-                pass
-            self._idle.append(process)
+        try:
+            for _ in range(max(0, count)):
+                process = subprocess.Popen([sys.executable, "-m", MODULE, *label], env=self.env,
+                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL, start_new_session=True)
+                self._idle.append(process)  # first: whatever fails from here on, close() stops it
+                assert process.stdin is not None
+                try:
+                    process.stdin.write(line.encode())
+                    process.stdin.flush()
+                except OSError:  # it died at once: take() skips it
+                    pass
+        except BaseException:  # a later start failed (fork or exec refused, interrupted): no half-started set left
+            self.close()
+            raise
 
     @property
     def idle(self) -> int:

@@ -1,13 +1,17 @@
 """Local workers started ahead of their session (:mod:`labswarm.deploy.standby`): a real manager's session takes
-them through its local launcher, a dead one is skipped, those not taken are stopped; real processes throughout."""
+them through its local launcher, a dead one is skipped, those not taken are stopped, a start failing halfway stops
+those already started; real processes throughout."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -15,6 +19,7 @@ import pytest
 from helpers import experiment_dict, write_dataset
 
 from labswarm.config.experiment import parse_experiment
+from labswarm.deploy import standby as standby_module
 from labswarm.deploy.standby import StandbyWorkers
 from labswarm.manager.api import create_app
 from labswarm.manager.server import EmbeddedServer
@@ -67,3 +72,32 @@ def test_a_session_takes_a_standby_worker_skips_a_dead_one_and_the_rest_are_stop
         server.stop()  # the session's worker stops with its manager
         standby.close()
     assert not running(taken) and not running(spare) and not running(dead)
+
+
+def test_a_start_that_fails_halfway_stops_the_standby_workers_already_started(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second of three starts is refused (as a fork refused with EAGAIN would be): the constructor raises that
+    error, and the first, a real interpreter, is already stopped and reaped when it does; no third is started."""
+    spawn = subprocess.Popen
+    started: list[subprocess.Popen] = []
+
+    def second_refused(*args: Any, **kwargs: Any) -> subprocess.Popen:
+        if started:
+            raise OSError(errno.EAGAIN, "fork refused")
+        started.append(spawn(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(standby_module.subprocess, "Popen", second_refused)
+    with pytest.raises(OSError, match="fork refused"):
+        StandbyWorkers(3)
+    [first] = started
+    assert first.returncode is not None, "the started standby was left running"  # reaped before the raise
+    assert not running(first.pid)
+    deadline = time.monotonic() + DEADLINE
+    while True:  # nothing of its process group (its own session) is left either
+        try:
+            os.killpg(first.pid, 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline, f"process group {first.pid} still has processes"
+        time.sleep(0.05)
