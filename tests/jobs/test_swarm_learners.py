@@ -144,7 +144,7 @@ def test_each_task_state_is_a_learner_status(tmp_path: Path, swarm: SwarmLearner
     service.set_task(state, exit_code, err)
     status = swarm.poll(_row("abc123def456", 1, 0, sid))
     assert status == expected
-    if not status.alive:  # what the lifecycle makes of it (outcomes.AttemptOutcomes._verdict)
+    if not status.alive:  # what the lifecycle makes of it (outcomes._verdict)
         found = ("S105" if status.deploy_failed else
                  getattr(classify_exit(status.exit_code, killed_by_platform=False, user_exit_codes=[3]), "code",
                          None))

@@ -31,13 +31,12 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from labswarm.config.manifest import RestartPolicy
 from labswarm.deploy.cgroups import cgroup_name
 from labswarm.deploy.learners import learner_launcher
 from labswarm.errors import StorageError
 from labswarm.jobs.lifecycle.cluster import JobCluster
 from labswarm.jobs.lifecycle.deployer import Deployer
-from labswarm.jobs.lifecycle.outcomes import AttemptOutcomes
+from labswarm.jobs.lifecycle.outcomes import AttemptOutcomes, restart_policy
 from labswarm.jobs.lifecycle.runtime import JobRuntime
 from labswarm.jobs.records import events
 from labswarm.jobs.records.models import JobRow, LearnerRow, naive_utcnow
@@ -168,7 +167,7 @@ class JobLifecycle:
             job = db.get(JobRow, job_id) if dead else None
             if job is None:
                 continue
-            policy = RestartPolicy.model_validate(job.manifest["restart"])
+            policy = restart_policy(job)
             for index in dead:
                 if job.restarts_platform >= policy.max_restarts_platform:
                     log.error("job %s: shard %d died beyond the platform restart budget", job_id, index)

@@ -45,6 +45,13 @@ log = logging.getLogger(__name__)
 _S = JobState
 
 
+def restart_policy(job: JobRow) -> RestartPolicy:
+    """The restart policy of ``job``, parsed from its stored manifest's ``restart`` section (validated when the job
+    was submitted or changed): the one place the lifecycle reads it, once per decision, so that the verdict on an
+    attempt's exit codes, the user-fault test and the budgets all see the same policy."""
+    return RestartPolicy.model_validate(job.manifest["restart"])
+
+
 class AttemptOutcomes:
     """The lifecycle's decisions at the end of an attempt (a part of
     :class:`~labswarm.jobs.lifecycle.lifecycle.JobLifecycle`).
@@ -103,15 +110,16 @@ class AttemptOutcomes:
             job.checkpoint = pointer
             if pointer.get("attempt") == attempt.number:
                 attempt.checkpoint_out = pointer
+        policy = restart_policy(job)
         codes = [lr.exit_code for lr in learners]
         bad = next((c for c in codes if c != 0), 0)
         # a learner's own user-fault exit (a C1xx refusal, a user exit code) is the attempt's cause: its peers'
         # failures (a collective broken by its exit, a peer killed for it) follow from it, and whichever rank
         # came first must not make a user's fault a platform restart (under load rank 0's broken collective
         # was first in rank order and the job was restarted twice before the refusal counted)
-        bad = next((c for c in codes if c not in (0, None) and self._user_fault(job, c)), bad)
+        bad = next((c for c in codes if c not in (0, None) and _user_fault(policy, c)), bad)
         attempt.exit_code = bad
-        verdict = self._verdict(job, learners, bad)
+        verdict = _verdict(policy, learners, bad)
         if verdict is None:  # every learner exited 0 (a halt it did not see included): the job completes
             attempt.reason = "completed"
             self._attempt_event(db, job, attempt)
@@ -133,7 +141,7 @@ class AttemptOutcomes:
         else:
             attempt.reason, attempt.error_code = verdict.detail, verdict.code.value
             self._attempt_event(db, job, attempt)
-            self._restart_or_fail(db, job, attempt, verdict, pointer)
+            self._restart_or_fail(db, job, attempt, verdict, pointer, policy)
 
     def _restart_learners(self, db: Session, job: JobRow, learners: list[LearnerRow]) -> None:
         """An asynchronous framework's dead learners (:func:`~labswarm.train.distributed.launch.restart_scope` says
@@ -149,13 +157,13 @@ class AttemptOutcomes:
                         peer.killed = "peer"
                         self.learners.kill(peer)
             return
+        policy = restart_policy(job)
         for learner in learners:
             if learner.ended_at is None or learner.exit_code == 0 or learner.killed in ("delete", "deploy", "halt"):
                 continue
-            verdict = self._verdict(job, [learner], learner.exit_code)
+            verdict = _verdict(policy, [learner], learner.exit_code)
             if verdict is None:
                 continue
-            policy = RestartPolicy.model_validate(job.manifest["restart"])
             user = verdict.fault is Fault.USER
             used, budget = ((job.restarts_user, policy.max_restarts_user) if user
                             else (job.restarts_platform, policy.max_restarts_platform))
@@ -177,19 +185,6 @@ class AttemptOutcomes:
                                                "rank": learner.rank, "error_code": verdict.code.value,
                                                "reason": verdict.detail, "previous": old, "pid": learner.pid,
                                                "checkpoint": pointer}, attempt=job.attempt)
-
-    def _user_fault(self, job: JobRow, code: int) -> bool:
-        """Whether exit ``code`` alone is the user's fault (:func:`classify_exit` with the job's user exit codes)."""
-        policy = RestartPolicy.model_validate(job.manifest["restart"])
-        verdict = classify_exit(code, killed_by_platform=False, user_exit_codes=policy.user_exit_codes)
-        return verdict is not None and verdict.fault == Fault.USER
-
-    def _verdict(self, job: JobRow, learners: list[LearnerRow], code: int | None) -> ExitVerdict | None:
-        if any(lr.killed == "deploy" for lr in learners):
-            return ExitVerdict(ErrorCode.DEPLOY_FAILED, "the learner could not be started")
-        policy = RestartPolicy.model_validate(job.manifest["restart"])
-        return classify_exit(code, killed_by_platform=any(lr.killed == "hung" for lr in learners),
-                             user_exit_codes=policy.user_exit_codes)
 
     def _attempt_event(self, db: Session, job: JobRow, attempt: AttemptRow) -> None:
         events.append(db, job, "attempt", {"attempt": attempt.number, "event": "ended", "exit_code": attempt.exit_code,
@@ -218,8 +213,7 @@ class AttemptOutcomes:
         self._collect(job)
 
     def _restart_or_fail(self, db: Session, job: JobRow, attempt: AttemptRow, verdict: ExitVerdict,
-                         pointer: dict[str, Any] | None) -> None:
-        policy = RestartPolicy.model_validate(job.manifest["restart"])
+                         pointer: dict[str, Any] | None, policy: RestartPolicy) -> None:
         user = verdict.fault is Fault.USER
         used, budget = ((job.restarts_user, policy.max_restarts_user) if user
                         else (job.restarts_platform, policy.max_restarts_platform))
@@ -258,3 +252,19 @@ class AttemptOutcomes:
         for workdir in (self.runtime.home / job.id).glob("attempt-*/rank-*"):
             shutil.rmtree(workdir, ignore_errors=True)
         self.learners.collect(job.id)  # what its learners left elsewhere (a swarm's chunk records)
+
+
+def _user_fault(policy: RestartPolicy, code: int) -> bool:
+    """Whether exit ``code`` alone is the user's fault (:func:`classify_exit` with ``policy``'s user exit codes)."""
+    verdict = classify_exit(code, killed_by_platform=False, user_exit_codes=policy.user_exit_codes)
+    return verdict is not None and verdict.fault == Fault.USER
+
+
+def _verdict(policy: RestartPolicy, learners: list[LearnerRow], code: int | None) -> ExitVerdict | None:
+    """What the exit ``code`` of ``learners`` (an attempt's, or one learner's) says: a deploy failure if one could
+    not be started, else :func:`classify_exit` (killed for hanging: the platform's; ``policy``'s user exit codes);
+    ``None``: a clean exit."""
+    if any(lr.killed == "deploy" for lr in learners):
+        return ExitVerdict(ErrorCode.DEPLOY_FAILED, "the learner could not be started")
+    return classify_exit(code, killed_by_platform=any(lr.killed == "hung" for lr in learners),
+                         user_exit_codes=policy.user_exit_codes)
