@@ -13,6 +13,16 @@ from labswarm.cli.output import console
 from labswarm.cli.output import fail as _fail
 from labswarm.errors import ConfigError, LabswarmError
 
+#: ``--seed``: an int >= 0 as the manifest's ``training.seed`` (a bad value exits 2 naming ``--seed``).
+SeedOption = Annotated[int | None, typer.Option(
+    min=0, help="Every run's training.seed (an integer >= 0): the sample order, crops, initial weights and dropout, "
+                "not the features. Default: the experiment's (its training.seed, else its seed).")]
+#: ``--budget``: the processes of the topology search (:mod:`labswarm.compare.budget`).
+BudgetOption = Annotated[int | None, typer.Option(
+    min=1, help="Search the topologies that fit this many processes (learners + separate shards) instead of "
+                "--framework/--learners: a short trial of each, then the --keep best for --epochs; reports the "
+                "least time to --target and the table of what was tried (budget.md, budget.json).")]
+
 
 def _printer() -> Any:
     """Prints each job's start and each epoch's metrics record (rank 0's) as they arrive."""
@@ -70,10 +80,7 @@ def compare_command(
                                                       "once. Default: 1,2.")] = None,
     epochs: Annotated[int | None, typer.Option(min=1, help="Override training.epochs.")] = None,
     target: Annotated[float, typer.Option(min=0.0, max=1.0, help="Validation accuracy to time.")] = 0.8,
-    seed: Annotated[int | None, typer.Option(
-        min=0, help="Every run's training.seed (an integer >= 0): the sample order, crops, initial weights and "
-                    "dropout, not the features. Default: the experiment's (its training.seed, else its seed).")
-    ] = None,
+    seed: SeedOption = None,
     ps_shards: Annotated[int | None, typer.Option(min=1, help="Parameter-server shards. Default: 1.")] = None,
     threads: Annotated[int, typer.Option(min=1, help="Torch threads (and CPUs) per learner.")] = 1,
     output: Annotated[Path | None, typer.Option(
@@ -99,10 +106,7 @@ def compare_command(
              "coordinator listen there).")] = None,
     gloo_ifname: Annotated[str | None, typer.Option(
         help="With --hosts: the network interface gloo uses on the hosts (GLOO_SOCKET_IFNAME).")] = None,
-    budget: Annotated[int | None, typer.Option(
-        min=1, help="Search the topologies that fit this many processes (learners + separate shards) instead of "
-                    "--framework/--learners: a short trial of each, then the --keep best for --epochs; reports the "
-                    "least time to --target and the table of what was tried (budget.md, budget.json).")] = None,
+    budget: BudgetOption = None,
     keep: Annotated[int, typer.Option(min=1, help="With --budget: trials that go on to a full run.")] = 2,
     trial_epochs: Annotated[int, typer.Option(min=1, help="With --budget: epochs of a trial.")] = 1,
 ) -> None:
