@@ -48,6 +48,9 @@ def _process_shutdown(exitcode: int | None = None, **_kwargs) -> None:
         os._exit(exitcode or 0)
 
 
+#: The pool class of ``-P prefork`` (Celery's ``worker_pool`` setting): :class:`labswarm.queue.pool.TaskPool`.
+POOL = "labswarm.queue.pool:TaskPool"
+
 #: The write end of a pipe the worker's event loop watches (:func:`_wake_on_shutdown`); empty until it runs.
 _wake: list[int] = []
 
@@ -129,6 +132,7 @@ def run_worker(
                       role="worker", experiment=label, events=own.celery_events,
                       remote_control=own.celery_remote_control, heartbeat=own.broker_heartbeat)
     app.conf.task_queues = [app_queue(app, name) for name in names]
+    app.conf.worker_pool = POOL  # Celery's prefork pool, less the last 0.5 s of its warm stop (labswarm.queue.pool)
     if is_embedded(app.conf.broker_url):
         for name in names:
             declare_queue(app, name)  # under the broker's lock: see declare_queue
