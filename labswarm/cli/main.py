@@ -142,6 +142,8 @@ def manager_cmd(
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
     broker: Annotated[str | None, typer.Option(help="Broker URL (default: LABSWARM_BROKER_URL or embedded).")] = None,
     database: Annotated[str | None, typer.Option(help="SQLAlchemy URL of the state database.")] = None,
+    access_log: Annotated[bool, typer.Option(
+        "--access-log/--no-access-log", help="Log a line per request on stderr (uvicorn's access log).")] = True,
 ) -> None:
     """Serve the manager API (OpenAPI docs at /docs). Sessions started with `launcher: local` run their workers
     on this machine; they stop with the manager. Every endpoint but /health needs LABSWARM_API_TOKEN (or a token
@@ -160,6 +162,6 @@ def manager_cmd(
         if app.state.auth.open:
             err.print("note: no API token (LABSWARM_API_TOKEN, LABSWARM_TOKENS_FILE): this manager answers clients "
                       "on this machine only, every local user included", highlight=False)
-        serve(app, host, port)
+        serve(app, host, port, access_log)
     except LabswarmError as exc:
         raise fail(exc) from None

@@ -29,6 +29,8 @@ def serve_command(
     ] = None,
     manager: Manager = DEFAULT_MANAGER,
     token_file: TokenFile = None,
+    access_log: Annotated[bool, typer.Option(
+        "--access-log/--no-access-log", help="Log a line per request on stderr (uvicorn's access log).")] = True,
 ) -> None:
     """Serve one trained model over HTTP: POST /v1/models/NAME/predict with audio files (multipart `files`, or
     one file as the whole body with ?name=) answers each file's label and class probabilities, as `labswarm
@@ -53,6 +55,6 @@ def serve_command(
                           "clients on this machine only", highlight=False)
             err.print(f"serving {path.name} at http://{host}:{port}/v1/models/{name or path.stem}/predict",
                       highlight=False)
-            serve(app, host, port)
+            serve(app, host, port, access_log)
     except LabswarmError as exc:  # no usable model: 2, unless the manager could not serve it (3)
         raise fail(exc, INFRASTRUCTURE if exit_code(exc) == INFRASTRUCTURE else USAGE) from None
