@@ -63,9 +63,9 @@ class Settings(BaseSettings):
             samples; the queue bound counts samples / N (messages when unset: :mod:`labswarm.queue.app`).
         max_queue_length: hard bound on the messages waiting in each experiment queue (RabbitMQ ``x-max-length``
             with reject-publish; the publisher backs off when it is reached). ``None`` or 0: unbounded.
-        celery_events: Celery's task events and worker heartbeats from workers (Flower's tasks and "online",
-            ``celery events``); ``None`` (unset): on with RabbitMQ, off with the embedded broker
-            (:mod:`labswarm.queue.tooling`, which gives the measured cost).
+        celery_events: Celery's task events from workers from their start (Flower's tasks, ``celery events``);
+            ``None`` (unset): off, and Flower (or ``celery control enable_events``) switches them on at run time
+            through remote control (:mod:`labswarm.queue.tooling`: who reads them, the measured cost).
         celery_remote_control: workers answer ``celery inspect``/``control`` and Flower; ``None`` (unset): on with
             RabbitMQ; RabbitMQ only (the embedded broker has no broadcast).
         broker_heartbeat: the AMQP heartbeat timeout, in seconds, of the Celery apps' RabbitMQ connections (the

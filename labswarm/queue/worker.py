@@ -21,6 +21,7 @@ from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import ConfigError
 from labswarm.queue.app import app_queue, declare_queue, is_embedded, make_celery, message_bound, queue_name
 from labswarm.queue.task import WorkerState, set_worker_state, worker_state
+from labswarm.queue.tooling import heartbeats
 from labswarm.settings import load_settings
 
 
@@ -159,8 +160,8 @@ def run_worker(
     # (<name>.celery.pidbox) is exclusive: a second worker of the same name failed to declare it (405
     # RESOURCE_LOCKED) and exited, so the queue had fewer consumers than containers (tests/docker's scale test)
     name = f"labswarm-{label}-{os.getpid()}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
-    # worker heartbeats are events (Flower's "online"): sent with the task events (labswarm.queue.tooling)
-    quiet = [] if app.conf.worker_send_task_events else ["--without-heartbeat"]
+    # worker heartbeats (Flower's "online"), and what lets a monitor switch task events on (labswarm.queue.tooling)
+    quiet = [] if heartbeats(app.conf) else ["--without-heartbeat"]
     app.worker_main([
         "worker", "-Q", ",".join(queue_name(n) for n in names), "-c", str(concurrency), "-P", "prefork", "-n", name,
         "--loglevel", loglevel, "--without-gossip", "--without-mingle", *quiet,

@@ -1,7 +1,9 @@
 """Celery's own tools see labswarm's workers (issue 28): a real ``labswarm worker`` on the real RabbitMQ runs a
 session while Flower listens; ``celery inspect ping`` and ``inspect stats`` answer for the worker and count its
-tasks, and Flower's API lists the worker and the session's tasks, succeeded. Remote control and task events are
-on by default with RabbitMQ (:mod:`labswarm.queue.tooling`), off with the embedded broker."""
+tasks, and Flower's API lists the worker and the session's tasks, succeeded, once task events are switched on at
+run time (``celery control enable_events``, what Flower itself sends every 5 s). Remote control and worker
+heartbeats are on by default with RabbitMQ, task events off until a monitor asks (:mod:`labswarm.queue.tooling`);
+all off with the embedded broker."""
 
 from __future__ import annotations
 
@@ -18,21 +20,25 @@ import httpx
 import pytest
 from helpers import missing, wait_until
 
+from labswarm.deploy.local import LocalLauncher
 from labswarm.errors import ConfigError
 from labswarm.manager.server import free_port
 from labswarm.queue.app import TASK_NAME, make_celery
-from labswarm.queue.tooling import tooling
+from labswarm.queue.tooling import heartbeats, tooling
 
 CELERY = str(Path(sys.executable).parent / "celery")
 
 
-def _celery(broker: str, *command: str) -> dict[str, Any]:
-    """``celery --broker URL inspect COMMAND --json``'s answer: ``{worker: reply}`` (``{}``: no node replied)."""
-    done = subprocess.run([CELERY, "--broker", broker, "inspect", *command, "--json", "--timeout", "5"],
+def _celery(broker: str, *command: str, verb: str = "inspect") -> dict[str, Any]:
+    """``celery --broker URL inspect COMMAND --json``'s answer (``verb="control"``: ``celery control``'s):
+    ``{worker: reply}`` (``{}``: no node replied)."""
+    done = subprocess.run([CELERY, "--broker", broker, verb, *command, "--json", "--timeout", "5"],
                           capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         return {}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    replies = json.loads(done.stdout.strip().splitlines()[-1])
+    # inspect answers one mapping, control a list of one mapping per node
+    return replies if isinstance(replies, dict) else {k: v for reply in replies for k, v in reply.items()}
 
 
 @pytest.fixture
@@ -72,12 +78,21 @@ def test_celery_inspect_and_flower_see_the_worker_and_its_tasks(rabbitmq_url: st
     # one sample a message, as the stats below count: the publisher packs ~0.25 s of work a message (d909c5f), so
     # on a quiet machine two of these short samples shared one (11 messages for 12 samples)
     cluster.settings = cluster.settings.model_copy(update={"samples_per_message": 1})
-    cluster.start(workers=1, rate=50.0)
-    progress = cluster.wait_completed()
-    cluster.assert_no_loss(progress)
+    cluster.start_manager()
+    cluster.client.post_experiment(cluster.config.model_dump(mode="json"))
+    cluster.launcher = LocalLauncher(cluster.name, cluster.url, broker_url=rabbitmq_url,
+                                     log_dir=cluster.tmp_path / "logs", restart=None)
+    cluster.launcher.start(1)
     worker = cluster.launcher.processes[0].pid
     name = wait_until(lambda: next((n for n in _celery(rabbitmq_url, "ping") if f"-{worker}-" in n), None),
-                      "the worker's answer to celery inspect ping", 60, interval=0.2)
+                      "the worker's answer to celery inspect ping", 120, interval=0.2)
+    # task events are off by default (nothing in labswarm reads them) and switched on at run time through remote
+    # control, as Flower itself does every 5 s (so its first tick may come first: "already enabled")
+    reply = _celery(rabbitmq_url, "enable_events", "-d", name, verb="control")
+    assert reply.get(name, {}).get("ok") in ("task events enabled", "task events already enabled"), reply
+    cluster.session_id = cluster.client.start_session(cluster.name, 50.0)["id"]
+    progress = cluster.wait_completed()
+    cluster.assert_no_loss(progress)
     # the node name: labswarm-<experiment>-<pid>-<6 hex>@<host> (the random part: containers on the host network
     # share the host's name and often a pid, and a node's pidbox queue is exclusive)
     assert re.fullmatch(rf"labswarm-{re.escape(cluster.name)}-{worker}-[0-9a-f]{{6}}@.+", name), name
@@ -98,9 +113,13 @@ def test_celery_inspect_and_flower_see_the_worker_and_its_tasks(rabbitmq_url: st
 
 
 def test_the_defaults_follow_the_broker(rabbitmq_url: str, tmp_path: Path) -> None:
-    """On with RabbitMQ, off with the embedded broker; settable; remote control refused on the embedded one."""
+    """Remote control and heartbeats on with RabbitMQ, task events off until a monitor asks; all off with the
+    embedded broker; settable; remote control refused on the embedded one."""
     on = tooling(rabbitmq_url)
-    assert on["worker_send_task_events"] and on["worker_enable_remote_control"] and not on["task_send_sent_event"]
+    assert on["worker_enable_remote_control"] and not on["worker_send_task_events"] and not on["task_send_sent_event"]
+    assert heartbeats(make_celery(rabbitmq_url, role="worker").conf)  # what enable_events needs in a worker
+    assert tooling(rabbitmq_url, events=True)["worker_send_task_events"]
+    assert not heartbeats(make_celery(rabbitmq_url, role="worker", events=False, remote_control=False).conf)
     embedded = f"sqla+sqlite:///{tmp_path / 'broker.sqlite'}"
     assert not any(tooling(embedded).values())
     assert not tooling(rabbitmq_url, events=False, remote_control=False)["worker_enable_remote_control"]
