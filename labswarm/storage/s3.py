@@ -4,7 +4,14 @@ The client is **boto3** (``pip install 'labswarm[s3]'``), imported at the first 
 obstore or fsspec/s3fs: it is the reference S3 client, kept by AWS and used by most other tools; moto, the S3 API
 server our contract tests run against, is written to test it; it has the fewest surprises with S3-compatible
 servers (path-style addressing, and the newer default checksums turned off here: many such servers reject
-them); and it needs no event loop (s3fs is async underneath) and no native wheel of its own (obstore).
+them); and it needs no event loop (s3fs is async underneath). obstore (Rust's ``object_store``) was measured as
+the feature store's write path (2026-11-26, 2-core machine, moto on loopback, a 220 kB and a 34 kB array a
+sample): 0.45 ms of client CPU a PUT against boto3's 1.9, and 2.7-3.0 ms of the server's against 3.4-3.6. It is
+not used because its runtime (tokio's threads) does not survive ``fork``: a child forked from a process that had
+made a request hangs at its own first request, with a new store object as well (obstore 0.12.1; its maintainers
+call it not fork-safe), and labswarm forks worker processes from a parent that has used the store (the local
+runner's pool; Celery's prefork pool). Per request here: no parameter validation (labswarm
+builds the parameters) and no ``Expect: 100-continue`` for a body under :data:`EXPECT_BYTES`.
 
 Credentials never go in a manifest: they come from ``credentials_file`` when the manifest names one (an INI file
 like ``~/.aws/credentials``: ``aws_access_key_id``, ``aws_secret_access_key``, optional ``aws_session_token``
@@ -46,6 +53,11 @@ _DELETE_BATCH = 1000
 #: Connections a client keeps open (botocore's default: 10), for :data:`labswarm.store.store.FETCH_THREADS`'s requests
 #: at once and more.
 POOL_CONNECTIONS = 32
+#: Smallest body a PUT announces with ``Expect: 100-continue`` (botocore sends it with every PutObject and UploadPart
+#: body): the service may then refuse a large body before it travels, but each request waits for a ``100 Continue``
+#: answer the client reads a byte at a time. A feature array (~220 kB) goes without; a pack (32 MiB) or a part of a
+#: multipart upload (8 MiB) with it.
+EXPECT_BYTES = 2**20
 
 
 class S3StorageConfig(StorageConfig):
@@ -121,6 +133,7 @@ class _Connection:
     def _make(self) -> Any:
         try:
             import boto3
+            from botocore import handlers
             from botocore.config import Config
         except ImportError as exc:
             raise StorageError(S3_HINT) from exc
@@ -135,13 +148,19 @@ class _Connection:
             # 2026-11-26, load ~29: docs/benchmarks/store.md)
             max_pool_connections=POOL_CONNECTIONS,
             request_checksum_calculation="when_required", response_checksum_validation="when_required",
+            # the parameters are built here, never from a user's input: checking them against the API's model cost
+            # ~0.1 ms of CPU a request (2026-11-26, docs/benchmarks/store.md)
+            parameter_validation=False,
         )
         with _SESSION_LOCK:
             if _SESSION is None:
                 _SESSION = boto3.session.Session()
-            return _SESSION.client("s3", endpoint_url=self.config.endpoint, region_name=self.config.region,
-                                   aws_access_key_id=key, aws_secret_access_key=secret, aws_session_token=token,
-                                   config=settings)
+            client = _SESSION.client("s3", endpoint_url=self.config.endpoint, region_name=self.config.region,
+                                     aws_access_key_id=key, aws_secret_access_key=secret, aws_session_token=token,
+                                     config=settings)
+        client.meta.events.unregister("before-call.s3", handlers.add_expect_header)  # this client's copy only
+        client.meta.events.register("before-call.s3", _expect_large_bodies)
+        return client
 
     def _credentials(self) -> tuple[str, str, str | None]:
         path = self.config.credentials_file
@@ -164,6 +183,16 @@ class _Connection:
             raise StorageError(f"the credentials file {path} has no [{profile}] section with aws_access_key_id "
                                "and aws_secret_access_key")
         return section["aws_access_key_id"], section["aws_secret_access_key"], section.get("aws_session_token")
+
+
+def _expect_large_bodies(model: Any, params: dict[str, Any], **kwargs: Any) -> None:
+    """botocore's ``add_expect_header`` for bodies of :data:`EXPECT_BYTES` or more only (``before-call.s3``)."""
+    from botocore import handlers
+    from botocore.utils import determine_content_length
+
+    body = params.get("body")
+    if hasattr(body, "read") and ((size := determine_content_length(body)) is None or size >= EXPECT_BYTES):
+        handlers.add_expect_header(model, params, **kwargs)
 
 
 @register_storage

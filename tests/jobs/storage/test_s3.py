@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,6 +80,22 @@ def test_large_files_go_up_in_parts(s3_endpoint: S3Endpoint, tmp_path: Path) -> 
     head = s3_endpoint.client.head_object(Bucket=s3_endpoint.bucket, Key="big/model.pt")
     assert "-" in head["ETag"]  # a multipart upload's ETag ends with "-<parts>"
     assert storage.get_file("model.pt", tmp_path / "back.pt").read_bytes() == payload
+
+
+def test_only_large_bodies_wait_for_100_continue(s3_endpoint: S3Endpoint) -> None:
+    storage = make(s3_endpoint.spec(prefix="e"))
+    sent: list[tuple[str, bool]] = []
+
+    def record(request: Any, **_: Any) -> None:  # each request as it leaves
+        expect = request.headers.get("Expect")
+        sent.append((request.url.rsplit("/", 1)[-1], expect in (b"100-continue", "100-continue")))
+
+    storage._s3.meta.events.register("before-send.s3", record)
+    array, pack = b"a" * 220_800, b"p" * s3_module.EXPECT_BYTES  # a feature array; a pack's size and above
+    storage.put_bytes("array", array)
+    storage.put_bytes("pack", pack)
+    assert sent == [("array", False), ("pack", True)]
+    assert storage.get_bytes("array") == array and storage.get_bytes("pack") == pack
 
 
 def test_deletes_go_in_batches(s3_endpoint: S3Endpoint, monkeypatch: pytest.MonkeyPatch) -> None:
