@@ -26,10 +26,12 @@ stays the plain in-process run.
 from __future__ import annotations
 
 import contextlib
+import gc
+import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +48,8 @@ from labswarm.settings import Settings
 
 if TYPE_CHECKING:
     from labswarm.manager.server import EmbeddedServer
+
+log = logging.getLogger(__name__)
 
 #: Session statuses after which nothing more happens.
 FINAL = ("completed", "cancelled", "failed")
@@ -196,6 +200,7 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
     if manager_url is None:
         server, settings, own_token = _embedded_manager(config, options, settings, standby, ended)
         manager_url = server.url
+        log.debug("run %s: manager serving at +%.2f s", config.name, time.perf_counter() - started)
     local = controller = token_file = None
     client = ManagerClient(manager_url, settings.api_token)
     try:
@@ -207,16 +212,21 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
         client.post_experiment(config.model_dump(mode="json"))
         session, local = _start_session(client, config.name, options, settings, manager_url, server is None,
                                         hooks, standby=standby)
+        log.debug("run %s: session %s started at +%.2f s", config.name, session["id"], time.perf_counter() - started)
         if options.health:
             controller = HealthThread(manager_url, settings.api_token, options.rabbitmq_api,
                                       max(1, options.workers * options.concurrency), settings.home / "health").start()
         progress = _wait(client, session["id"], options.poll, hooks, session.get("follow", options.follow), ended)
+        log.debug("run %s: session %s seen %s at +%.2f s", config.name, session["id"], progress["status"],
+                  time.perf_counter() - started)
         failures = client.failures(session["id"]) if progress["failed"] else []
         figure = None
         if controller is not None:
             controller.stop()
             controller = None
+            log.debug("run %s: health controller stopped at +%.2f s", config.name, time.perf_counter() - started)
             figure = health_figure(settings.home / "health", session["id"])
+            log.debug("run %s: health figure drawn at +%.2f s", config.name, time.perf_counter() - started)
         result = RunResult(progress, failures, time.perf_counter() - started, figure)
         hooks.on_session_end(result)
         if local is not None:  # the workers this process ran are done
@@ -235,6 +245,7 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
         client.close()
         if server is not None:
             server.stop()
+            log.debug("run %s: manager and its workers stopped at +%.2f s", config.name, time.perf_counter() - started)
         if token_file is not None:  # the token died with the manager
             token_file.unlink(missing_ok=True)
 
@@ -251,7 +262,6 @@ def _embedded_manager(config: ExperimentConfig, options: RunOptions, settings: S
     """
     from labswarm.auth.tokens import new_token
     from labswarm.config.roots import experiment_folders
-    from labswarm.manager.api import create_app
     from labswarm.manager.server import EmbeddedServer
 
     if options.broker_url:
@@ -267,13 +277,32 @@ def _embedded_manager(config: ExperimentConfig, options: RunOptions, settings: S
         # (they get it through their environment, never their command line), and for its dashboard's login
         # (a file of the user's only: see the module)
         settings = settings.model_copy(update={"api_token": new_token()})
-    app = create_app(settings)
+    with _collector_paused():
+        from labswarm.manager.api import create_app
+
+        app = create_app(settings)
     # the manager runs the local workers itself (launcher "local"), as it runs a swarm service
     app.state.sessions.launchers.host = Host(concurrency=options.concurrency, log_dir=options.log_dir,
                                              standby=standby)
     if ended is not None:
         app.state.sessions.context.on_end.append(lambda _session_id: ended.set())
     return EmbeddedServer(app).start(), settings, own_token
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic collector off while the manager's modules are imported and its app is built (then as it was):
+    the collections of the objects that the imports create and keep for good (classes, schemas, routes) were ~0.2
+    of its ~1 s of CPU (2-core machine, 3 alternating pairs: 0.96-1.15 against 0.78-0.81 s), on the run's critical
+    path, where the local workers' interpreters take the other core (issue 27; ``labswarm worker`` does the same
+    for its imports)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _start_session(client: ManagerClient, experiment: str, options: RunOptions, settings: Settings,
