@@ -146,15 +146,16 @@ class Inputs:
     def __reduce__(self) -> tuple[type[Inputs], tuple[ExperimentConfig, str, tuple[str, ...]]]:
         return Inputs, (self.experiment, self.input, self.classes)
 
-    def windows(self, path: str | Path) -> list[Sample]:
+    def windows(self, path: str | Path, data: IO[bytes] | None = None) -> list[Sample]:
         """The samples (``identity`` transformation) of the windows of ``path`` that are classified (see the
-        module docstring).
+        module docstring); ``data``: the file's bytes, read instead of the file (an upload held in memory), ``path``
+        then only its name.
 
         Raises:
             AudioError: the file is missing, unreadable, or holds no audio.
         """
         segment = self.experiment.dataset.segment
-        n_frames, native_sr = audio_info(path)
+        n_frames, native_sr = audio_info(path, data)
         seconds = n_frames / native_sr
         count = 1
         if segment.duration is not None:
@@ -163,10 +164,10 @@ class Inputs:
                        start=segment.start + i * (segment.duration or 0.0), duration=segment.duration,
                        transformation=IDENTITY, seed=0) for i in range(count)]
 
-    def __call__(self, path: str | Path) -> list[np.ndarray]:
+    def __call__(self, path: str | Path, data: IO[bytes] | None = None) -> list[np.ndarray]:
         """The model's inputs for the windows of one file, as :meth:`Predictor.probabilities` feeds them to the
         model: the windows collated by the experiment's ``batch`` block in evaluation mode, at most its ``size`` at
-        a time.
+        a time. ``data``: the file's bytes, read instead of the file (see :meth:`windows`).
 
         Returns:
             float32 arrays ``(n, *input_shape)``, one per batch of windows (``n`` at most the batch size); their
@@ -177,11 +178,12 @@ class Inputs:
         Raises:
             AudioError, TransformError, FeatureError: the file cannot be loaded or its features computed.
         """
-        samples = self.windows(path)
+        samples = self.windows(path, data)
         size = self._batcher.config.size
         out = []
         for first in range(0, len(samples), size):  # at most a batch of windows in memory at once
-            items = [_Window(s, self._features.compute(s, only={self.input})) for s in samples[first:first + size]]
+            items = [_Window(s, self._features.compute(s, only={self.input}, data=data))
+                     for s in samples[first:first + size]]
             out.append(self._batcher.collate(items, self._context, 0).features[self.input])  # no randomness
         return out
 

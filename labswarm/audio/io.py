@@ -7,6 +7,7 @@ lists in ``soundfile.available_formats()``. Resampling is librosa's (``soxr_hq``
 from __future__ import annotations
 
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import soundfile as sf
@@ -18,30 +19,40 @@ from labswarm.errors import AudioError
 END_TOLERANCE_S = 0.01
 
 
-def audio_info(path: str | Path) -> tuple[int, int]:
+def audio_info(path: str | Path, data: IO[bytes] | None = None) -> tuple[int, int]:
     """``(n_frames, sample_rate_hz)`` of an audio file, read from its header.
+
+    Args:
+        path: the file.
+        data: the file's bytes, read from its start instead of opening ``path`` (an upload held in memory,
+            e.g. an ``io.BytesIO``); ``path`` then only names it in errors.
 
     Raises:
         AudioError: the file is missing, unreadable, of an unsupported format, or holds no frames.
     """
-    with _open(Path(path)) as handle:
+    with _open(Path(path), data) as handle:
         return int(handle.frames), int(handle.samplerate)
 
 
-def _open(path: Path) -> sf.SoundFile:
-    """``path`` opened for reading, with at least one frame: one open of the file for both its header and its
-    frames (the header read by ``sf.info`` and then the file opened again by ``sf.read`` was ~15 % of a tiny
-    sample's work, issue 27).
+def _open(path: Path, data: IO[bytes] | None = None) -> sf.SoundFile:
+    """``path`` (or ``data``, read from its start: see :func:`audio_info`) opened for reading, with at least one
+    frame: one open of the file for both its header and its frames (the header read by ``sf.info`` and then the
+    file opened again by ``sf.read`` was ~15 % of a tiny sample's work, issue 27).
 
     Raises:
         AudioError: the file is missing, unreadable, of an unsupported format, or holds no frames.
     """
-    if not path.is_file():
+    if data is None and not path.is_file():
         raise AudioError(str(path), "file not found")
     try:
-        handle = sf.SoundFile(str(path))
+        if data is None:
+            handle = sf.SoundFile(str(path))
+        else:  # libsndfile's virtual I/O over the object: as fast as a file here (0.47 vs 0.49 ms a 10-s WAV)
+            data.seek(0)
+            handle = sf.SoundFile(data)
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
-        reason = "empty file" if path.stat().st_size == 0 else f"unreadable or unsupported format ({exc})"
+        empty = (data.seek(0, 2) if data is not None else path.stat().st_size) == 0
+        reason = "empty file" if empty else f"unreadable or unsupported format ({exc})"
         raise AudioError(str(path), reason) from exc
     if handle.frames <= 0:
         handle.close()
@@ -56,6 +67,7 @@ def load_segment(
     duration: float | None = None,
     *,
     pad: bool = False,
+    data: IO[bytes] | None = None,
 ) -> np.ndarray:
     """Load ``[start, start + duration)`` seconds of a file as a mono waveform at ``sr`` Hz.
 
@@ -65,6 +77,7 @@ def load_segment(
         start: segment start in seconds (>= 0).
         duration: segment length in seconds; ``None`` reads to the end of the file.
         pad: when the file ends before the segment does, zero-pad instead of failing.
+        data: the file's bytes, read from its start instead of opening ``path`` (see :func:`audio_info`).
 
     Returns:
         float32 array ``(n,)`` in [-1, 1], ``n = round(duration * sr)`` when ``duration`` is given. Channels
@@ -77,12 +90,12 @@ def load_segment(
     path = Path(path)
     if start < 0 or (duration is not None and duration <= 0):
         raise AudioError(str(path), f"invalid segment start={start} s, duration={duration} s")
-    with _open(path) as handle:
+    with _open(path, data) as handle:
         n_frames, native_sr = int(handle.frames), int(handle.samplerate)
-        data = _read(handle, path, start, duration, n_frames, native_sr, pad)
-    if data.shape[0] == 0:
+        frames = _read(handle, path, start, duration, n_frames, native_sr, pad)
+    if frames.shape[0] == 0:
         raise AudioError(str(path), "decoded no audio frames")
-    y = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
+    y = frames.mean(axis=1) if frames.shape[1] > 1 else frames[:, 0]
     if not np.all(np.isfinite(y)):
         raise AudioError(str(path), "decoded audio has NaN or infinite values")
     if native_sr != sr:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 import numpy as np
 
@@ -122,12 +122,15 @@ class FeaturesBlock:
             for ex in self.extractors
         }
 
-    def compute(self, sample: Sample, only: set[str] | None = None) -> dict[str, np.ndarray]:
+    def compute(self, sample: Sample, only: set[str] | None = None, data: IO[bytes] | None = None
+                ) -> dict[str, np.ndarray]:
         """Load, transform and extract, without the store.
 
         Args:
             sample: the sample.
             only: output names to compute; ``None`` computes all.
+            data: the bytes of ``sample.path``'s file, read instead of the file (an upload held in memory: see
+                :func:`~labswarm.audio.io.load_segment`).
 
         Returns:
             float32 array ``(n_bins, n_frames)`` per output name.
@@ -136,7 +139,8 @@ class FeaturesBlock:
             AudioError, TransformError, FeatureError: this sample cannot be computed.
         """
         sr = self.config.dataset.sample_rate
-        y = load_segment(sample.path, sr, sample.start, sample.duration, pad=self.config.dataset.segment.pad)
+        y = load_segment(sample.path, sr, sample.start, sample.duration, pad=self.config.dataset.segment.pad,
+                         data=data)
         y = self.transformation(sample.transformation)(y, sr, sample.seed)
         spectra = Spectra(y, sr)  # one STFT / mel projection shared by the extractors that agree on them
         return {

@@ -36,10 +36,9 @@ from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartParser
 
 from labswarm.errors import Conflict, NotFound
-from labswarm.serve.server import ModelServer, Upload
+from labswarm.serve.server import IN_MEMORY_BYTES, ModelServer, Upload
 from labswarm.serve.settings import ServeSettings
 from labswarm.train.checkpoint import CheckpointError
 
@@ -130,7 +129,7 @@ async def predict(job: str, request: Request,
     elif media in ("", "application/octet-stream") or media.startswith("audio/"):
         # spooled as Starlette spools a multipart part: in memory up to 1 MiB, then a temporary file
         spool = UploadFile(cast(BinaryIO, tempfile.SpooledTemporaryFile(  # noqa: SIM115 (closed below)
-            max_size=MultiPartParser.spool_max_size)), size=0)
+            max_size=IN_MEMORY_BYTES)), size=0)
         try:
             upload = await _body(request, spool, name or "file-0", server.settings.max_file_bytes)
             results = await server.predict(served, [upload], top)

@@ -70,3 +70,20 @@ def test_a_clip_shorter_than_the_segment_says_how_to_pad_it(tmp_path: Path) -> N
     with pytest.raises(AudioError, match=r"`pad: true` in the experiment's dataset.segment"):
         load_segment(path, 22050, 0.0, 3.0)
     assert load_segment(path, 22050, 0.0, 3.0, pad=True).size == 3 * 22050
+
+
+def test_bytes_in_memory_read_as_the_file_and_errors_name_the_path(tmp_path: Path) -> None:
+    """``data``: a file's bytes held in memory (the prediction endpoint's uploads) read as the file itself."""
+    import io
+
+    path = write_tone(tmp_path / "a.flac", freq=440, seconds=3.0, sr=44100, channels=2, subtype="PCM_16")
+    data = io.BytesIO(path.read_bytes())
+    data.seek(100)  # read from its start wherever it stands
+    assert audio_info("upload.flac", data) == audio_info(path) == (3 * 44100, 44100)
+    for start, duration in ((0.0, 1.0), (1.0, 1.5)):  # twice from the same object: each window of a file
+        assert np.array_equal(load_segment("upload.flac", 22050, start, duration, data=data),
+                              load_segment(path, 22050, start, duration))
+    for bad, reason in ((b"", "empty file"), (b"RIFF\x00\x00\x00\x00WAVEjunkjunkjunk" * 10, "unreadable")):
+        with pytest.raises(AudioError, match=reason) as info:
+            audio_info("upload.wav", io.BytesIO(bad))
+        assert info.value.path == "upload.wav"

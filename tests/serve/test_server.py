@@ -1,6 +1,7 @@
 """ModelServer (labswarm/serve/server.py) without HTTP, on a real model, real files and a real worker process: a
-file alone in flight is computed in the server's own thread, one that arrives beside it in a worker process;
-both answer labswarm predict's probabilities, a bad file fails its row alone, and no upload is left behind."""
+file alone in flight is computed in the server's own thread (from memory, or from a file when over
+IN_MEMORY_BYTES), one that arrives beside it in a worker process; all answer labswarm predict's probabilities, a
+bad file fails its row alone, and no upload is left behind."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+import soundfile as sf
 
 from labswarm.predict import predict
-from labswarm.serve.server import ModelServer, Upload
+from labswarm.serve.server import IN_MEMORY_BYTES, ModelServer, Upload
 from labswarm.serve.settings import ServeSettings
 from labswarm.serve.sources import FileModel
 
@@ -40,7 +42,11 @@ def test_a_lone_file_is_computed_in_the_server_and_one_beside_it_in_a_worker(mod
     first, second = data / "low" / "low_1.wav", data / "noise" / "noise_3.wav"
     corrupt = tmp_path / "corrupt.wav"
     corrupt.write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(range(256)) * 4)
-    expected = {Path(p.path).name: p.to_dict()["probabilities"] for p in predict(model, [first, second])}
+    y, sr = sf.read(first, dtype="float64")
+    big = tmp_path / "big.wav"  # 64-bit samples: over IN_MEMORY_BYTES, written to a file before it is decoded
+    sf.write(big, np.tile(y, -(-IN_MEMORY_BYTES // (8 * len(y))) + 1), sr, subtype="DOUBLE")
+    assert big.stat().st_size > IN_MEMORY_BYTES
+    expected = {Path(p.path).name: p.to_dict()["probabilities"] for p in predict(model, [first, second, big])}
     server = ModelServer(FileModel(model, "three"), ServeSettings(workers=1))
     entered, gate = threading.Event(), threading.Event()
     try:
@@ -48,7 +54,12 @@ def test_a_lone_file_is_computed_in_the_server_and_one_beside_it_in_a_worker(mod
         alone = asyncio.run(server.predict(served, [_upload(first)]))
         bad = asyncio.run(server.predict(served, [_upload(corrupt)]))
         assert server.alone == 1 and not server.features.pids  # no worker process (the corrupt file: its header)
-        shutil.rmtree(server._folder())  # a /tmp cleaner: the next uploads' thread makes it again
+        shutil.rmtree(server._folder())  # a /tmp cleaner: the next upload written to a file makes it again
+        small = asyncio.run(server.predict(served, [_upload(first)]))
+        assert not server._folder().exists()  # decoded from memory: nothing written
+        large = asyncio.run(server.predict(served, [_upload(big)]))
+        assert server._folder().is_dir() and server.alone == 3
+        shutil.rmtree(server._folder())
 
         forward = served.batched.forward
 
@@ -73,11 +84,12 @@ def test_a_lone_file_is_computed_in_the_server_and_one_beside_it_in_a_worker(mod
     finally:
         gate.set()
         server.close()
-    assert server.alone == 2 and len(server.features.pids) == 1  # the second file's features: the worker's
-    for row in (alone[0], lone_again[0], beside[0]):
+    assert server.alone == 4 and len(server.features.pids) == 1  # the second file's features: the worker's
+    for row in (alone[0], small[0], large[0], lone_again[0], beside[0]):
         assert row["status"] == 200 and row["error"] is None, row
         assert row["probabilities"] == pytest.approx(expected[row["path"]], rel=0, abs=1e-6)
-    assert beside[0]["path"] == second.name and served.batched.passes == 3
+    assert large[0]["windows"] > 1 and beside[0]["path"] == second.name
+    assert served.batched.passes == 4 + -(-large[0]["windows"] // 8)  # the batch block: 8 windows a pass
     assert bad[0]["status"] == 422 and bad[0]["error"].startswith("AudioError: corrupt.wav"), bad
     assert str(server._uploads) not in bad[0]["error"]
     assert server._uploads is not None and not server._uploads.exists()  # removed with the server
