@@ -2,7 +2,7 @@
 side on one model and one 10-s clip.
 
     .venv/bin/python bench/serve.py [--model MODEL.pt] [--requests 32] [--clients 1,4,16] [--rounds 3]
-                                    [--upload raw|multipart]
+                                    [--upload raw|multipart] [--client http.client]
 
 Without ``--model`` a small model is trained first on a synthetic three-class set of 10-s clips (tones and noise,
 1 epoch, ~half a minute). The endpoint runs as its own process (``python -m labswarm.cli serve``: uvicorn, the
@@ -23,13 +23,17 @@ endpoint's throughput against its own at one client (goal at 16 clients: at leas
 round; the endpoint's mean forward batch; and the CPU time a clip cost (user + system, whatever the load): the
 bench's process for the in-process runs, the endpoint's processes (server and feature workers) and the clients'
 (this process) for the endpoint runs. The load average is printed at each round. The last two lines are the
-issue's goals, each ratio with met / NOT met. ~20 s on the quiet 2-core machine with its model trained (~1 min
-under load 10; several minutes at load 30).
+issue's goals, each ratio with met / NOT met. ``--client http.client`` adds, at one client, the endpoint's
+latency through the standard library's ``http.client`` (~0.6 ms of client CPU a request against httpx's 0.7-1.4 ms:
+closer to the server's own cost), printed on a line of its own beside the httpx figures, which stay the goal's
+(httpx is the client labswarm's own ``ManagerClient`` uses). ~20 s on the quiet 2-core machine with its model
+trained (~1 min under load 10; several minutes at load 30).
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
 import subprocess
 import sys
@@ -141,6 +145,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (3)")
     parser.add_argument("--upload", choices=("raw", "multipart"), default="raw",
                         help="the clip as the request's whole body (raw, default) or as a multipart form")
+    parser.add_argument("--client", choices=("http.client",), help="also time one client through http.client "
+                        "(the server's own cost, printed beside the httpx figures, which stay the goal's)")
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.clients.split(",")]
 
@@ -181,11 +187,35 @@ def main(argv: list[str]) -> None:
             row = answer.json()["results"][0]
             assert answer.status_code == 200 and row["label"] == expected.label, answer.text
 
+        plain = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+        target = "/v1/models/bench/predict?" + ("name=clip.wav" if args.upload == "raw" else "")
+        if args.upload == "raw":
+            plain_body, plain_headers = body, {"Content-Type": "audio/wav"}
+        else:  # the same form httpx builds
+            built = httpx.Request("POST", "http://x/", files=sent["files"])  # type: ignore[arg-type]
+            plain_body, plain_headers = built.read(), {"Content-Type": built.headers["Content-Type"]}
+
+        def remote_plain(_index: int) -> None:
+            for attempt in (0, 1):  # a keep-alive connection the server closed: once more on a new one
+                try:
+                    plain.request("POST", target, plain_body, plain_headers)
+                    answer = plain.getresponse()
+                    text = answer.read()
+                    break
+                except (ConnectionError, http.client.HTTPException):
+                    plain.close()
+                    if attempt:
+                        raise
+            assert answer.status == 200, text
+
         runs: dict[int, list[tuple]] = {c: [] for c in counts}
+        plain_latencies: list[float] = []
         loads = [os.getloadavg()[0]]
         try:
             for call in (local, remote):  # warm both: first decode, first forward pass, connections
                 _run(max(counts), max(counts), call)
+            if args.client:
+                _run(1, 4, remote_plain)
             for _ in range(args.rounds):
                 for clients in counts:
                     n = max(args.requests, 2 * clients)
@@ -196,19 +226,23 @@ def main(argv: list[str]) -> None:
                     lat_remote, wall_remote = _run(clients, n, remote)
                     cpu_clients, cpu_server = _cpu(me, False) - cpu, _cpu(server) - cpu_server
                     after = _passes(https[0])
+                    if args.client and clients == counts[0]:
+                        plain_latencies += _run(clients, n, remote_plain)[0]
                     runs[clients].append((n, lat_local, wall_local, lat_remote, wall_remote,
                                           after[0] - before[0], after[1] - before[1],
                                           cpu_local, cpu_server, cpu_clients))
                 loads.append(os.getloadavg()[0])
         finally:
-            for http in https:
-                http.close()
+            for client in https:
+                client.close()
+            plain.close()
             process.terminate()
             process.wait(60)
-    _report(model, counts, runs, loads, args.upload)
+    _report(model, counts, runs, loads, args.upload, plain_latencies)
 
 
-def _report(model: Path, counts: list[int], runs: dict, loads: list[float], upload: str) -> None:
+def _report(model: Path, counts: list[int], runs: dict, loads: list[float], upload: str,
+            plain: list[float]) -> None:
     alone = os.environ.get("LABSWARM_PREDICT_COMPUTE_ALONE", "true")
     print(f"model {model.name}; LABSWARM_PREDICT_COMPUTE_ALONE={alone}; one 10-s clip a request ({upload} upload); "
           f"{len(runs[counts[0]])} interleaved rounds; load average (1 min) at start and after each round: "
@@ -220,6 +254,10 @@ def _report(model: Path, counts: list[int], runs: dict, loads: list[float], uplo
     print(f"latency, {one} client, {len(lat_local)} requests:   in-process p50 {p['local'][0]:.0f} ms p99 "
           f"{p['local'][1]:.0f} ms | endpoint p50 {p['remote'][0]:.0f} ms p99 {p['remote'][1]:.0f} ms | "
           f"p50 ratio {p['remote'][0] / p['local'][0]:.2f}x (goal <= 1.2x)")
+    if plain:
+        q = np.percentile(plain, [50, 99]) * 1000
+        print(f"  the same through http.client (the server's own cost; not the goal's figure), {len(plain)} requests: "
+              f"endpoint p50 {q[0]:.0f} ms p99 {q[1]:.0f} ms | p50 ratio {q[0] / p['local'][0]:.2f}x")
     base = [run[0] / run[4] for run in runs[one]]  # the endpoint's clips/s at one client, per round
     base_all = sum(run[0] for run in runs[one]) / sum(run[4] for run in runs[one])
     for clients in counts:
