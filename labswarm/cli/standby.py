@@ -27,14 +27,13 @@ def _read(stream) -> dict[str, Any] | None:
 
 def _warm(config: dict[str, Any]) -> None:
     """Import the worker's modules and warm up ``config``'s transformations and features (none when empty)."""
-    import labswarm.cli.main  # the command line the worker runs
-    import labswarm.queue.worker  # noqa: F401 - Celery and the worker's parts
-    from labswarm.pipeline.features import FeaturesBlock
+    import labswarm.cli.main  # noqa: F401 - the command line the worker runs
+    from labswarm.queue.worker import warm_up  # Celery and the worker's parts
 
     if config:
         from labswarm.config.experiment import ExperimentConfig
 
-        FeaturesBlock(ExperimentConfig.model_validate(config)).warm_up()
+        warm_up(ExperimentConfig.model_validate(config))  # the worker's own warm-up then does not run it again
 
 
 def _redirect(path: str | None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import socket
 import uuid
@@ -85,6 +86,29 @@ def _wake_on_shutdown(**_kwargs) -> None:
             os.write(fd, b"\0")
 
 
+#: What this process has warmed up (:func:`warm_up`): one key a set of transformations, features and sample rate.
+_warmed: set[str] = set()
+
+
+def warm_up(config: ExperimentConfig) -> None:
+    """Warm up the audio libraries for ``config``'s transformations and features in this process, once
+    (:meth:`~labswarm.pipeline.features.FeaturesBlock.warm_up`: imports, numba's functions, FFT plans), before the
+    pool forks. What it warms lives in the process's libraries, not in the block it runs (each pool process builds
+    its own): a second call for the same transformations, features and sample rate does nothing. A standby worker
+    (:mod:`labswarm.cli.standby`) warms up its experiment before its session starts; the worker it becomes then
+    starts consuming without running the same warm-up again (~0.2 s of CPU a worker on the 2-core machine, between
+    the session's start and the worker's first task: issue 27)."""
+    from labswarm.pipeline.features import FeaturesBlock
+
+    key = json.dumps([config.dataset.sample_rate, config.model_dump(mode="json", include={"transformations",
+                                                                                           "features"})],
+                     sort_keys=True)
+    if key in _warmed:
+        return
+    FeaturesBlock(config).warm_up()
+    _warmed.add(key)
+
+
 def _broker_url(manager_settings: dict) -> str:
     """The worker's own ``LABSWARM_BROKER_URL``, else the manager's broker if it has no password."""
     url = load_settings().broker_url or manager_settings.get("broker_url")
@@ -139,10 +163,8 @@ def run_worker(
             declare_queue(app, name)  # under the broker's lock: see declare_queue
     set_worker_state(WorkerState(configs, manager_url, token, float(settings.get("report_interval", 0.25))))
     # import the heavy libraries (and warm them up) before the pool forks
-    from labswarm.pipeline.features import FeaturesBlock
-
     for config in configs.values():
-        FeaturesBlock(config).warm_up()
+        warm_up(config)
     # what the imports and the warm-up made lives as long as the process: out of the collector's sight before the
     # pool forks (Python's advice for a fork without exec: no copy-on-write of its objects by collections in the
     # pool processes), and out of the collections at exit (3-4 s of a loaded 2-core machine, 0.7 s frozen). The
