@@ -141,7 +141,8 @@ class RunHooks:
 
     def on_session_end(self, result: RunResult) -> None:
         """The session's result (``training`` not yet set) once it ends, before the training job: ``labswarm
-        run`` prints the session's summary there."""
+        run`` prints the session's summary there. A run that trains no model is already stopping its own manager
+        (and its workers) by then: ask that manager nothing here."""
 
     def on_job_events(self, events: Iterable[dict[str, Any]]) -> None:
         """The training job's event stream (an iterator of ``{id, event, data}`` that ends after its terminal
@@ -195,13 +196,17 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
          standby: StandbyWorkers | None) -> RunResult:
     """:func:`run_experiment`'s run, under its lock, with its ``standby`` workers."""
     started = time.perf_counter()
+
+    def mark(what: str) -> None:  # the run's timeline, in the debug log (issue 27: where a short run's time goes)
+        log.debug("run %s: %s at +%.2f s", config.name, what, time.perf_counter() - started)
+
     server, own_token, manager_url = None, False, options.manager_url
     ended = threading.Event()  # the session ended (embedded manager: told at once; else seen by polling)
     if manager_url is None:
         server, settings, own_token = _embedded_manager(config, options, settings, standby, ended)
         manager_url = server.url
-        log.debug("run %s: manager serving at +%.2f s", config.name, time.perf_counter() - started)
-    local = controller = token_file = None
+        mark("manager serving")
+    local = controller = token_file = stopping = None
     client = ManagerClient(manager_url, settings.api_token)
     try:
         if server is not None and own_token:
@@ -212,21 +217,16 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
         client.post_experiment(config.model_dump(mode="json"))
         session, local = _start_session(client, config.name, options, settings, manager_url, server is None,
                                         hooks, standby=standby)
-        log.debug("run %s: session %s started at +%.2f s", config.name, session["id"], time.perf_counter() - started)
+        mark(f"session {session['id']} started")
         if options.health:
             controller = HealthThread(manager_url, settings.api_token, options.rabbitmq_api,
                                       max(1, options.workers * options.concurrency), settings.home / "health").start()
         progress = _wait(client, session["id"], options.poll, hooks, session.get("follow", options.follow), ended)
-        log.debug("run %s: session %s seen %s at +%.2f s", config.name, session["id"], progress["status"],
-                  time.perf_counter() - started)
+        mark(f"session {session['id']} seen {progress['status']}")
         failures = client.failures(session["id"]) if progress["failed"] else []
-        figure = None
-        if controller is not None:
-            controller.stop()
-            controller = None
-            log.debug("run %s: health controller stopped at +%.2f s", config.name, time.perf_counter() - started)
-            figure = health_figure(settings.home / "health", session["id"])
-            log.debug("run %s: health figure drawn at +%.2f s", config.name, time.perf_counter() - started)
+        figure, stopping = _after_session(controller, server, options, settings.home / "health", session["id"])
+        controller = None
+        mark("health controller stopped, figure drawn")
         result = RunResult(progress, failures, time.perf_counter() - started, figure)
         hooks.on_session_end(result)
         if local is not None:  # the workers this process ran are done
@@ -243,11 +243,33 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
         if local is not None:
             local.stop()
         client.close()
-        if server is not None:
+        if stopping is not None:
+            stopping.join()
+        elif server is not None:
             server.stop()
-            log.debug("run %s: manager and its workers stopped at +%.2f s", config.name, time.perf_counter() - started)
+        mark("manager and workers stopped")
         if token_file is not None:  # the token died with the manager
             token_file.unlink(missing_ok=True)
+
+
+def _after_session(controller: HealthThread | None, server: EmbeddedServer | None, options: RunOptions,
+                   health_dir: Path, session_id: str) -> tuple[Path | None, threading.Thread | None]:
+    """Once the session has ended: its health controller stopped, the run's own manager (its local workers with
+    it) stopping in a thread when the run asks nothing more of it (not when its training job needs it), and the
+    health figure drawn meanwhile rather than before that stop (issue 27: the end of a short run).
+
+    Returns:
+        The figure (``None``: no controller, or nothing logged), and the thread stopping the manager (``None``:
+        not stopped here; the caller stops it).
+    """
+    if controller is not None:
+        controller.stop()
+    stopping = None
+    if server is not None and not options.train:
+        stopping = threading.Thread(target=server.stop, name="labswarm-manager-stop", daemon=True)
+        stopping.start()
+    figure = health_figure(health_dir, session_id) if controller is not None else None
+    return figure, stopping
 
 
 def _embedded_manager(config: ExperimentConfig, options: RunOptions, settings: Settings,
