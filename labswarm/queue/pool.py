@@ -56,5 +56,5 @@ class TaskPool(prefork.TaskPool):
 
             pool.join = join_then_wake
         _CLOCK.joined.clear()
-        prefork.time = _CLOCK  # type: ignore[attr-defined]  # its one use: the timer thread's sleep
+        prefork.time = _CLOCK  # its one use: the timer thread's sleep
         super().on_stop()
