@@ -9,10 +9,11 @@ capped at its share of the workers by weight and its target depth scaled into th
 messages (:mod:`labswarm.health.share`).
 Each decision is appended to ``<log_dir>/health-<session>.jsonl`` (for ``labswarm health plot``).
 
-A session is watched from the first tick that sees it running and steered from its first outcome on (the first
-tick with a consume rate to measure; for the next ``window`` seconds its rates are measured from the last tick
-before that outcome, not over idle seconds of workers still starting); its first decision is always sent, since
-the first rate set lifts the publisher's start window (:mod:`labswarm.sessions.window`), which held it until then.
+A session is watched from the first tick that sees it running and steered from the tick after its first outcomes
+(the first with a consume rate to measure: for the next ``window`` seconds its rates are measured from the tick
+that saw those first outcomes, not over idle seconds of workers still starting); its first decision is always sent,
+since the first rate set lifts the publisher's start window (:mod:`labswarm.sessions.window`), which held it until
+then, self-clocked by the outcomes.
 One failing poll or one session's bad data never stops the loop: the error is logged with the session and the
 reason, and the next tick runs.
 """
@@ -66,9 +67,11 @@ class SessionTrack:
     decided: bool = False  # a first decision was sent
     #: When the first decision was sent: the publish rate is measured from then on for a window (see observe)
     decided_at: float | None = None
-    #: The last tick before the first outcome (time, finished): until ``window`` s after it, the consume rate is
-    #: measured from there, not over the whole window, whose start has the workers still starting (no outcome).
+    #: The last tick before the first outcome (time, finished).
     idle: tuple[float, float] | None = None
+    #: The tick that saw the first outcomes (the one before it if that one saw some already: a session met running):
+    #: until ``window`` s after it the rates are measured from there, not over the whole window, whose start has
+    #: the workers still starting (no outcome), and the session is steered only once a tick came after it.
     moving_since: float | None = None
 
 
@@ -125,7 +128,11 @@ class HealthLoop:
         finished = session["finished"]
         if track.moving_since is None:
             if track.idle is not None and finished > track.idle[1]:
-                track.moving_since = track.idle[0]
+                # measured from the last idle tick, the first outcomes read low by how long before this tick they
+                # came: outcomes are reported every 0.25 s, and a tick that saw 1 sample of a 4-sample message read
+                # 1/s against workers doing 10-15/s (a 270-sample run, LOADED): a first decision of 1.9/s, the queue
+                # at 0-2 samples for 4 of the next 9 s. From this tick, the next one reads a whole tick's rate.
+                track.moving_since = track.idle[0] if track.idle[1] > 0 else t
             else:
                 track.idle = (t, finished)
         track.finished.append(t, finished)
@@ -222,8 +229,10 @@ class HealthLoop:
             except Exception as exc:
                 log.warning("session %s: cannot observe it this tick: %s: %s", sid, type(exc).__name__, exc)
                 continue
-            if session["finished"] > 0 and len(track.finished) >= 2:
-                steered[sid] = (session, track, obs)  # a consume rate measured: steer it
+            # a consume rate measured: steer it, from the tick after the one that saw the first outcomes (see
+            # observe); a session met with outcomes already, or whose outcomes stopped, from its second tick
+            if session["finished"] > 0 and len(track.finished) >= 2 and track.moving_since != t:
+                steered[sid] = (session, track, obs)
         # one decision for all: the sessions share the workers by weight and one budget of waiting messages
         await self.refresh_weights(t)
         try:
