@@ -68,13 +68,17 @@ REFRESH_S = 60.0
 PENDING = 2
 #: Requests at once when listing or making packs.
 THREADS = 8
+#: Bytes a thread's pack read holds beside the pack itself (the client's buffers, the header's parse): 20-90 kB
+#: measured with tracemalloc (boto3 against moto, 1-4 threads, 2026-11-26), rounded up.
+REQUEST_BYTES = 2**17
 
 
 @dataclass(frozen=True, slots=True)
 class Catalogue:
     """The packs of a store: ``names``, the offset of each one's data (``starts``: after its magic and header), their
     total ``bytes``, and per packed key (``keys``: sorted 20-byte keys) its pack (``packs``, an index into
-    ``names``), ``offsets`` and ``lengths``: 40 bytes a key, 36 MB for the documents' 900,000 arrays."""
+    ``names``), ``offsets`` and ``lengths``: 40 bytes a key, 36 MB for the documents' 900,000 arrays; ``largest``:
+    the bytes of the largest pack object."""
 
     names: list[str]
     starts: list[int]
@@ -83,6 +87,7 @@ class Catalogue:
     packs: np.ndarray
     offsets: np.ndarray
     lengths: np.ndarray
+    largest: int = 0
 
     def find(self, key: str) -> int | None:
         """The row of ``key`` (an index into :attr:`keys`), ``None`` when it is in no pack."""
@@ -97,7 +102,8 @@ class Catalogue:
 
 
 #: A catalogue of no pack.
-EMPTY = Catalogue([], [], 0, *(np.array([], dtype=t) for t in ("S20", np.int32, np.int64, np.int64)))
+EMPTY = Catalogue([], [], 0, np.array([], dtype="S20"), np.array([], dtype=np.int32), np.array([], dtype=np.int64),
+                  np.array([], dtype=np.int64))
 
 
 def list_packs(origin: Storage) -> dict[str, tuple[int, int]]:
@@ -150,7 +156,8 @@ def load_catalogue(origin: Storage, known: dict[str, list[Entry]] | None = None,
     return Catalogue(names, [len(MAGIC) + 4 + sizes[n][1] for n in names], sum(sizes[n][0] for n in names),
                      raw[order], np.array([r[1] for r in rows], dtype=np.int32)[order],
                      np.array([r[2] for r in rows], dtype=np.int64)[order],
-                     np.array([r[3] for r in rows], dtype=np.int64)[order])
+                     np.array([r[3] for r in rows], dtype=np.int64)[order],
+                     max((sizes[n][0] for n in names), default=0))
 
 
 class PackReader:
@@ -311,6 +318,22 @@ class PackReader:
             return None
         name = catalogue.names[int(catalogue.packs[row])]
         return name if self._usable(name) else None
+
+    def held_bytes(self, threads: int = 1) -> int:
+        """The most bytes of packs this reader holds in memory at once while ``threads`` threads read through it
+        (:meth:`FeatureStore.fetch`'s, or 1: a learner's reads): each thread's pack from its GET on, up to
+        :data:`PENDING` ``+ threads - 1`` fetched packs waiting for their write into the cache (each thread adds its
+        pack, then waits for the older ones beyond :data:`PENDING`), and one array each thread copies to check it
+        (CRC-32C), and :data:`REQUEST_BYTES` a thread: ``(2 threads + PENDING - 1)`` times the largest pack plus
+        ``threads`` times the largest packed array and :data:`REQUEST_BYTES` (``tests/store/test_fetch.py``
+        measures it with tracemalloc); 0 when the packs are not read (none, or more in all than the cache's bound).
+        Lists the packs at the first call."""
+        catalogue = self.catalogue()
+        if not catalogue.names or catalogue.bytes > self.cache.max_bytes:
+            return 0
+        threads = max(1, threads)
+        return ((2 * threads + PENDING - 1) * catalogue.largest
+                + threads * (int(catalogue.lengths.max(initial=0)) + REQUEST_BYTES))
 
     def cached(self, key: str) -> bool:
         """Whether ``key`` is read from a pack that is in the cache (or being written there)."""

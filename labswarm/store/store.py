@@ -81,7 +81,7 @@ class FeatureStore:
         self.root = Path(root) if root is not None else None
         #: where the store is, for messages (a folder, ``s3://bucket/prefix at URL (cached in FOLDER)``)
         self.where = str(root) if root is not None else storage.describe()
-        self._fetcher: tuple[int, ThreadPoolExecutor] | None = None  # fetch()'s (process, threads), at first use
+        self._fetcher: tuple[int, int, ThreadPoolExecutor] | None = None  # fetch()'s (process, count, threads)
         self._uploader: tuple[int, ThreadPoolExecutor] | None = None  # batch()'s upload threads, at first use
         self._batch = threading.local()  # .uploads: this thread's open batch of a remote store
         self._check_layout()
@@ -211,6 +211,9 @@ class FeatureStore:
         per ``threads`` arrays instead). Nothing to do without a cache, or for entries cached already. Errors are
         left to the reads that follow (a missing entry is reported by :meth:`get`).
 
+        Memory: it holds at most :meth:`read_bytes` ``(threads, ...)`` bytes at once (packs are held whole until
+        written into the cache); :meth:`fetch_threads` fits ``threads`` to a memory bound.
+
         Returns:
             The number of entries requested.
         """
@@ -238,12 +241,29 @@ class FeatureStore:
             assert self.packs is not None
             self.packs.locate(key)
 
-        if self._fetcher is None or self._fetcher[0] != os.getpid():  # a forked child has none of the threads
-            self._fetcher = (os.getpid(), ThreadPoolExecutor(threads, thread_name_prefix="store-fetch"))
-        pool = self._fetcher[1]
+        if self._fetcher is None or self._fetcher[:2] != (os.getpid(), threads):  # a forked child has no threads
+            self._fetcher = (os.getpid(), threads, ThreadPoolExecutor(threads, thread_name_prefix="store-fetch"))
+        pool = self._fetcher[2]
         list(pool.map(pack, packs.values()))
         list(pool.map(one, missing))
         return len(missing) + len(packs)
+
+    def read_bytes(self, threads: int = 1, array_bytes: int = 0) -> int:
+        """The most bytes this store's reads hold in memory at once, beyond the arrays they return, while
+        :meth:`fetch` runs with ``threads`` threads (1: :meth:`get` alone), ``array_bytes`` the caller's bound on one
+        array's ``.npy`` bytes: a remote store's packs (:meth:`PackReader.held_bytes`) plus, through a cache, each
+        thread's array read alone until written there (``threads * array_bytes``), or without one, the array's
+        bytes read before they are parsed (``array_bytes``); 0 for a local folder."""
+        if isinstance(self.storage, LocalStorage):
+            return 0
+        if not isinstance(self.storage, CachedStorage):
+            return array_bytes
+        return (0 if self.packs is None else self.packs.held_bytes(threads)) + max(1, threads) * array_bytes
+
+    def fetch_threads(self, max_bytes: int, array_bytes: int = 0, threads: int = FETCH_THREADS) -> int:
+        """The most threads, up to ``threads``, whose :meth:`read_bytes` fit ``max_bytes`` (a memory limit's room
+        for the store's reads); at least 1 (whether even one fits is the caller's check)."""
+        return max([1, *(n for n in range(1, threads + 1) if self.read_bytes(n, array_bytes) <= max_bytes)])
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:

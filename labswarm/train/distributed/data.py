@@ -26,11 +26,15 @@ cores at load ~7, noisy); streaming derives the keys once, at start, and reads e
 
 Under a memory limit (a local learner's ``resources.memory_mb``, its ``RLIMIT_AS``), the first sample read is
 checked: two batches of samples its size (the step's and the one read ahead, each full-length array mapped while
-its crop is copied) must fit what the limit leaves, or the learner stops at once with a
+its crop is copied), and what one thread's reads of the store hold (a remote store's packs, each held whole from
+its GET until written into the cache: :meth:`~labswarm.store.store.FeatureStore.read_bytes`), must fit what the
+limit leaves, or the learner stops at once with a
 :class:`~labswarm.errors.ConfigError` naming ``resources.memory_mb`` instead of going over its limit mid-epoch
 (``tests/train/test_memory_limit.py``: 1.7 GB of features stream under a limit of ~1.1 GiB in all); a job's
 learner then exits with the over-memory code, the user error ``C107`` (``tests/jobs/test_learner_memory_limit.py``:
-a 2-learner job through the manager).
+a 2-learner job through the manager). A cold cache is filled with as many threads as the rest of the limit holds
+(:meth:`~labswarm.store.store.FeatureStore.fetch_threads`; up to 8 by default: ``(2 * 8 + 1)`` packs of up to 32
+MiB, 544 MiB, plus 8 arrays).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from labswarm.pipeline.pipeline import Pipeline
 from labswarm.pipeline.prefetch import PipelineError
 from labswarm.pipeline.torch_data import StoreDataset
 from labswarm.sample import Sample
+from labswarm.store.store import FETCH_THREADS
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +66,8 @@ log = logging.getLogger(__name__)
 #: The environment variable :data:`KEEP_BYTES_ENV` (bytes, an integer >= 0; 0 streams always) overrides it.
 KEEP_BYTES = 2**30
 KEEP_BYTES_ENV = "LABSWARM_LEARNER_KEEP_BYTES"
+#: Bytes of an ``.npy`` file's header, over its array's (NumPy pads it to 64-byte multiples: 128 for a 2-D array).
+NPY_HEADER = 128
 
 
 def keep_bytes_default() -> int:
@@ -157,11 +164,11 @@ class _StoreFeatures(Features):
             super().load(sample)  # computes and stores it, or raises SampleError
         self.keys[sample.id] = key
 
-    def fetch(self, ids: Sequence[str]) -> None:
-        """Bring the arrays of samples ``ids`` into a remote store's cache with parallel requests
+    def fetch(self, ids: Sequence[str], threads: int = FETCH_THREADS) -> None:
+        """Bring the arrays of samples ``ids`` into a remote store's cache with up to ``threads`` parallel requests
         (:meth:`~labswarm.store.store.FeatureStore.fetch`; nothing for a local store or cached arrays)."""
         if self._compute is not None:
-            self._compute.store.fetch([self.keys[i] for i in ids if i in self.keys])
+            self._compute.store.fetch([self.keys[i] for i in ids if i in self.keys], threads)
 
     def load(self, sample: Sample) -> dict[str, np.ndarray]:
         features = self.kept.get(sample.id)
@@ -223,6 +230,8 @@ class TrainingSamples(StoreDataset):
         if limit is not None:  # the source block's limit: the first samples of the split, in dataset order
             self.samples, self.labels = self.samples[:limit], self.labels[:limit]
         self.positions: list[int] = []
+        #: requests at once filling a remote store's cache (fewer under a memory limit: :meth:`_check_batch`)
+        self.fetch_threads = FETCH_THREADS
 
     def load(self) -> list[int]:
         """Read every sample's features once (computing the missing ones); a sample whose features fail
@@ -259,25 +268,32 @@ class TrainingSamples(StoreDataset):
 
     def _check_batch(self, i: int) -> None:
         """Under a memory limit, fail unless two batches of samples as large as sample ``i`` (the step's and the one
-        read ahead, each sample's full-length array mapped while its crop is copied) fit in what the limit left
-        (:attr:`headroom`, measured when the samples were made).
+        read ahead, each sample's full-length array mapped while its crop is copied) and what the store's reads of
+        one thread hold (:meth:`~labswarm.store.store.FeatureStore.read_bytes`: a remote store's packs, held whole
+        until cached) fit in what the limit left (:attr:`headroom`, measured when the samples were made); then
+        :attr:`fetch_threads` fills a cold cache with as many threads as the rest allows.
 
         Raises:
             ConfigError: ``resources.memory_mb`` is below that.
         """
         if self.headroom is None:
             return
+        assert self._block._compute is not None
+        store = self._block._compute.store
         features = self._block.kept.get(self.samples[i].id)
         if features is None:  # streaming from the start: the array's size from its header (a memory map)
-            assert self._block._compute is not None
-            features = {self.output: self._block._compute.store.get(self._block.keys[self.samples[i].id], mmap=True)}
-        need = 2 * self.batch_size * sum(a.nbytes for a in features.values())
-        if need > self.headroom:
+            features = {self.output: store.get(self._block.keys[self.samples[i].id], mmap=True)}
+        size = sum(a.nbytes for a in features.values())
+        batches, reads = 2 * self.batch_size * size, store.read_bytes(1, size + NPY_HEADER)
+        if batches + reads > self.headroom:
             raise ConfigError([("resources.memory_mb", (
                 f"leaves the learner {self.headroom / 2**20:.0f} MiB of address space once started, less than "
-                f"two batches of {self.batch_size} samples of {need / 2 / self.batch_size / 2**20:.1f} MiB "
+                f"two batches of {self.batch_size} samples of {size / 2**20:.1f} MiB "
                 f"(sample {self.samples[i].id}'s full-length '{self.output}', read for a step while the one "
-                f"before trains): {need / 2**20:.0f} MiB; raise resources.memory_mb or lower the batch size"))])
+                f"before trains): {batches / 2**20:.0f} MiB"
+                + (f", and {reads / 2**20:.0f} MiB the store's reads hold (its packs)" if reads else "")
+                + "; raise resources.memory_mb or lower the batch size"))])
+        self.fetch_threads = store.fetch_threads(self.headroom - batches, size + NPY_HEADER)
 
     def _stream(self) -> None:
         """Switch to streaming: forget the kept features, keep the read samples' keys."""
@@ -314,7 +330,7 @@ class TrainingSamples(StoreDataset):
 
         self.set_epoch(epoch)
         if self.streaming:  # a cold cache is filled with parallel requests, not one at a time
-            self._block.fetch(self.ids(indices))
+            self._block.fetch(self.ids(indices), self.fetch_threads)
         items = [self[self.positions[j]] for j in indices]
         xs = [x for x, _ in items]
         if self.frames is None:  # whole clips: padded to the chunk's longest, as the batch block pads
