@@ -15,8 +15,10 @@ sample with the reason. A message of another fingerprint (the experiment was reg
 makes the process fetch the configuration again; if the manager's still differs, the message belongs to a
 session of an older configuration: its sample fails with that reason, never computed with the wrong one. The
 task is idempotent (a sample already in the store is a no-op), so at-least-once delivery gives exactly-once
-results. The arrays of a multi-sample message are made durable together, one sync for the message
-(:meth:`~labswarm.store.store.FeatureStore.batch`), and its outcomes are reported after that sync.
+results. The arrays of a message, of one sample or several, are made durable together, one sync for the message
+or a remote store's uploads in the background (:meth:`~labswarm.store.store.FeatureStore.batch`), and its outcomes
+are reported after that (a single sample's two arrays of a local folder: one ``syncfs`` 4.0-4.5 ms median against
+two ``fsync`` 7.3-8.0 ms, 100 pairs x 3 alternating rounds, load 3.5-6, 2026-11-26).
 """
 
 from __future__ import annotations
@@ -222,32 +224,31 @@ def compute(task: Task, session_id: str, sample: dict | list, fingerprint: str |
     """The body of the ``labswarm.compute`` task: one sample (a mapping), or several (a list of mappings, computed
     in turn). Returns the outcome's status (``abandoned``: not run, the sample is out of attempts; ``unchecked``:
     not run, the manager could not confirm the configuration; ``rejected``: no sample id to record an outcome
-    for); for several samples, their statuses joined by commas, ``split`` (see :func:`split`), or ``unstored``
-    (their arrays could not be made durable together, a remote store's upload failing after its retries: no
-    outcome, reconciliation publishes them again). The sample computed is the experiment's own, rebuilt from its id
-    (:meth:`WorkerState.sample_of`): a message that describes it otherwise fails it, not computed.
+    for); for several samples, their statuses joined by commas; ``split`` (see :func:`split`); or, for one sample or
+    several, ``unstored`` (their arrays could not be made durable together, a remote store's upload failing after
+    its retries: no outcome, reconciliation publishes them again). The sample computed is the experiment's own,
+    rebuilt from its id (:meth:`WorkerState.sample_of`): a message that describes it otherwise fails it, not
+    computed.
 
     Raises:
         celery.exceptions.Reject: (requeue) a redelivered multi-sample message could not be split.
     """
     state = worker_state()
     delivery = task.request.delivery_info or {}
-    if not isinstance(sample, list):
-        return _compute_one(task, state, session_id, sample, fingerprint, bool(delivery.get("redelivered")))
-    if delivery.get("redelivered") and len(sample) > 1:
-        return split(task, state, session_id, sample, fingerprint)
-    redelivered = bool(delivery.get("redelivered"))  # a list of one: as a single-sample message
-    if len(sample) == 1:
-        return _compute_one(task, state, session_id, sample[0], fingerprint, redelivered)
-    # the message's arrays made durable together (one sync, FeatureStore.batch), and only then its outcomes
-    # reported: an outcome never says done for an array not yet on disk
+    redelivered = bool(delivery.get("redelivered"))
+    samples = sample if isinstance(sample, list) else [sample]  # a list of one: as a single-sample message
+    if redelivered and len(samples) > 1:
+        return split(task, state, session_id, samples, fingerprint)
+    # the message's arrays made durable together (FeatureStore.batch: one sync of a local folder, a remote store's
+    # uploads in the background, a sample's two arrays at once), and only then its outcomes reported: an outcome
+    # never says done for an array not yet stored
     held: list[dict] = []
     store = state.blocks[state.experiment_for(delivery.get("routing_key"))].store
     try:
         with store.batch():
-            statuses = [_compute_one(task, state, session_id, one, fingerprint, redelivered, held) for one in sample]
+            statuses = [_compute_one(task, state, session_id, one, fingerprint, redelivered, held) for one in samples]
     except StoreError as exc:  # no outcome: the arrays placed stay, reconciliation finds them and publishes the rest
-        log.warning("message %s: its %d samples' arrays could not be stored: %s", task.request.id, len(sample), exc)
+        log.warning("message %s: its %d samples' arrays could not be stored: %s", task.request.id, len(samples), exc)
         return "unstored"
     for outcome in held:
         state.outcomes.add(session_id, outcome)

@@ -4,7 +4,7 @@ threads while the computing thread goes on, all of them waited for at the batch'
 Into an object store each array is a PUT request that waits for the service (the moto server on this machine:
 ~48 ms of wall time a 220 kB PUT at load ~8, against a sample's ~0.1-0.2 s of feature computation, 2026-11-26,
 docs/benchmarks/store.md): made on the computing thread, the worker waits on it for every array. Inside a batch
-(a task's message of several samples, a local run's chunk) :meth:`Uploads.submit` hands the array's bytes to a
+(a task's message, of one sample or several, a local run's chunk) :meth:`Uploads.submit` hands the array's bytes to a
 small pool of threads and returns; :meth:`Uploads.flush`, at the end of the batch, waits until every one is
 stored. The caller acknowledges a message (or reports its samples) only after the flush, so "a task is
 acknowledged only after its arrays are durable in the store" still holds: a process killed inside the batch has
