@@ -87,6 +87,16 @@ class StorageError(LabswarmError):
     operation, could not be reached, or was given an invalid key. The message names the store and the key."""
 
 
+class StorageRefused(StorageError):
+    """The store refused an operation for a reason that trying again does not change: no such bucket, credentials
+    missing or refused, access denied. Not retried (:mod:`labswarm.store.uploads`), unlike a transient failure."""
+
+
+class StoreRefused(StoreError):
+    """The feature store refused a batch's writes for good (every failed write a :class:`StorageRefused`): the
+    samples that wrote them fail with the store's reason instead of being published again (a worker's task)."""
+
+
 class ManagerError(LabswarmError):
     """The manager API answered with an error, or could not be reached.
 
