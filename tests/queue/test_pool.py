@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pytest
 from billiard.pool import CLOSE, RUN
@@ -39,22 +40,29 @@ class _LongSleep(pool_module._StopClock):
         self.joined.wait(60.0)
 
 
+class _Pool(pool_module.TaskPool):
+    clock = _LongSleep
+
+
 def test_the_warm_stop_ends_the_timer_thread_when_the_join_returns(monkeypatch: pytest.MonkeyPatch,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    """Two pools stopped one after the other in this process: each stop's own clock ends its thread, and Celery's
+    module has :mod:`time` back after each (a clock left there, its event set, would spin a later stop's
+    thread)."""
     assert f"{pool_module.__name__}:{pool_module.TaskPool.__name__}" == POOL  # what run_worker selects
-    clock = _LongSleep()
-    monkeypatch.setattr(pool_module, "_CLOCK", clock)
-    monkeypatch.setattr(prefork, "time", clock)  # Celery's stock pool would sleep the same (restored after)
+    monkeypatch.setattr(prefork, "time", time)  # put back after the test whatever happens
     hub = Hub()
     set_event_loop(hub)
     try:
-        task_pool = pool_module.TaskPool(limit=1)
-        idle = task_pool._pool = _IdlePool()
-        with caplog.at_level(logging.WARNING, logger="celery"):
-            task_pool.on_stop()
-        assert idle.joined and task_pool._pool is None
-        assert not [t for t in threading.enumerate() if t.name == "prefork-timer-shutdown"]
-        assert "did not terminate cleanly" not in caplog.text
+        for _ in range(2):
+            task_pool = _Pool(limit=1)
+            idle = task_pool._pool = _IdlePool()
+            with caplog.at_level(logging.WARNING, logger="celery"):
+                task_pool.on_stop()
+            assert idle.joined and task_pool._pool is None
+            assert not [t for t in threading.enumerate() if t.name == "prefork-timer-shutdown"]
+            assert "did not terminate cleanly" not in caplog.text
+            assert prefork.time is time
     finally:
         set_event_loop(None)
         hub.close()
