@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+import types
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,9 @@ def test_a_start_that_fails_halfway_stops_the_standby_workers_already_started(
         started.append(spawn(*args, **kwargs))
         return started[-1]
 
-    monkeypatch.setattr(standby_module.subprocess, "Popen", second_refused)
+    # the standby module's own subprocess, not the module every thread of this process starts processes through
+    monkeypatch.setattr(standby_module, "subprocess",
+                        types.SimpleNamespace(**{**vars(subprocess), "Popen": second_refused}))
     with pytest.raises(OSError, match="fork refused"):
         StandbyWorkers(3)
     [first] = started
