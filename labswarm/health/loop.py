@@ -9,9 +9,10 @@ capped at its share of the workers by weight and its target depth scaled into th
 messages (:mod:`labswarm.health.share`).
 Each decision is appended to ``<log_dir>/health-<session>.jsonl`` (for ``labswarm health plot``).
 
-A session is watched from the first tick that sees it running and steered from the tick after its first outcomes
-(the first with a consume rate to measure: for the next ``window`` seconds its rates are measured from the tick
-that saw those first outcomes, not over idle seconds of workers still starting); its first decision is always sent,
+A session is watched from the first tick that sees it running and steered from the first tick after its first
+outcomes that sees more (the first with a consume rate to measure: for the next ``window`` seconds its rates are
+measured from the tick that saw those first outcomes, not over idle seconds of workers still starting; if none
+more come within ``window`` seconds, from the last idle tick); its first decision is always sent,
 since the first rate set lifts the publisher's start window (:mod:`labswarm.sessions.window`), which held it until
 then, self-clocked by the outcomes.
 One failing poll or one session's bad data never stops the loop: the error is logged with the session and the
@@ -71,8 +72,11 @@ class SessionTrack:
     idle: tuple[float, float] | None = None
     #: The tick that saw the first outcomes (the one before it if that one saw some already: a session met running):
     #: until ``window`` s after it the rates are measured from there, not over the whole window, whose start has
-    #: the workers still starting (no outcome), and the session is steered only once a tick came after it.
+    #: the workers still starting (no outcome), and the session is steered only once a later tick saw more.
     moving_since: float | None = None
+    #: The samples finished at ``moving_since`` while the first decision waits for a tick that sees more (None:
+    #: not waiting): a tick with none more read a consume rate of 0 and the first decision set the floor rate.
+    first_finished: float | None = None
 
 
 class HealthLoop:
@@ -132,9 +136,22 @@ class HealthLoop:
                 # came: outcomes are reported every 0.25 s, and a tick that saw 1 sample of a 4-sample message read
                 # 1/s against workers doing 10-15/s (a 270-sample run, LOADED): a first decision of 1.9/s, the queue
                 # at 0-2 samples for 4 of the next 9 s. From this tick, the next one reads a whole tick's rate.
-                track.moving_since = track.idle[0] if track.idle[1] > 0 else t
+                if track.idle[1] > 0:
+                    track.moving_since = track.idle[0]
+                else:
+                    track.moving_since, track.first_finished = t, finished
             else:
                 track.idle = (t, finished)
+        fall_back = False
+        if track.first_finished is not None and track.moving_since is not None and track.idle is not None:
+            if finished > track.first_finished:
+                track.first_finished = None  # steered from this tick, measured from the first outcomes' tick
+            elif t - track.moving_since >= self.window:
+                # messages of a second or more (2 workers, 4-sample messages of 1.5 s) leave ticks with no new
+                # outcome: read from the first outcomes' tick, consume was 0 and the first decision the floor rate.
+                # The start window feeds the workers while the loop waits for more; none for a whole window (the
+                # workers stopped, or messages longer than it): measured from the last idle tick, the first outcomes
+                track.moving_since, track.first_finished, fall_back = track.idle[0], None, True
         track.finished.append(t, finished)
         if track.decided:  # the rates asked by this loop: before its first decision the start window held the
             # publisher, whatever rate was in force (the default, thousands/s), and a mean over those made the
@@ -142,7 +159,7 @@ class HealthLoop:
             # had held down (270 real samples: ~12 s to climb from 3 to 20 samples/s, the workers starved)
             track.asked.append(t, float(session["rate"]))
         window = self.window
-        if track.moving_since is not None and t - track.moving_since < window:
+        if track.moving_since is not None and (t - track.moving_since < window or fall_back):
             # the session's first outcomes: a rate over the whole window counts the workers' start-up as idle
             # time (a 5-s window with the first outcome 1 s ago read a fifth of the real rate: the first decision
             # then cut the rate below it and starved the workers for ~10 s of a 270-sample run)
@@ -229,9 +246,10 @@ class HealthLoop:
             except Exception as exc:
                 log.warning("session %s: cannot observe it this tick: %s: %s", sid, type(exc).__name__, exc)
                 continue
-            # a consume rate measured: steer it, from the tick after the one that saw the first outcomes (see
-            # observe); a session met with outcomes already, or whose outcomes stopped, from its second tick
-            if session["finished"] > 0 and len(track.finished) >= 2 and track.moving_since != t:
+            # a consume rate measured: steer it, from the first tick after the one that saw the first outcomes
+            # with more outcomes (or a window later, see observe); a session met with outcomes already from its
+            # second tick
+            if session["finished"] > 0 and len(track.finished) >= 2 and track.first_finished is None:
                 steered[sid] = (session, track, obs)
         # one decision for all: the sessions share the workers by weight and one budget of waiting messages
         await self.refresh_weights(t)

@@ -258,6 +258,62 @@ def test_a_publisher_sending_whole_messages_is_not_judged_short_before_a_message
     assert min(rates[:4]) >= 15.0, rates  # the workers' 15/s (the floor, 0.6/s, before the fix)
 
 
+class _SlowMessages:
+    """A stand-in for :class:`ManagerMonitor`: 2 workers, from t = 5.3 and 5.4 s, each finish a 4-sample message
+    every 1.5 s (its outcomes reported together at its end), ``messages`` each at most (``None``: no end); until a
+    rate is set the start window holds the publisher at 20 samples outstanding, then the rate in force paces it."""
+
+    def __init__(self, messages: int | None = None) -> None:
+        self.t, self.last, self.credit = 0.0, 0.0, 0.0
+        self.published = 20.0
+        self.messages = messages
+        self.rates: list[float] = []
+
+    async def sessions(self) -> list[dict]:
+        dt, self.last = self.t - self.last, self.t
+        done = [max(0, math.floor((self.t - start) / 1.5)) for start in (5.3, 5.4)]
+        finished = 4.0 * sum(done if self.messages is None else [min(n, self.messages) for n in done])
+        if self.rates:
+            self.credit += self.rates[-1] * dt
+            self.published, self.credit = self.published + math.floor(self.credit), self.credit % 1.0
+        else:  # the start window: 20 outstanding
+            self.published = 20.0 + finished
+        finished = min(finished, self.published)
+        return [{"id": "s", "experiment": "s", "queue": "labswarm.s", "status": "running", "weight": 1.0,
+                 "total": 10_000, "published": int(self.published), "republished": 0, "cached": 0,
+                 "finished": int(finished), "pending": int(self.published - finished),
+                 "rate": self.rates[-1] if self.rates else 5000.0}]
+
+    async def set_rate(self, session_id: str, rate: float) -> None:
+        self.rates.append(rate)
+
+    def first_decision(self, log_dir: Path) -> dict:
+        """Tick a :class:`HealthLoop` (2 consumers) once a second from t = 0 to 13; returns its first logged row."""
+        loop = HealthLoop(self, None, consumers=2, log_dir=log_dir, clock=lambda: self.t)
+
+        async def ticks() -> None:
+            for t in range(14):
+                self.t = float(t)
+                await loop.tick()
+
+        asyncio.run(ticks())
+        return json.loads((log_dir / "health-s.jsonl").read_text().splitlines()[0])
+
+
+def test_the_first_decision_waits_for_a_tick_with_more_outcomes_when_messages_outlast_a_tick(tmp_path: Path) -> None:
+    """Messages of 1.5 s (2 workers, 4 samples each: 5.3 samples/s) leave a tick with no new outcome after the one
+    that saw the first 8 (t = 7): measured over that tick, the first decision read a consume rate of 0 and set the
+    floor rate (0.5/s; fails so), which lifted the start window. It waits for the next tick with outcomes (t = 9);
+    if none come for a whole window (workers that stopped after one message each), it is measured from the last
+    idle tick (t = 6): the first outcomes over the time they took, not 0."""
+    first = _SlowMessages().first_decision(tmp_path / "slow")
+    assert first["t"] == 9.0 and first["consume_rate"] == pytest.approx(4.0, rel=0.01), first  # 8 from 7 to 9
+    assert first["new_rate"] >= 4.0, first  # about the workers' 5.3/s, not the floor
+    first = _SlowMessages(messages=1).first_decision(tmp_path / "stopped")
+    assert first["t"] == 12.0 and first["consume_rate"] == pytest.approx(8 / 6, rel=0.01), first  # 8 from 6 to 12
+    assert first["new_rate"] > 1.0, first
+
+
 def test_the_decision_log_is_strict_json(tmp_path: Path) -> None:
     """A rate or a target that is not finite is logged as null: a bare NaN (Python's default) is not JSON, and
     strict parsers (jq, browsers, Go) reject the whole line."""
