@@ -52,7 +52,10 @@ def _open(path: Path, data: IO[bytes] | None = None) -> sf.SoundFile:
             handle = sf.SoundFile(data)
     except (sf.LibsndfileError, RuntimeError, OSError) as exc:
         empty = (data.seek(0, 2) if data is not None else path.stat().st_size) == 0
-        reason = "empty file" if empty else f"unreadable or unsupported format ({exc})"
+        # libsndfile's message names what it opened: for ``data`` the object's repr (a memory address), so the
+        # path is named instead, as when the file itself is opened
+        detail = f"Error opening {str(path)!r}: {exc.error_string}" if isinstance(exc, sf.LibsndfileError) else exc
+        reason = "empty file" if empty else f"unreadable or unsupported format ({detail})"
         raise AudioError(str(path), reason) from exc
     if handle.frames <= 0:
         handle.close()

@@ -87,3 +87,7 @@ def test_bytes_in_memory_read_as_the_file_and_errors_name_the_path(tmp_path: Pat
         with pytest.raises(AudioError, match=reason) as info:
             audio_info("upload.wav", io.BytesIO(bad))
         assert info.value.path == "upload.wav"
+        # libsndfile's own message named the object's repr ('<_io.BytesIO object at 0x...>'): the path instead, as
+        # for a file (the prediction endpoint puts the upload's name in its place in a 422's reason)
+        assert "0x" not in str(info.value) and "object at" not in str(info.value), info.value
+    assert "Error opening 'upload.wav': " in info.value.reason, info.value
