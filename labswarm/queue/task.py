@@ -34,7 +34,7 @@ from celery.exceptions import Reject
 
 from labswarm.client import ManagerClient
 from labswarm.config.experiment import ExperimentConfig
-from labswarm.errors import DatasetError, LabswarmError, ManagerError, StoreError
+from labswarm.errors import DatasetError, LabswarmError, ManagerError, StoreError, StoreRefused
 from labswarm.pipeline.features import FeaturesBlock, SampleResult
 from labswarm.queue.names import TASK_NAME, app_queue, queue_name
 from labswarm.queue.reporter import Reporter
@@ -226,9 +226,10 @@ def compute(task: Task, session_id: str, sample: dict | list, fingerprint: str |
     not run, the manager could not confirm the configuration; ``rejected``: no sample id to record an outcome
     for); for several samples, their statuses joined by commas; ``split`` (see :func:`split`); or, for one sample or
     several, ``unstored`` (their arrays could not be made durable together, a remote store's upload failing after
-    its retries: no outcome, reconciliation publishes them again). The sample computed is the experiment's own,
-    rebuilt from its id (:meth:`WorkerState.sample_of`): a message that describes it otherwise fails it, not
-    computed.
+    its retries: no outcome, reconciliation publishes them again; a store that refuses them for good, no bucket or
+    credentials refused, :class:`~labswarm.errors.StoreRefused`: the samples computed fail with its reason). The
+    sample computed is the experiment's own, rebuilt from its id (:meth:`WorkerState.sample_of`): a message that
+    describes it otherwise fails it, not computed.
 
     Raises:
         celery.exceptions.Reject: (requeue) a redelivered multi-sample message could not be split.
@@ -243,10 +244,18 @@ def compute(task: Task, session_id: str, sample: dict | list, fingerprint: str |
     # uploads in the background, a sample's two arrays at once), and only then its outcomes reported: an outcome
     # never says done for an array not yet stored
     held: list[dict] = []
+    statuses: list[str] = []
     store = state.blocks[state.experiment_for(delivery.get("routing_key"))].store
     try:
         with store.batch():
             statuses = [_compute_one(task, state, session_id, one, fingerprint, redelivered, held) for one in samples]
+    except StoreRefused as exc:  # for good (no bucket, credentials refused): published again, they would only come
+        # back until out of attempts, then fail as lost; they fail now, with the store's reason
+        log.warning("message %s: the store refused its samples' arrays: %s", task.request.id, exc)
+        for outcome in held:
+            if outcome["status"] == "computed":
+                outcome.update(status="failed", reason=f"StoreRefused: {exc}")
+        statuses = ["failed" if status == "computed" else status for status in statuses]
     except StoreError as exc:  # no outcome: the arrays placed stay, reconciliation finds them and publishes the rest
         log.warning("message %s: its %d samples' arrays could not be stored: %s", task.request.id, len(samples), exc)
         return "unstored"

@@ -26,7 +26,7 @@ from typing import IO, Any, ClassVar, TypeVar
 
 from pydantic import Field, field_validator
 
-from labswarm.errors import LabswarmError, StorageError
+from labswarm.errors import LabswarmError, StorageError, StorageRefused
 from labswarm.plugin import PluginConfig, build_plugin
 from labswarm.registry import STORAGES
 
@@ -316,7 +316,13 @@ class Storage(ABC):
         except LabswarmError:
             raise
         except Exception as exc:
-            raise StorageError(f"cannot {action} {self._describe(full)}: {self._explain(exc)}") from exc
+            error = StorageRefused if self._refused(exc) else StorageError
+            raise error(f"cannot {action} {self._describe(full)}: {self._explain(exc)}") from exc
+
+    def _refused(self, exc: Exception) -> bool:
+        """Whether a backend error is one that trying again does not change (raised as
+        :class:`~labswarm.errors.StorageRefused`); backends with structured errors tell (none here)."""
+        return False
 
     def _explain(self, exc: Exception) -> str:
         """A short reason for a backend error (overridden by backends with structured errors)."""

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from labswarm.errors import StorageError
+from labswarm.errors import StorageError, StorageRefused
 from labswarm.storage.base import Storage, StorageConfig, register_storage
 
 #: How to install what the ``s3`` storage needs.
@@ -47,6 +47,10 @@ CREDENTIAL_KEYS = frozenset({
 
 #: Error codes S3 answers for a missing object (``404`` and ``NotFound``: HEAD requests have no body).
 _MISSING = frozenset({"NoSuchKey", "404", "NotFound"})
+#: Error codes that trying again does not change (a bucket that is not there, credentials or access refused):
+#: raised as StorageRefused, not retried by a feature store's uploads (labswarm.store.uploads).
+_REFUSED = frozenset({"NoSuchBucket", "InvalidBucketName", "AllAccessDisabled", "403", "AccessDenied",
+                      "InvalidAccessKeyId", "SignatureDoesNotMatch"})
 
 #: The most keys one DeleteObjects request takes (S3's limit).
 _DELETE_BATCH = 1000
@@ -167,8 +171,8 @@ class _Connection:
         if path is None:
             key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
             if not key or not secret:
-                raise StorageError("no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a "
-                                   "`credentials_file` in the store's spec")
+                raise StorageRefused("no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name a "
+                                     "`credentials_file` in the store's spec")
             return key, secret, os.environ.get("AWS_SESSION_TOKEN") or None
         parser = configparser.ConfigParser(interpolation=None)
         try:
@@ -176,12 +180,12 @@ class _Connection:
                 parser.read_file(handle)
         except (OSError, configparser.Error) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-            raise StorageError(f"cannot read the credentials file {path}: {reason}") from None
+            raise StorageRefused(f"cannot read the credentials file {path}: {reason}") from None
         profile = self.config.profile
         section = parser[profile] if parser.has_section(profile) else None
         if section is None or not section.get("aws_access_key_id") or not section.get("aws_secret_access_key"):
-            raise StorageError(f"the credentials file {path} has no [{profile}] section with aws_access_key_id "
-                               "and aws_secret_access_key")
+            raise StorageRefused(f"the credentials file {path} has no [{profile}] section with aws_access_key_id "
+                                 "and aws_secret_access_key")
         return section["aws_access_key_id"], section["aws_secret_access_key"], section.get("aws_session_token")
 
 
@@ -229,6 +233,9 @@ class S3Storage(Storage):
         if type(exc).__name__ in ("EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError"):
             return f"cannot reach {self.config.endpoint or 'AWS S3'} ({type(exc).__name__})"
         return super()._explain(exc)
+
+    def _refused(self, exc: Exception) -> bool:
+        return self._code(exc) in _REFUSED
 
     @staticmethod
     def _code(exc: Exception) -> str:

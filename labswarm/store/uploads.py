@@ -11,9 +11,10 @@ acknowledged only after its arrays are durable in the store" still holds: a proc
 acknowledged nothing, and an object store makes each object appear whole (no partial array). A write that fails
 is tried again by its thread, :data:`STORE_RETRIES` attempts in all with :data:`RETRY_DELAY` s of backoff doubled
 each time (the policy :func:`labswarm.queue.task.run_sample` applies to a sample's store failures outside a
-batch), and only then counted failed. Memory is bounded: at most :data:`UPLOAD_BYTES` of a batch's arrays wait,
-travel or wait to be tried again at once; beyond, :meth:`Uploads.submit` waits for the oldest to finish
-(backpressure, as a bounded queue).
+batch), and only then counted failed; one the store refuses for good (a bucket that is not there, credentials
+refused: :class:`~labswarm.errors.StorageRefused`) is not tried again. Memory is bounded: at most
+:data:`UPLOAD_BYTES` of a batch's arrays wait, travel or wait to be tried again at once; beyond,
+:meth:`Uploads.submit` waits for the oldest to finish (backpressure, as a bounded queue).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from labswarm.errors import StorageError, StoreError
+from labswarm.errors import StorageError, StorageRefused, StoreError, StoreRefused
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,8 @@ class Uploads:
         """Wait until every write submitted is done.
 
         Raises:
+            StoreRefused: some failed, every one refused for good (:class:`~labswarm.errors.StorageRefused`: no
+                bucket, credentials refused), tried once; the others are stored.
             StoreError: some failed, each after :data:`STORE_RETRIES` attempts (how many, and the first one's
                 reason); the others are stored.
         """
@@ -104,8 +107,9 @@ class Uploads:
         self._sent = []
         if self._failed:
             what, exc = self._failed[0]
-            failed, self._failed = len(self._failed), []
-            raise StoreError(f"{failed} of {count} arrays not stored, e.g. {what}: {exc}") from exc
+            failed, self._failed = self._failed, []
+            error = StoreRefused if all(isinstance(e, StorageRefused) for _, e in failed) else StoreError
+            raise error(f"{len(failed)} of {count} arrays not stored, e.g. {what}: {exc}") from exc
 
 
 def send_retried(what: str, send: Callable[[], None]) -> None:
@@ -113,13 +117,17 @@ def send_retried(what: str, send: Callable[[], None]) -> None:
     are made, :data:`RETRY_DELAY` s before the second and twice as long before each next one (logged).
 
     Raises:
-        StorageError: the last attempt's; any other error of ``send()`` at once (not a store failure).
+        StorageError: the last attempt's; any other error of ``send()`` at once (not a store failure), and a
+            :class:`~labswarm.errors.StorageRefused` too (no bucket, credentials refused: trying again changes
+            nothing).
     """
     delay = RETRY_DELAY
     for _ in range(STORE_RETRIES - 1):
         try:
             send()
             return
+        except StorageRefused:
+            raise
         except StorageError as exc:
             log.warning("upload of %s: %s; retrying in %.1f s", what, exc, delay)
             time.sleep(delay)

@@ -1,7 +1,8 @@
 """The compute task's writes to a remote feature store (labswarm/queue/task.py) for a single-sample message, run by
 a real Celery task (eager) over a real s3 store (moto's server on :9000): its arrays are uploaded by the store's
 background threads inside the message's batch, its outcome reported only once they are stored; an upload failing on
-every attempt leaves the message ``unstored``, without an outcome, for reconciliation to publish again."""
+every attempt leaves the message ``unstored``, without an outcome, for reconciliation to publish again; a store that
+refuses the writes for good (its bucket gone) fails the samples at once, with its reason."""
 
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ from labswarm.store import uploads
 
 def test_a_single_sample_message_is_stored_by_its_batch(tmp_path: Path, s3_endpoint: S3Endpoint,
                                                           monkeypatch) -> None:
-    data = experiment_dict(write_tone_set(tmp_path / "data", 1, seconds=2.0), tmp_path / "cache", name="single")
+    data = experiment_dict(write_tone_set(tmp_path / "data", 2, seconds=2.0), tmp_path / "cache", name="single")
     data["store"]["remote"] = s3_endpoint.spec(prefix="features")  # read through a cache in tmp_path / "cache"
     config = parse_experiment(data)
-    first, second = [_sample_dict(s) for s in list(iter_samples(config))[:2]]
+    first, second, third, fourth = [_sample_dict(s) for s in list(iter_samples(config))[:4]]
     state = WorkerState(configs={"single": config}, manager_url="http://127.0.0.1:9", report_interval=3600.0)
     set_worker_state(state)
     try:
@@ -64,6 +65,24 @@ def test_a_single_sample_message_is_stored_by_its_batch(tmp_path: Path, s3_endpo
         assert len(puts) == 2 * uploads.STORE_RETRIES, puts  # each array tried again, then given up
         assert [o["sample_id"] for o in reporter._pending["s1"]] == [first["id"]]  # no outcome: republished later
         assert [k for k in s3_endpoint.objects() if k.endswith(".npy")] == stored
+
+        # the bucket gone (NoSuchBucket: as refused credentials, trying again changes nothing): each array tried
+        # once, the samples fail at once with the store's reason, a single-sample message and a multi-sample one
+        # alike (before, 'unstored' and published again until out of attempts, then failed as lost)
+        refuse.clear()
+        puts.clear()
+        for key in s3_endpoint.objects():
+            s3_endpoint.client.delete_object(Bucket=s3_endpoint.bucket, Key=key)
+        s3_endpoint.client.delete_bucket(Bucket=s3_endpoint.bucket)
+        assert task.apply(args=("s1", second)).get() == "failed"
+        assert task.apply(args=("s1", [third, fourth])).get() == "failed,failed"
+        assert len(puts) == 6, puts  # 2 arrays x 3 samples, none tried again
+        outcomes = reporter._pending["s1"]
+        assert [o["sample_id"] for o in outcomes] == [s["id"] for s in (first, second, third, fourth)]
+        assert all(o["status"] == "failed" and o["reason"].startswith("StoreRefused: ")
+                   and f"no bucket {s3_endpoint.bucket!r}" in o["reason"] for o in outcomes[1:]), outcomes
     finally:
         set_worker_state(None)
         state.close()
+        if s3_endpoint.bucket not in [b["Name"] for b in s3_endpoint.client.list_buckets()["Buckets"]]:
+            s3_endpoint.client.create_bucket(Bucket=s3_endpoint.bucket)  # the fixture empties and deletes it
