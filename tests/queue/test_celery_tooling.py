@@ -88,15 +88,19 @@ def test_celery_inspect_and_flower_see_the_worker_and_its_tasks(rabbitmq_url: st
                       "the worker's answer to celery inspect ping", 120, interval=0.2)
     # task events are off by default (nothing in labswarm reads them) and switched on at run time through remote
     # control, as Flower itself does every 5 s (so its first tick may come first: "already enabled")
-    reply = _celery(rabbitmq_url, "enable_events", "-d", name, verb="control")
-    assert reply.get(name, {}).get("ok") in ("task events enabled", "task events already enabled"), reply
+    # control enable_events (safe to repeat) and inspect stats wait 5 s for the reply: under load it may come later,
+    # so each is asked again until the worker's reply comes (as the ping above); the reply itself is checked once
+    reply = wait_until(lambda: _celery(rabbitmq_url, "enable_events", "-d", name, verb="control").get(name),
+                       "the worker's answer to celery control enable_events", 120, interval=0.2)
+    assert reply.get("ok") in ("task events enabled", "task events already enabled"), reply
     cluster.session_id = cluster.client.start_session(cluster.name, 50.0)["id"]
     progress = cluster.wait_completed()
     cluster.assert_no_loss(progress)
     # the node name: labswarm-<experiment>-<pid>-<6 hex>@<host> (the random part: containers on the host network
     # share the host's name and often a pid, and a node's pidbox queue is exclusive)
     assert re.fullmatch(rf"labswarm-{re.escape(cluster.name)}-{worker}-[0-9a-f]{{6}}@.+", name), name
-    stats = _celery(rabbitmq_url, "stats", "-d", name)[name]
+    stats = wait_until(lambda: _celery(rabbitmq_url, "stats", "-d", name).get(name),
+                       "the worker's answer to celery inspect stats", 120, interval=0.2)
     assert stats["total"][TASK_NAME] == progress["total"], stats["total"]  # one sample a message
 
     workers = wait_until(lambda: httpx.get(f"{flower}/api/workers", params={"refresh": "true"}, timeout=30).json(),
