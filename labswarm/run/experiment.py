@@ -43,6 +43,7 @@ from labswarm.deploy.local import LocalLauncher
 from labswarm.deploy.standby import StandbyWorkers
 from labswarm.run.adopt import RunLock, left_running
 from labswarm.run.health import HealthThread, health_figure
+from labswarm.run.manager_stop import ManagerStop
 from labswarm.run.training import JobTraining, job_manifest, train_job
 from labswarm.settings import Settings
 
@@ -206,7 +207,8 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
         server, settings, own_token = _embedded_manager(config, options, settings, standby, ended)
         manager_url = server.url
         mark("manager serving")
-    local = controller = token_file = stopping = None
+    local = controller = token_file = None
+    manager = ManagerStop(server)  # the run's own manager, stopped once, on every path
     client = ManagerClient(manager_url, settings.api_token)
     try:
         if server is not None and own_token:
@@ -224,8 +226,8 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
         progress = _wait(client, session["id"], options.poll, hooks, session.get("follow", options.follow), ended)
         mark(f"session {session['id']} seen {progress['status']}")
         failures = client.failures(session["id"]) if progress["failed"] else []
-        figure, stopping = _after_session(controller, server, options, settings.home / "health", session["id"])
-        controller = None
+        drawn, controller = controller, None
+        figure = _after_session(drawn, None if options.train else manager, settings.home / "health", session["id"])
         mark("health controller stopped, figure drawn")
         result = RunResult(progress, failures, time.perf_counter() - started, figure)
         hooks.on_session_end(result)
@@ -243,33 +245,32 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
         if local is not None:
             local.stop()
         client.close()
-        if stopping is not None:
-            stopping.join()
-        elif server is not None:
-            server.stop()
+        stop_error = manager.finish()
         mark("manager and workers stopped")
         if token_file is not None:  # the token died with the manager
             token_file.unlink(missing_ok=True)
+        if stop_error is not None:  # (an error of the run's raised meanwhile is its __context__)
+            raise stop_error
 
 
-def _after_session(controller: HealthThread | None, server: EmbeddedServer | None, options: RunOptions,
-                   health_dir: Path, session_id: str) -> tuple[Path | None, threading.Thread | None]:
-    """Once the session has ended: its health controller stopped, the run's own manager (its local workers with
-    it) stopping in a thread when the run asks nothing more of it (not when its training job needs it), and the
-    health figure drawn meanwhile rather than before that stop (issue 27: the end of a short run).
+def _after_session(controller: HealthThread | None, manager: ManagerStop | None, health_dir: Path,
+                   session_id: str) -> Path | None:
+    """Once the session has ended: its health ``controller`` stopped, the run's own ``manager`` (its local workers
+    with it) stopping in a thread when the run asks nothing more of it (``None``: its training job needs it), and
+    the health figure drawn meanwhile rather than before that stop (issue 27: the end of a short run).
 
     Returns:
-        The figure (``None``: no controller, or nothing logged), and the thread stopping the manager (``None``:
-        not stopped here; the caller stops it).
+        The figure; ``None`` with no controller, or nothing logged.
+
+    Raises:
+        Exception: drawing the figure failed (a truncated log line, a file not written): the stop goes on, the
+            run's ``finally`` waits for it.
     """
     if controller is not None:
         controller.stop()
-    stopping = None
-    if server is not None and not options.train:
-        stopping = threading.Thread(target=server.stop, name="labswarm-manager-stop", daemon=True)
-        stopping.start()
-    figure = health_figure(health_dir, session_id) if controller is not None else None
-    return figure, stopping
+    if manager is not None:
+        manager.start()
+    return health_figure(health_dir, session_id) if controller is not None else None
 
 
 def _embedded_manager(config: ExperimentConfig, options: RunOptions, settings: Settings,
