@@ -1,11 +1,19 @@
-"""Forward passes shared by concurrent requests: one thread runs the model on the rows every caller queued.
+"""Forward passes shared by concurrent requests: threads of their own run the model on the rows callers queued.
 
-Callers queue arrays of model inputs (a file's windows, :meth:`labswarm.predict.Predictor.inputs`); the thread
+Callers queue arrays of model inputs (a file's windows, :meth:`labswarm.predict.Predictor.inputs`); a thread
 takes what is queued, concatenates the arrays of the same shape (at most ``max_batch`` rows, at least one array)
 into one forward pass and gives each caller its rows back. A lone caller waits for no one: its array goes through
 at once; under load the requests that arrive during a pass go through together in the next (dynamic batching
 without a timer, as in NVIDIA Triton's dynamic batcher with no queue delay). Rows are independent (the model in
 evaluation mode), so a row's probabilities do not depend on its batch, up to float rounding (~1e-7).
+
+``runners`` threads take passes from the one queue, each pass on one core (torch's intra-op threads as the
+model's ``forward`` sets them; the server's setting ``runners``, 1 by default:
+:class:`~labswarm.serve.settings.ServeSettings`). At 16 concurrent clients one pass thread looked like the
+endpoint's bottleneck (2026-11-26, loaded 2-core machine, the bench's model: that thread ran 70-75 % of a core,
+while the two feature workers were 30-37 % busy each); two run passes side by side on the cores the feature
+workers leave. Their batches are smaller, which costs no more: a pass's CPU a row of that model was flat at 1-4
+rows (~5.5 ms) and higher at 16 (~10 ms).
 
 Closing (the model evicted from the cache while requests still hold it) takes a lock that :meth:`submit` holds
 from its check to its put, so every array is queued before the stop sentinel or sees the model closed: none is
@@ -28,18 +36,22 @@ Forward = Callable[[np.ndarray], np.ndarray]
 
 
 class BatchedModel:
-    """A model's forward pass behind a queue, run by one thread of its own.
+    """A model's forward pass behind a queue, run by ``runners`` threads of its own.
 
     Args:
         forward: the model's softmax over a batch (:meth:`labswarm.predict.Predictor.forward`).
         max_batch: the most rows in one pass (an array larger than that still goes through alone).
-        name: the thread's name.
+        name: the threads' name.
+        runners: passes run at once, each by a thread of its own (at least 1); :meth:`run` (a caller's own pass)
+            takes one of them too.
 
     Attributes:
         passes: forward passes run; ``rows``: rows they held (``rows / passes`` is the mean batch).
     """
 
-    def __init__(self, forward: Forward, max_batch: int = 64, name: str = "model") -> None:
+    def __init__(self, forward: Forward, max_batch: int = 64, name: str = "model", runners: int = 1) -> None:
+        if runners < 1:
+            raise ValueError(f"runners: at least 1, got {runners}")
         self.forward = forward
         self.max_batch = max_batch
         self.passes = 0
@@ -47,10 +59,13 @@ class BatchedModel:
         self._queue: queue.SimpleQueue[tuple[np.ndarray, Future[np.ndarray]] | None] = queue.SimpleQueue()
         self._closed = False
         self._lock = threading.Lock()  # held across submit's check-and-put and close's flag-and-sentinel
-        self._passing = threading.Lock()  # held across a forward pass: one at a time, in any thread
+        self._passing = threading.Semaphore(runners)  # held across a forward pass: runners at a time, any thread
         self._name = name
-        self._thread = threading.Thread(target=self._run, name=f"labswarm-serve-{name}", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, name=f"labswarm-serve-{name}" + (f"-{i}" if i else ""),
+                                          daemon=True) for i in range(runners)]
+        self._thread = self._threads[0]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, inputs: np.ndarray) -> Future[np.ndarray]:
         """Queue ``inputs`` (float32 ``(n, *input_shape)``); the future gives their softmax, float64
@@ -67,8 +82,8 @@ class BatchedModel:
 
     def run(self, inputs: np.ndarray) -> np.ndarray:
         """The softmax of ``inputs`` (float32 ``(n, *input_shape)`` -> float64 ``(n, n_classes)``), run in the
-        caller's thread, after the pass in progress if there is one (a lone request spares the hand-over to the
-        model's thread and back). Counted in :attr:`passes` and :attr:`rows`.
+        caller's thread, once fewer than ``runners`` passes are in progress (a lone request spares the hand-over
+        to the model's thread and back). Counted in :attr:`passes` and :attr:`rows`.
 
         Raises:
             Exception: whatever the model raised.
@@ -80,7 +95,7 @@ class BatchedModel:
         return out
 
     def close(self) -> None:
-        """Stop the thread once what is queued has gone through; later :meth:`submit` calls run unbatched, each
+        """Stop the threads once what is queued has gone through; later :meth:`submit` calls run unbatched, each
         in a thread of its own. Closing twice does nothing more."""
         with self._lock:
             if self._closed:
@@ -89,16 +104,18 @@ class BatchedModel:
             self._queue.put(None)
 
     def _run(self) -> None:
-        """The thread: :meth:`_serve`, then what is still queued (nothing, as :meth:`submit` puts under the lock
-        that :meth:`close` takes; kept so that no future is ever left unresolved), each array alone."""
+        """A thread: :meth:`_serve`, then what is still queued (nothing, as :meth:`submit` puts under the lock
+        that :meth:`close` takes; kept so that no future is ever left unresolved), each array alone; then the stop
+        sentinel queued again, for the next thread (one sentinel stops them all, one after the other)."""
         self._serve()
         while True:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
-                return
+                break
             if item is not None:
                 self._pass([item])
+        self._queue.put(None)
 
     def _serve(self) -> None:
         held: list[tuple[np.ndarray, Future[np.ndarray]]] = []  # queued arrays of another shape than the last pass

@@ -94,7 +94,8 @@ class ModelServer:
 
     def _load(self, key: str) -> Served:
         predictor = self.source.load(key, threads=self.settings.threads)
-        return Served(predictor, BatchedModel(predictor.forward, self.settings.max_batch, key))
+        return Served(predictor, BatchedModel(predictor.forward, self.settings.max_batch, key,
+                                              self.settings.runners))
 
     def model(self, key: str, user: User | None) -> Served:
         """The model of ``key`` if ``user`` may use it (checked on every call), loaded once and kept.

@@ -25,6 +25,10 @@ class ServeSettings(BaseSettings):
             may run on, :func:`~labswarm.threads.usable_cores`), each with one thread per maths library.
         threads: torch's intra-op threads in a forward pass (1, as ``labswarm predict``: see
             :class:`labswarm.predict.Predictor`).
+        runners: forward passes of a model run at once, each by a thread of the server's process (1): requests
+            queued while a pass runs go through the next free one (:class:`~labswarm.serve.batching.BatchedModel`).
+            2 ran more clips a second at 16 clients in 4 of 5 steady 10-s pairs on the loaded 2-core machine
+            (2026-11-26) but not in bench/serve.py's short rounds: the default stays 1 until measured quiet.
         compute_alone: compute a file in the server's own process when no other file is in flight (true), sparing
             the hand-overs to a worker process and back; false: always in a worker process (the server's process
             computes no features).
@@ -40,4 +44,5 @@ class ServeSettings(BaseSettings):
     max_batch: int = Field(64, ge=1)
     workers: int = Field(default_factory=lambda: len(usable_cores()), ge=1)
     threads: int = Field(1, ge=1)
+    runners: int = Field(1, ge=1)
     compute_alone: bool = True
