@@ -8,7 +8,7 @@ without a timer, as in NVIDIA Triton's dynamic batcher with no queue delay). Row
 evaluation mode), so a row's probabilities do not depend on its batch, up to float rounding (~1e-7).
 
 ``runners`` threads take passes from the one queue, each pass on one core (torch's intra-op threads as the
-model's ``forward`` sets them; the server's setting ``runners``, 1 by default:
+model's ``forward`` sets them; the server's setting ``runners``, 2 by default:
 :class:`~labswarm.serve.settings.ServeSettings`). At 16 concurrent clients one pass thread looked like the
 endpoint's bottleneck (2026-11-26, loaded 2-core machine, the bench's model: that thread ran 70-75 % of a core,
 while the two feature workers were 30-37 % busy each); two run passes side by side on the cores the feature

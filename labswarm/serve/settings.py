@@ -25,13 +25,12 @@ class ServeSettings(BaseSettings):
             may run on, :func:`~labswarm.threads.usable_cores`), each with one thread per maths library.
         threads: torch's intra-op threads in a forward pass (1, as ``labswarm predict``: see
             :class:`labswarm.predict.Predictor`).
-        runners: forward passes of a model run at once, each by a thread of the server's process (1): requests
+        runners: forward passes of a model run at once, each by a thread of the server's process (2): requests
             queued while a pass runs go through the next free one (:class:`~labswarm.serve.batching.BatchedModel`).
-            2 ran more clips a second at 16 clients in 4 of 5 steady 10-s pairs on the loaded 2-core machine
-            (2026-11-26) but not in bench/serve.py's short rounds: the default stays 1 until measured quiet.
-        compute_alone: compute a file in the server's own process when no other file is in flight (true), sparing
-            the hand-overs to a worker process and back; false: always in a worker process (the server's process
-            computes no features).
+            Measured on the 2-core machine (2026-11-26, bench/serve.py --requests 64 --clients 1,16, load 1.5-2.7,
+            3 alternating pairs): at 16 clients the endpoint ran 1.09, 1.16, 1.04x the in-process clips/s with 2
+            against 0.87, 0.96, 0.89x with 1 (16 clients / 1 client 1.80, 1.67, 1.67x against 1.36, 1.59, 1.52x);
+            one client's file is computed alone, on no runner.
     """
 
     model_config = SettingsConfigDict(env_prefix="LABSWARM_PREDICT_", extra="ignore")
@@ -44,5 +43,5 @@ class ServeSettings(BaseSettings):
     max_batch: int = Field(64, ge=1)
     workers: int = Field(default_factory=lambda: len(usable_cores()), ge=1)
     threads: int = Field(1, ge=1)
-    runners: int = Field(1, ge=1)
+    runners: int = Field(2, ge=1)
     compute_alone: bool = True
