@@ -227,6 +227,11 @@ class LocalLearners(LearnerLauncher):
                 f"{memory}, resources.cpus {cpus}) could be made under this manager's cgroups "
                 f"({', '.join(f'{k}: {v}' for k, v in sorted(folders.items())) or 'none found'}): no writable "
                 f"memory controller there; unset it to fall back to {FALLBACK}")
+        if made is not None:
+            # a removal of the same name left to retry (the learner this one replaces in its attempt, restarted
+            # alone, whose processes were not gone yet) is over: create() makes a folder afresh only once no
+            # process is in it, and retrying that removal would kill this learner once it joins
+            self._unremoved = [(c, since) for c, since in self._unremoved if not set(c.folders) & set(made.folders)]
         return made
 
     def _pin(self, pid: int, cpus: float) -> None:

@@ -89,6 +89,33 @@ def test_a_leftover_cgroup_of_the_same_name_is_never_killed_and_an_empty_one_is_
     assert made is not None and made.folders == [leftover] and (leftover / "memory.max").read_text() == str(512 * 2**20)
 
 
+def test_a_learner_restarted_alone_is_not_killed_by_the_retried_removal_of_its_predecessors_cgroup(
+        tmp_path: Path) -> None:
+    """An asynchronous framework's learner restarted alone gets the cgroup name of the one it replaces (same job,
+    attempt and rank); a removal of that cgroup left to retry (its killed process not gone yet) must not kill the
+    new learner once it has joined (CI: a downpour learner's successor killed -9 a second after it started)."""
+    root, proc, _own = _tree(tmp_path, "+memory +cpu")
+    learners = LocalLearners(root=root, proc=proc)
+    launch = LearnerLaunch("job1", 1, 0, {}, tmp_path / "spec.json", tmp_path / "learner-0.out", "token",
+                           resources={"cpus": 1, "memory_mb": 512})
+    first = learners._cgroup(launch)
+    assert first is not None
+    learners._unremoved.append((first, None))  # its removal left to retry: a process in it not gone yet
+    for file in first.folders[0].iterdir():  # (the fake's folder must be empty to be made again; cgroupfs: its
+        file.unlink()                        # files go with rmdir)
+    again = learners._cgroup(launch)
+    assert again is not None and again.folders == first.folders
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) as successor:
+        try:
+            (again.folders[0] / "cgroup.procs").write_text(f"{successor.pid}\n")  # the new learner joined
+            learners._remove_unremoved()
+            assert not learners._unremoved  # the predecessor's removal is over: nothing retried on this folder
+            with pytest.raises(subprocess.TimeoutExpired):  # (a SIGKILL it got would end it within this wait)
+                successor.wait(timeout=2)
+        finally:
+            successor.kill()
+
+
 #: A learner stand-in: its pid, the cgroup it sees and the limit variables it was given.
 _PROGRAM = ("import os; print('ran', os.getpid(), os.environ.get('LABSWARM_MEMORY_LIMIT_MB'), "
             "os.environ.get('LABSWARM_MEMORY_CGROUP'), os.environ.get('LABSWARM_LEARNER_LIMITS'), flush=True)")

@@ -192,7 +192,8 @@ def test_a_downpour_learner_killed_in_its_first_pass_keeps_its_chunks_in_the_sto
     assert statuses(stream)[-1] == "completed", _explained(shown, stream)
     attempt = shown["attempts"][-1]
     assert attempt["number"] == number == len(before["attempts"]), _explained(shown, stream)
-    assert [r["previous"]["pid"] for r in attempt["learner_restarts"]] == [victim]
+    assert [r["previous"]["pid"] for r in attempt["learner_restarts"]] == [victim], (
+        _explained(shown, stream), attempt["learner_restarts"])
     results = _results(tmp_path, job["id"])
     assert_every_sample_once_per_pass(results, shown, manifest, 2)
     lines = record.read(results.glob(f"logs/attempt-{number}/chunks-1.jsonl"))
