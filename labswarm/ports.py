@@ -18,6 +18,16 @@ EPHEMERAL_START = 32768
 _RANDOM = random.SystemRandom()
 
 
+def _below_ephemeral() -> tuple[int, int]:
+    """``(low, high)``: from half the kernel's ephemeral range's start to that start (16384-32768 with Linux's
+    default; the start read from ``/proc/sys/net/ipv4/ip_local_port_range``, else :data:`EPHEMERAL_START`);
+    ``low >= high`` where the range starts at 2048 or lower (no room below it)."""
+    high = EPHEMERAL_START
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        high = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return max(high // 2, 1024), high
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free now on ``host``, for a server that binds it later (a process started with it).
 
@@ -31,20 +41,36 @@ def free_port(host: str = "127.0.0.1") -> int:
     Raises:
         OSError: no port of the range was free after 200 tries.
     """
-    high = EPHEMERAL_START
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        high = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    low = max(high // 2, 1024)
-    if low >= high:  # an ephemeral range from 1024-2048 or lower: no room below it, the kernel's choice then
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-            sock.bind((host, 0))
-            return int(sock.getsockname()[1])
-    for _ in range(200):
-        port = _RANDOM.randrange(low, high)  # not the global generator: a test may have seeded it
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                continue
-            return port
+    with listen_free(host, backlog=None) as sock:
+        return int(sock.getsockname()[1])
+
+
+def listen_free(host: str = "127.0.0.1", backlog: int | None = 128) -> socket.socket:
+    """A TCP socket bound to a free port of ``host`` below the kernel's ephemeral range (as :func:`free_port`
+    picks), listening with ``backlog`` (``None``: bound only): for a server whose port must stay its own after it
+    dies and is revived on it. A port the kernel picks lies in its ephemeral range, where any ``connect()`` of the
+    machine may be given it as its local port while the server is down (a learner retrying to reach it, too:
+    TCP's self-connect), and the revived server cannot bind it again. Where the range leaves no room below it, the
+    kernel picks.
+
+    Raises:
+        OSError: no port of the range was free after 200 tries.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    low, high = _below_ephemeral()
+    ports = [0] if low >= high else [_RANDOM.randrange(low, high) for _ in range(200)]  # not the global generator
+    for port in ports:
+        try:
+            if backlog is None:
+                sock = socket.socket(family)
+                try:
+                    sock.bind((host, port))
+                except OSError:
+                    sock.close()
+                    raise
+                return sock
+            return socket.create_server((host, port), family=family, backlog=backlog)
+        except OSError:
+            if port == 0:
+                raise
     raise OSError(f"no free port on {host} in {low}-{high - 1} after 200 tries")

@@ -34,3 +34,15 @@ def test_a_range_starting_low_gives_a_port_the_kernel_picks_not_a_value_error(mo
 def test_a_range_starting_high_gives_a_port_below_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ports, "Path", _Range("40000\t60999\n"))
     assert all(20000 <= ports.free_port() < 40000 for _ in range(10))
+
+
+def test_a_server_listens_below_the_ephemeral_range_and_its_port_can_be_bound_again_once_closed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ports, "Path", _Range("40000\t60999\n"))
+    with ports.listen_free("127.0.0.1") as server:
+        port = server.getsockname()[1]
+        assert 20000 <= port < 40000
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            pass  # it listens
+    with socket.create_server(("127.0.0.1", port)):
+        pass  # a revived server binds it again

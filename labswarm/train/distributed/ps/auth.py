@@ -27,6 +27,7 @@ import secrets
 import socket
 
 from labswarm.errors import ConfigError, LabswarmError
+from labswarm.ports import listen_free
 from labswarm.train.distributed.ps.protocol import recv, send
 
 #: The environment variable that carries the job's parameter-server secret to its shards and learners.
@@ -82,7 +83,8 @@ def listen(host: str, port: int, secret: str | None) -> socket.socket:
 
     Args:
         host: the address to listen on; beyond loopback only with a secret (:func:`check_bind`).
-        port: the port; 0: one the kernel picks (read it with ``getsockname()``).
+        port: the port; 0: a free one below the kernel's ephemeral range (:func:`labswarm.ports.listen_free`;
+            read it with ``getsockname()``).
         secret: the job's secret, or ``None``.
 
     Raises:
@@ -90,6 +92,8 @@ def listen(host: str, port: int, secret: str | None) -> socket.socket:
         OSError: the address cannot be bound (the port is taken, say).
     """
     check_bind(host, secret)
+    if port == 0:  # below the ephemeral range: a revived shard binds this port again (labswarm.ports)
+        return listen_free(host, LISTEN_BACKLOG)
     return socket.create_server((host, port), backlog=LISTEN_BACKLOG)
 
 
