@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 import numpy as np
+import psutil
 import pytest
 import soundfile as sf
 
@@ -134,6 +135,18 @@ def attempt_token_lookups(engine: Any) -> Iterator[list[str]]:
         yield lookups
     finally:
         event.remove(engine, "before_cursor_execute", count)
+
+
+def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``processes`` that run (neither gone nor zombies): what a test checks is left after a stop."""
+    out = []
+    for p in processes:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
 
 
 def wait_until(condition: Callable[[], Any], what: str, timeout: float = 60.0, interval: float = 0.1) -> Any:

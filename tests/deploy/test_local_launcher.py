@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from helpers import experiment_dict, write_dataset
+from helpers import alive, experiment_dict, write_dataset
 
 from labswarm.deploy.local import LocalLauncher, RestartPolicy
 from labswarm.manager.api import create_app
@@ -71,18 +71,6 @@ def family(pid: int) -> list[psutil.Process]:
         return [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
         return []
-
-
-def alive(processes: list[psutil.Process]) -> list[psutil.Process]:
-    """Those of ``processes`` that run (neither gone nor zombies)."""
-    out = []
-    for p in processes:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 # supervision, with a stand-in command

@@ -7,21 +7,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import experiment_dict, write_dataset
+from helpers import alive, experiment_dict, write_dataset
 
 from labswarm.manager.server import EmbeddedServer
 from labswarm.settings import Settings
-
-
-def _running(processes: list[psutil.Process]) -> list[psutil.Process]:
-    out = []
-    for p in processes:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 @pytest.mark.slow  # a whole labswarm run: its manager, a worker process, 8 samples (~10-20 s under load)
@@ -56,7 +45,7 @@ def test_a_figure_that_raises_leaves_the_manager_stopped_once_and_the_stop_error
         run_experiment(config, RunOptions(workers=1), settings=Settings(home=tmp_path / "home"))
     assert isinstance(raised.value.__context__, OSError), raised.value.__context__
     assert stops == ["labswarm-manager-stop"], stops  # once, in its thread
-    left = [p for p in _running(psutil.Process().children(recursive=True)) if p.pid not in before]
+    left = [p for p in alive(psutil.Process().children(recursive=True)) if p.pid not in before]
     assert left == [], [(p.pid, p.cmdline()[-4:]) for p in left]
     with RunLock(tmp_path / "home", config.name):  # released: the next run of the experiment takes it
         pass
