@@ -7,6 +7,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import experiment_dict, promtool_check, write_dataset
@@ -147,6 +148,20 @@ def test_the_loop_survives_any_error_of_one_poll_and_logs_it(tmp_path: Path, cap
     assert len(rows) >= 4 and "a" in manager.rates
 
 
+def _ticked_each_second(manager: Any, log_dir: Path, seconds: int) -> list[dict]:
+    """A :class:`HealthLoop` (2 consumers, decisions logged in ``log_dir``) over ``manager``, a stand-in whose clock
+    is its ``t``, ticked once a second from t = 0 for ``seconds``; returns the rows it logged."""
+    loop = HealthLoop(manager, None, consumers=2, log_dir=log_dir, clock=lambda: manager.t)
+
+    async def ticks() -> None:
+        for t in range(seconds):
+            manager.t = float(t)
+            await loop.tick()
+
+    asyncio.run(ticks())
+    return [json.loads(line) for line in (log_dir / "health-s.jsonl").read_text().splitlines()]
+
+
 class _LateWorkers:
     """A stand-in for :class:`ManagerMonitor`: one session whose 2 workers start at t = 5 s, then finish 20
     samples/s; the start window has published 25 samples before (they wait in the queue)."""
@@ -171,15 +186,7 @@ def test_the_first_decision_measures_the_consume_rate_from_the_first_outcome_not
     whole window the consume rate read a fraction of the real one, and the first decision cut the publish rate
     below it (the queue then drained and the workers starved)."""
     manager = _LateWorkers()
-    loop = HealthLoop(manager, None, consumers=2, log_dir=tmp_path, clock=lambda: manager.t)
-
-    async def run() -> None:
-        for t in range(10):
-            manager.t = float(t)
-            await loop.tick()
-
-    asyncio.run(run())
-    rows = [json.loads(line) for line in (tmp_path / "health-s.jsonl").read_text().splitlines()]
+    rows = _ticked_each_second(manager, tmp_path, 10)
     first = rows[0]  # t = 7: the tick after the first with outcomes (t = 6), 20 in the second between them
     assert first["consume_rate"] == pytest.approx(20.0, rel=0.05), first
     assert manager.rates[0] >= first["consume_rate"], (manager.rates, first)  # depth 25 is under 3 s x 20/s
@@ -219,14 +226,7 @@ class _WindowedStart:
     def run(self, log_dir: Path, seconds: int = 12) -> list[float]:
         """A :class:`HealthLoop` over this session (2 consumers, decisions logged in ``log_dir``), ticked once a
         second from t = 0 for ``seconds``; returns the rates it set."""
-        loop = HealthLoop(self, None, consumers=2, log_dir=log_dir, clock=lambda: self.t)
-
-        async def ticks() -> None:
-            for t in range(seconds):
-                self.t = float(t)
-                await loop.tick()
-
-        asyncio.run(ticks())
+        _ticked_each_second(self, log_dir, seconds)
         return self.rates
 
 
@@ -289,15 +289,7 @@ class _SlowMessages:
 
     def first_decision(self, log_dir: Path) -> dict:
         """Tick a :class:`HealthLoop` (2 consumers) once a second from t = 0 to 13; returns its first logged row."""
-        loop = HealthLoop(self, None, consumers=2, log_dir=log_dir, clock=lambda: self.t)
-
-        async def ticks() -> None:
-            for t in range(14):
-                self.t = float(t)
-                await loop.tick()
-
-        asyncio.run(ticks())
-        return json.loads((log_dir / "health-s.jsonl").read_text().splitlines()[0])
+        return _ticked_each_second(self, log_dir, 14)[0]
 
 
 def test_the_first_decision_waits_for_a_tick_with_more_outcomes_when_messages_outlast_a_tick(tmp_path: Path) -> None:
