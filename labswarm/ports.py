@@ -60,17 +60,17 @@ def listen_free(host: str = "127.0.0.1", backlog: int | None = 128) -> socket.so
     low, high = _below_ephemeral()
     ports = [0] if low >= high else [_RANDOM.randrange(low, high) for _ in range(200)]  # not the global generator
     for port in ports:
+        sock = socket.socket(family)
         try:
-            if backlog is None:
-                sock = socket.socket(family)
-                try:
-                    sock.bind((host, port))
-                except OSError:
-                    sock.close()
-                    raise
-                return sock
-            return socket.create_server((host, port), family=family, backlog=backlog)
+            if backlog is not None:  # as socket.create_server: a server's port binds again past TIME_WAIT
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            if backlog is not None:
+                sock.listen(backlog)
         except OSError:
+            sock.close()
             if port == 0:
                 raise
+            continue
+        return sock
     raise OSError(f"no free port on {host} in {low}-{high - 1} after 200 tries")
