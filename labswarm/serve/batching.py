@@ -63,7 +63,6 @@ class BatchedModel:
         self._name = name
         self._threads = [threading.Thread(target=self._run, name=f"labswarm-serve-{name}" + (f"-{i}" if i else ""),
                                           daemon=True) for i in range(runners)]
-        self._thread = self._threads[0]
         for thread in self._threads:
             thread.start()
 

@@ -56,8 +56,9 @@ def test_a_close_during_submit_leaves_no_future_unresolved(monkeypatch) -> None:
     racy.closer.join(30)
     assert model._closed
     assert done.result(30).ravel().tolist() == [3.0, 3.0]
-    model._thread.join(30)
-    assert not model._thread.is_alive()
+    for thread in model._threads:
+        thread.join(30)
+    assert not any(thread.is_alive() for thread in model._threads)
 
 
 def test_after_a_close_submit_never_runs_the_model_on_the_event_loop() -> None:
