@@ -106,41 +106,43 @@ EMPTY = Catalogue([], [], 0, np.array([], dtype="S20"), np.array([], dtype=np.in
                   np.array([], dtype=np.int64))
 
 
-def list_packs(origin: Storage) -> dict[str, tuple[int, int]]:
-    """The store's packs whose index is written, name → (bytes of the pack object, bytes of its index).
+def list_packs(origin: Storage, folder: str = PACKS) -> dict[str, tuple[int, int]]:
+    """The store's packs (in ``folder``: :data:`PACKS`, or a remote store's written packs,
+    :data:`labswarm.store.written.WRITTEN`) whose index is written, name → (bytes of the pack object, bytes of its
+    index).
 
     Raises:
         StorageError: the storage cannot be listed.
     """
-    sizes = origin.sizes(PACKS)
+    sizes = origin.sizes(folder)
     return {name: (size, sizes[index]) for rel, size in sizes.items() if rel.endswith(".pack")
-            and (index := f"{PACKS}/{(name := rel[len(PACKS) + 1:-5])}.json") in sizes}
+            and (index := f"{folder}/{(name := rel[len(folder) + 1:-5])}.json") in sizes}
 
 
-def read_index(origin: Storage, name: str) -> list[Entry]:
-    """The entries of pack ``name`` from its ``.json``.
+def read_index(origin: Storage, name: str, folder: str = PACKS) -> list[Entry]:
+    """The entries of pack ``name`` (in ``folder``) from its ``.json``.
 
     Raises:
         StorageError: it cannot be read (MissingObject: removed).
         ValueError: it is not a pack header.
     """
-    return parse_header(origin.get_bytes(f"{PACKS}/{name}.json"))
+    return parse_header(origin.get_bytes(f"{folder}/{name}.json"))
 
 
 def load_catalogue(origin: Storage, known: dict[str, list[Entry]] | None = None,
-                   threads: int = THREADS) -> Catalogue:
-    """The store's packs (one listing, then the ``.json`` of each pack not in ``known``, name → its entries,
-    which is updated). A pack whose index cannot be read or parsed is left out, with a warning.
+                   threads: int = THREADS, folder: str = PACKS) -> Catalogue:
+    """The store's packs in ``folder`` (one listing, then the ``.json`` of each pack not in ``known``, name → its
+    entries, which is updated). A pack whose index cannot be read or parsed is left out, with a warning.
 
     Raises:
         StorageError: the storage cannot be listed.
     """
     known = {} if known is None else known
-    sizes = list_packs(origin)
+    sizes = list_packs(origin, folder)
 
     def one(name: str) -> tuple[str, list[Entry] | None]:
         try:
-            return name, read_index(origin, name)
+            return name, read_index(origin, name, folder)
         except (StorageError, ValueError) as exc:
             log.warning("leaving pack %s aside: %s", name, exc)
             return name, None
@@ -170,11 +172,14 @@ class PackReader:
 
     Args:
         origin: the storage that holds the packs (:attr:`FeatureStore.origin`); cache: the store's cache of it;
-        relpath: a key's array alone in the cache (:meth:`FeatureStore.relpath`).
+        relpath: a key's array alone in the cache (:meth:`FeatureStore.relpath`); folder: where the packs are
+        (:data:`PACKS`; a remote store's written packs: :mod:`labswarm.store.written`); bounded: packs are read only
+        while all of them fit in the cache's bound (``False`` for written packs: their arrays are nowhere else).
     """
 
-    def __init__(self, origin: Storage, cache: CachedStorage, relpath: Callable[[str], str]) -> None:
-        self.origin, self.cache, self.relpath = origin, cache, relpath
+    def __init__(self, origin: Storage, cache: CachedStorage, relpath: Callable[[str], str], *,
+                 folder: str = PACKS, bounded: bool = True) -> None:
+        self.origin, self.cache, self.relpath, self.folder, self.bounded = origin, cache, relpath, folder, bounded
         self._catalogue: Catalogue | None = None
         self._loaded = -float("inf")
         self._known: dict[str, list[Entry]] = {}
@@ -197,13 +202,17 @@ class PackReader:
             return catalogue
         with self._guard:
             try:
-                self._catalogue = load_catalogue(self.origin, self._known)
+                self._catalogue = load_catalogue(self.origin, self._known, folder=self.folder)
                 self._known = {n: self._known[n] for n in self._catalogue.names}  # removed packs forgotten
             except StorageError as exc:
                 log.warning("reading every array alone: cannot list the packs: %s", exc)
                 self._catalogue = EMPTY
             self._loaded = time.monotonic()
             return self._catalogue
+
+    def _over(self, catalogue: Catalogue) -> bool:
+        """Whether the packs are not read, being more in all than the cache's bound (only when :attr:`bounded`)."""
+        return self.bounded and catalogue.bytes > self.cache.max_bytes
 
     def _usable(self, name: str) -> bool:
         """Whether pack ``name`` may be fetched: not damaged, and no fetch or caching of it failed in the last
@@ -229,7 +238,7 @@ class PackReader:
         pack is not cached but the array alone is (a cache filled before the packs were made)."""
         catalogue = self.catalogue(key)
         row = catalogue.find(key)
-        if row is None or catalogue.bytes > self.cache.max_bytes:
+        if row is None or self._over(catalogue):
             return None
         pack = int(catalogue.packs[row])
         name = catalogue.names[pack]
@@ -239,7 +248,7 @@ class PackReader:
         pending = self._pending.get(name)
         if pending is not None:
             return pending[0], *where
-        rel = f"{PACKS}/{name}.pack"
+        rel = f"{self.folder}/{name}.pack"
         path = self.cache.cached_path(rel)
         if self.cache._touch(path, remembered=True):
             return path, *where
@@ -257,7 +266,7 @@ class PackReader:
         crash), so that the next read of its arrays fetches it again."""
         log.warning("removing cached pack %s, damaged: %s", source, problem)
         try:
-            self.cache.discard(f"{PACKS}/{source.stem}.pack")
+            self.cache.discard(f"{self.folder}/{source.stem}.pack")
         except StorageError as exc:
             log.warning("cannot remove cached pack %s: %s", source, exc)
 
@@ -314,7 +323,7 @@ class PackReader:
         """The pack ``key`` is read from (:meth:`locate` would not answer ``None`` for want of one), if any."""
         catalogue = self.catalogue(key)
         row = catalogue.find(key)
-        if row is None or catalogue.bytes > self.cache.max_bytes:
+        if row is None or self._over(catalogue):
             return None
         name = catalogue.names[int(catalogue.packs[row])]
         return name if self._usable(name) else None
@@ -329,7 +338,7 @@ class PackReader:
         measures it with tracemalloc); 0 when the packs are not read (none, or more in all than the cache's bound).
         Lists the packs at the first call."""
         catalogue = self.catalogue()
-        if not catalogue.names or catalogue.bytes > self.cache.max_bytes:
+        if not catalogue.names or self._over(catalogue):
             return 0
         threads = max(1, threads)
         return ((2 * threads + PENDING - 1) * catalogue.largest
@@ -339,7 +348,7 @@ class PackReader:
         """Whether ``key`` is read from a pack that is in the cache (or being written there)."""
         name = self.pack_of(key)
         return name is not None and (name in self._pending
-                                     or self.cache.cached_path(f"{PACKS}/{name}.pack").is_file())
+                                     or self.cache.cached_path(f"{self.folder}/{name}.pack").is_file())
 
     def wait(self) -> None:
         """Wait until the packs fetched so far are written into the cache."""
