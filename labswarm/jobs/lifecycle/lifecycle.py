@@ -36,11 +36,12 @@ from labswarm.deploy.learners import learner_launcher
 from labswarm.errors import StorageError
 from labswarm.jobs.lifecycle.cluster import JobCluster
 from labswarm.jobs.lifecycle.deployer import Deployer
-from labswarm.jobs.lifecycle.outcomes import AttemptOutcomes, restart_policy
+from labswarm.jobs.lifecycle.outcomes import AttemptOutcomes, restart_policy, take_restart
 from labswarm.jobs.lifecycle.runtime import JobRuntime
 from labswarm.jobs.records import events
 from labswarm.jobs.records.models import JobRow, LearnerRow, naive_utcnow
 from labswarm.jobs.spec import layout
+from labswarm.jobs.spec.errors import Fault
 from labswarm.jobs.spec.states import HOLDS_SLOTS, JobState
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,7 @@ class JobLifecycle:
                 continue
             policy = restart_policy(job)
             for index in dead:
-                if job.restarts_platform >= policy.max_restarts_platform:
+                if take_restart(job, policy, Fault.PLATFORM) is not None:
                     log.error("job %s: shard %d died beyond the platform restart budget", job_id, index)
                     cluster.stop_shards()
                     for learner in db.scalars(select(LearnerRow).where(LearnerRow.job_id == job_id,
@@ -177,7 +178,6 @@ class JobLifecycle:
                         learner.killed = "ps"
                         self.learners.kill(learner)
                     break
-                job.restarts_platform += 1
                 try:
                     code = cluster.revive(index)
                     line = f"parameter-server shard {index} exited {code}: restarted from its checkpoint"

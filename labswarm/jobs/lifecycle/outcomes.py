@@ -52,6 +52,27 @@ def restart_policy(job: JobRow) -> RestartPolicy:
     return RestartPolicy.model_validate(job.manifest["restart"])
 
 
+def take_restart(job: JobRow, policy: RestartPolicy, fault: Fault, *, allowed: bool = True) -> str | None:
+    """Count one restart of ``job`` against the budget of ``fault``'s kind (``policy.max_restarts_user`` or
+    ``max_restarts_platform``), unless that budget is spent or ``allowed`` is false (a restart ruled out for
+    another reason): the one place the lifecycle decides whether a restart budget is spent.
+
+    Returns:
+        ``None`` when the restart is counted (``job.restarts_user`` or ``restarts_platform`` one more); otherwise,
+        nothing counted, the budget's state for the failure reason, e.g. ``"user restarts used: 3 of 3"``.
+    """
+    user = fault is Fault.USER
+    used, budget = ((job.restarts_user, policy.max_restarts_user) if user
+                    else (job.restarts_platform, policy.max_restarts_platform))
+    if used >= budget or not allowed:
+        return f"{fault.value} restarts used: {used} of {budget}"
+    if user:
+        job.restarts_user += 1
+    else:
+        job.restarts_platform += 1
+    return None
+
+
 class AttemptOutcomes:
     """The lifecycle's decisions at the end of an attempt (a part of
     :class:`~labswarm.jobs.lifecycle.lifecycle.JobLifecycle`).
@@ -164,15 +185,8 @@ class AttemptOutcomes:
             verdict = _verdict(policy, [learner], learner.exit_code)
             if verdict is None:
                 continue
-            user = verdict.fault is Fault.USER
-            used, budget = ((job.restarts_user, policy.max_restarts_user) if user
-                            else (job.restarts_platform, policy.max_restarts_platform))
-            if used >= budget or (job.id, job.attempt) not in self.tokens:
+            if take_restart(job, policy, verdict.fault, allowed=(job.id, job.attempt) in self.tokens) is not None:
                 continue  # the attempt ends with it (a restarted manager has not the attempt's token: a new one)
-            if user:
-                job.restarts_user += 1
-            else:
-                job.restarts_platform += 1
             try:
                 pointer = layout.latest_checkpoint(self.runtime.storage(job))
             except StorageError:
@@ -214,16 +228,10 @@ class AttemptOutcomes:
 
     def _restart_or_fail(self, db: Session, job: JobRow, attempt: AttemptRow, verdict: ExitVerdict,
                          pointer: dict[str, Any] | None, policy: RestartPolicy) -> None:
-        user = verdict.fault is Fault.USER
-        used, budget = ((job.restarts_user, policy.max_restarts_user) if user
-                        else (job.restarts_platform, policy.max_restarts_platform))
-        if used >= budget or job.status == _S.STORING.value:
-            self._fail(db, job, attempt, verdict, budget=f"{verdict.fault.value} restarts used: {used} of {budget}")
+        spent = take_restart(job, policy, verdict.fault, allowed=job.status != _S.STORING.value)
+        if spent is not None:
+            self._fail(db, job, attempt, verdict, budget=spent)
             return
-        if user:
-            job.restarts_user += 1
-        else:
-            job.restarts_platform += 1
         restarts = job.restarts_user + job.restarts_platform
         delay = policy.backoff(restarts)
         job.not_before = naive_utcnow() + timedelta(seconds=delay)
