@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from labswarm.compare.report import table
-from labswarm.compare.run import CompareOptions, run_all, topology_spec
+from labswarm.compare.run import CompareOptions, run_all
+from labswarm.compare.specs import topology_spec
 from labswarm.errors import ConfigError
 
 #: The most processes a budget may name here (the candidates grow about as N log N; each is a job).
