@@ -116,11 +116,14 @@ def worker(
     and the API token come from the environment (LABSWARM_BROKER_URL, LABSWARM_API_TOKEN, or their *_FILE)."""
     import gc
 
-    gc.disable()  # while the audio libraries are imported and warmed up; run_worker freezes their objects and
-    # turns it on again before the pool forks (measured: 2.8 s of CPU instead of 3.2 s for the start, load ~20)
-    from labswarm.deploy.lifeline import end_with_parent
-    from labswarm.queue.worker import run_worker
-    from labswarm.settings import load_settings
+    from labswarm.gcpause import collector_paused
+
+    with collector_paused():  # while the worker's libraries are imported (run_worker pauses it again while it warms
+        # them up, then freezes their objects before the pool forks; measured: 2.8 s of CPU instead of 3.2 s for the
+        # start, load ~20)
+        from labswarm.deploy.lifeline import end_with_parent
+        from labswarm.queue.worker import run_worker
+        from labswarm.settings import load_settings
 
     warn_password("--broker", broker, "LABSWARM_BROKER_URL")
     try:

@@ -7,11 +7,12 @@ without running anything when its stdin ends first (the run ended or did not nee
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import sys
 from typing import Any
+
+from labswarm.gcpause import collector_paused
 
 
 def _read(stream) -> dict[str, Any] | None:
@@ -46,15 +47,14 @@ def _redirect(path: str | None) -> None:
 
 def main() -> int:
     """Warm up, wait for the command, run it; the exit status is the command's (0 when none came)."""
-    gc.disable()  # as `labswarm worker` does while it imports: the worker freezes these objects before forking
     stdin = sys.stdin
     first = _read(stdin)
     if first is None:
         return 0
-    with contextlib.suppress(Exception):  # the worker's own start reports a broken config or library, in its log
-        _warm(first.get("config") or {})
-    gc.collect()  # the garbage of the imports, then their objects out of the collector's sight (as run_worker does
-    gc.freeze()  # after its warm-up: its own collection then has only what came since)
+    # as run_worker does: no collection while the worker's modules are imported and warmed up, then their objects
+    # out of the collector's sight (the worker's own freeze before it forks then has only what came since)
+    with collector_paused(freeze=True), contextlib.suppress(Exception):  # the worker's own start reports a broken
+        _warm(first.get("config") or {})  # config or library, in its log
     command = _read(stdin)
     if command is None:
         return 0

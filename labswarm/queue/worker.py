@@ -9,7 +9,6 @@ block once, with one maths thread (N single-threaded processes beat N multi-thre
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import os
 import socket
@@ -20,6 +19,7 @@ from celery import signals
 from labswarm.client import ManagerClient
 from labswarm.config.experiment import ExperimentConfig
 from labswarm.errors import ConfigError
+from labswarm.gcpause import collector_paused
 from labswarm.queue.app import app_queue, declare_queue, is_embedded, make_celery, message_bound, queue_name
 from labswarm.queue.task import WorkerState, set_worker_state, worker_state
 from labswarm.queue.tooling import heartbeats
@@ -145,34 +145,32 @@ def run_worker(
         ManagerError: the manager cannot be reached or does not know an experiment.
         ConfigError: no broker URL is known (the manager's needs a password: the message shows it masked).
     """
-    names = [experiments] if isinstance(experiments, str) else list(dict.fromkeys(experiments))
-    client = ManagerClient(manager_url, token)
-    configs = {name: ExperimentConfig.model_validate(client.experiment_config(name)) for name in names}
-    settings = client.settings()
-    client.close()
-    label = names[0] if len(names) == 1 else f"{len(names)}-experiments"
-    own = load_settings()
-    app = make_celery(broker_url or _broker_url(settings),
-                      message_bound(settings.get("max_queue_length"), settings.get("samples_per_message", 1)),
-                      role="worker", experiment=label, events=own.celery_events,
-                      remote_control=own.celery_remote_control, heartbeat=own.broker_heartbeat)
-    app.conf.task_queues = [app_queue(app, name) for name in names]
-    app.conf.worker_pool = POOL  # Celery's prefork pool, less the last 0.5 s of its warm stop (labswarm.queue.pool)
-    if is_embedded(app.conf.broker_url):
-        for name in names:
-            declare_queue(app, name)  # under the broker's lock: see declare_queue
-    set_worker_state(WorkerState(configs, manager_url, token, float(settings.get("report_interval", 0.25))))
-    # import the heavy libraries (and warm them up) before the pool forks
-    for config in configs.values():
-        warm_up(config)
-    # what the imports and the warm-up made lives as long as the process: out of the collector's sight before the
-    # pool forks (Python's advice for a fork without exec: no copy-on-write of its objects by collections in the
-    # pool processes), and out of the collections at exit (3-4 s of a loaded 2-core machine, 0.7 s frozen). The
-    # CLI turns the collector off while importing (`labswarm worker`: ~12 % of the start's CPU); it is on again now,
-    # after one collection of the garbage of that time (frozen, it would never be freed)
-    gc.collect()
-    gc.freeze()
-    gc.enable()
+    # what the imports and the warm-up make lives as long as the process: out of the collector's sight before the
+    # pool forks (collector_paused(freeze=True): Python's advice for a fork without exec, no copy-on-write of its
+    # objects by collections in the pool processes), and out of the collections at exit (3-4 s of a loaded 2-core
+    # machine, 0.7 s frozen); the collector is off meanwhile (~12 % of the start's CPU; `labswarm worker` turns it
+    # off while importing too), on again after one collection of the garbage of that time
+    with collector_paused(freeze=True):
+        names = [experiments] if isinstance(experiments, str) else list(dict.fromkeys(experiments))
+        client = ManagerClient(manager_url, token)
+        configs = {name: ExperimentConfig.model_validate(client.experiment_config(name)) for name in names}
+        settings = client.settings()
+        client.close()
+        label = names[0] if len(names) == 1 else f"{len(names)}-experiments"
+        own = load_settings()
+        app = make_celery(broker_url or _broker_url(settings),
+                          message_bound(settings.get("max_queue_length"), settings.get("samples_per_message", 1)),
+                          role="worker", experiment=label, events=own.celery_events,
+                          remote_control=own.celery_remote_control, heartbeat=own.broker_heartbeat)
+        app.conf.task_queues = [app_queue(app, name) for name in names]
+        app.conf.worker_pool = POOL  # Celery's prefork pool, less the last 0.5 s of its warm stop (labswarm.queue.pool)
+        if is_embedded(app.conf.broker_url):
+            for name in names:
+                declare_queue(app, name)  # under the broker's lock: see declare_queue
+        set_worker_state(WorkerState(configs, manager_url, token, float(settings.get("report_interval", 0.25))))
+        # import the heavy libraries (and warm them up) before the pool forks
+        for config in configs.values():
+            warm_up(config)
     signals.worker_process_init.connect(_process_init, weak=False)
     signals.worker_process_shutdown.connect(_process_shutdown, weak=False)
     signals.worker_ready.connect(_watch_wake, weak=False)

@@ -26,12 +26,11 @@ stays the plain in-process run.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +40,7 @@ from labswarm.config.experiment import ExperimentConfig
 from labswarm.deploy.base import Host
 from labswarm.deploy.local import LocalLauncher
 from labswarm.deploy.standby import StandbyWorkers
+from labswarm.gcpause import collector_paused
 from labswarm.run.adopt import RunLock, left_running
 from labswarm.run.health import HealthThread, health_figure
 from labswarm.run.manager_stop import ManagerStop
@@ -300,7 +300,7 @@ def _embedded_manager(config: ExperimentConfig, options: RunOptions, settings: S
         # (they get it through their environment, never their command line), and for its dashboard's login
         # (a file of the user's only: see the module)
         settings = settings.model_copy(update={"api_token": new_token()})
-    with _collector_paused():
+    with collector_paused():  # the imports and the app the manager keeps (issue 27: ~0.2 of its ~1 s of CPU)
         from labswarm.manager.api import create_app
 
         app = create_app(settings)
@@ -310,22 +310,6 @@ def _embedded_manager(config: ExperimentConfig, options: RunOptions, settings: S
     if ended is not None:
         app.state.sessions.context.on_end.append(lambda _session_id: ended.set())
     return EmbeddedServer(app).start(), settings, own_token
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic collector off while the manager's modules are imported and its app is built (then as it was):
-    the collections of the objects that the imports create and keep for good (classes, schemas, routes) were ~0.2
-    of its ~1 s of CPU (2-core machine, 3 alternating pairs: 0.96-1.15 against 0.78-0.81 s), on the run's critical
-    path, where the local workers' interpreters take the other core (issue 27; ``labswarm worker`` does the same
-    for its imports)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _start_session(client: ManagerClient, experiment: str, options: RunOptions, settings: Settings,
