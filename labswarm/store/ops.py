@@ -18,8 +18,10 @@ import numpy as np
 
 from labswarm.errors import StorageError, StoreError
 from labswarm.store.packer import PackUsage, check_pack, remove_pack, stale_packs
+from labswarm.store.packfmt import MAGIC, unpack
 from labswarm.store.packs import list_packs
 from labswarm.store.store import FeatureStore
+from labswarm.store.written import WRITTEN, WrittenPacks
 
 #: Experiment name → feature output name → the keys of that feature for every sample of the experiment.
 References = Mapping[str, Mapping[str, Iterable[str]]]
@@ -106,10 +108,13 @@ def verify(store: FeatureStore, keys: Iterable[str] | None = None, *, threads: i
     Raises:
         StoreError: the store cannot be listed.
     """
-    stored = store.sizes()
+    stored = store.sizes(packed=False)
     todo = sorted(stored if keys is None else set(keys) & stored.keys())
-    result = Verified(checked=len(todo))
     origin = store.origin
+    written = store.written
+    packed = {} if written is None else store._call(written.sizes)
+    wanted = set(packed if keys is None else set(keys) & packed.keys()) - stored.keys()
+    result = Verified(checked=len(todo) + len(wanted))
 
     def one(key: str) -> tuple[str, str | None]:
         try:
@@ -128,13 +133,59 @@ def verify(store: FeatureStore, keys: Iterable[str] | None = None, *, threads: i
             for name, problem in zip(names, pool.map(lambda n: check_pack(origin, n), names), strict=True):
                 if problem is not None:
                     result.problems[f"pack {name}"] = problem
+        if written is not None and (keys is None or wanted):
+            result.packs += check_written(store, written, wanted, result.problems, pool, whole=keys is None)
     return result
+
+
+def check_written(store: FeatureStore, written: WrittenPacks, wanted: set[str], problems: dict[str, str],
+                  pool: ThreadPoolExecutor, *, whole: bool) -> int:
+    """Check the written packs (:mod:`labswarm.store.written`): with ``whole`` every one and each of its arrays,
+    else those holding a key of ``wanted`` and those arrays. An array's problem (CRC-32C, cut off, not a sound
+    ``.npy``: :func:`check_entry`) is recorded under its key in ``problems``, a pack's own (unreadable, not a pack, a
+    header unlike its index, bytes after its last array) under ``written pack <name>`` and under each key it should
+    hold that is checked.
+
+    Returns:
+        The packs checked.
+
+    Raises:
+        StoreError: the packs cannot be listed.
+    """
+    catalogue = store._call(lambda: written.catalogue(reload=True))
+    index = {name: written._known.get(name, []) for name in catalogue.names}
+    names = list(index) if whole else sorted({n for n, es in index.items() if any(e.key in wanted for e in es)})
+
+    def one(name: str) -> tuple[str, str | None, dict[str, str]]:
+        checked = {e.key for e in index[name] if whole or e.key in wanted}
+        try:
+            blob = store.origin.get_bytes(f"{WRITTEN}/{name}.pack")
+            entries, good, bad = unpack(blob)
+        except (StorageError, ValueError) as exc:
+            reason = f"cannot be read: {exc}" if isinstance(exc, StorageError) else str(exc)
+            return name, reason, dict.fromkeys(checked, f"its pack {name}: {reason}")
+        found = {k: f"in its pack: {why}" for k, why in bad.items() if k in checked}
+        found.update((k, f"in its pack: {why}") for k, data in good.items()
+                     if k in checked and (why := check_entry(bytes(data))) is not None)
+        start = len(MAGIC) + 4 + int.from_bytes(blob[len(MAGIC):len(MAGIC) + 4], "little")
+        end = start + max((e.offset + e.length for e in entries), default=0)
+        problem = ("its header differs from its .json index" if entries != index[name] else
+                   f"{len(blob) - end} bytes after its last array" if len(blob) != end else None)
+        return name, problem, found
+
+    for name, problem, found in pool.map(one, names):
+        problems.update(found)
+        if problem is not None:
+            problems[f"written pack {name}"] = problem
+    return len(names)
 
 
 @dataclass(frozen=True, slots=True)
 class Collected:
     """What ``gc`` removed (or would remove with ``dry_run``): ``arrays`` entries of ``bytes`` bytes; ``kept``
-    entries that an experiment references; ``packs`` packs of ``pack_bytes`` bytes that held a removed array."""
+    entries that an experiment references; ``packs`` read-side packs of ``pack_bytes`` bytes that held a removed
+    array; ``rewritten`` written packs that held removed and kept arrays, rewritten with the kept ones (those of
+    removed arrays only are removed: :meth:`labswarm.store.written.WrittenPacks.remove`)."""
 
     arrays: int
     bytes: int
@@ -142,6 +193,7 @@ class Collected:
     dry_run: bool
     packs: int = 0
     pack_bytes: int = 0
+    rewritten: int = 0
 
 
 def collect_garbage(store: FeatureStore, references: References, *, dry_run: bool = False) -> Collected:
@@ -159,17 +211,22 @@ def collect_garbage(store: FeatureStore, references: References, *, dry_run: boo
     keep = {key for features in references.values() for keys in features.values() for key in keys}
     origin = store.origin
     earlier = store._call(lambda: list_packs(origin))  # before the entries: each of their keys was stored then
+    alone = store.sizes(packed=False)
     sizes = store.sizes()
     doomed = sorted(sizes.keys() - keep)
+    rewritten = 0
     if not dry_run:
         for key in doomed:
-            store.delete(key)
+            if key in alone:
+                store._call(partial(origin.delete, store.relpath(key)))
+        if store.written is not None:  # its packs of removed arrays only go, those of kept ones too are rewritten
+            rewritten = store._call(partial(store.written.remove, set(doomed)))[1]
     gone = set(doomed)
     stale = store._call(lambda: stale_packs(origin, gone, earlier=earlier, stored=sizes.keys() - gone))
     for name in [] if dry_run else stale:
         store._call(partial(remove_pack, origin, name))
     return Collected(len(doomed), sum(sizes[k] for k in doomed), len(sizes) - len(doomed), dry_run, len(stale),
-                     sum(stale.values()))
+                     sum(stale.values()), rewritten)
 
 
 def require_references(references: References) -> None:

@@ -26,9 +26,8 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -36,43 +35,37 @@ from labswarm.errors import StorageError, StoreError
 from labswarm.storage.base import MissingObject, Storage, StorageConfig
 from labswarm.storage.cache import DEFAULT_CACHE_BYTES, CachedStorage
 from labswarm.storage.local import LocalStorage, LocalStorageConfig
-from labswarm.store.npy import map_file, read_at
+from labswarm.store.entries import LAYOUT_VERSION as LAYOUT_VERSION  # re-exported: the layout's version
+from labswarm.store.entries import Entries
+from labswarm.store.entries import StoreStats as StoreStats  # re-exported
+from labswarm.store.npy import map_file
 from labswarm.store.packs import PackReader
 from labswarm.store.uploads import UPLOAD_THREADS, Uploads
+from labswarm.store.written import PackBatch, WrittenPacks, default_packed, read_packed
 
-T = TypeVar("T")
-
-#: Version of the on-disk layout described in the module docstring.
-LAYOUT_VERSION = 1
 #: Marker file at the store root.
 MARKER = "labswarm-store.json"
 #: Requests at once when :meth:`FeatureStore.fetch` fills a cache (``labswarm store pull`` uses 8 as well).
 FETCH_THREADS = 8
 _KEY = re.compile(r"^[0-9a-f]{40}$")
-_ENTRY = re.compile(rf"^v{LAYOUT_VERSION}/[0-9a-f]{{2}}/[0-9a-f]{{2}}/([0-9a-f]{{40}})\.npy$")
 
 
-@dataclass(frozen=True, slots=True)
-class StoreStats:
-    """How much a store holds: ``entries`` arrays taking ``bytes`` bytes."""
-
-    entries: int
-    bytes: int
-
-
-class FeatureStore:
+class FeatureStore(Entries):
     """Content-addressed storage of feature arrays.
 
     Args:
         root: the store's directory (local or shared), used when ``storage`` is not given.
         storage: where the bytes go (any :class:`~labswarm.storage.base.Storage`); default a ``local`` storage at
             ``root``, each file fsynced before its rename.
+        packed: a remote store's :meth:`batch` writes its arrays as one pack (:mod:`labswarm.store.written`);
+            ``None``: :func:`~labswarm.store.written.default_packed`; ignored for a local folder (one file per key).
 
     Raises:
         StoreError: the root holds a store of another layout version, or cannot be created.
     """
 
-    def __init__(self, root: str | Path | None = None, *, storage: Storage | None = None) -> None:
+    def __init__(self, root: str | Path | None = None, *, storage: Storage | None = None,
+                 packed: bool | None = None) -> None:
         if storage is None:
             if root is None:
                 raise StoreError("a feature store needs a root directory or a storage")
@@ -87,14 +80,19 @@ class FeatureStore:
         self._check_layout()
         #: reads the packed arrays of a remote store through its cache (:mod:`labswarm.store.packs`)
         self.packs = PackReader(self.origin, storage, self.relpath) if isinstance(storage, CachedStorage) else None
+        #: a remote store's written packs (read whatever it writes), ``None`` for a local folder
+        self.written = None if isinstance(self.origin, LocalStorage) else WrittenPacks(
+            self.origin, storage if isinstance(storage, CachedStorage) else None, self.relpath)
+        #: whether :meth:`batch` writes packs
+        self.packed = self.written is not None and (default_packed() if packed is None else packed)
 
     @classmethod
     def open(cls, root: str | Path, *, remote: Mapping[str, Any] | StorageConfig | Storage | None = None,
-             cache_bytes: int | None = DEFAULT_CACHE_BYTES) -> FeatureStore:
+             cache_bytes: int | None = DEFAULT_CACHE_BYTES, packed: bool | None = None) -> FeatureStore:
         """The experiment's store: the folder ``root``, or with ``remote`` the store in that storage (e.g.
         ``{name: s3, endpoint: ..., bucket: ..., prefix: ...}``; credentials from the environment or a file, see
         :mod:`labswarm.storage.s3`) read through a cache of at most ``cache_bytes`` bytes in ``root``
-        (``None`` or 0: no cache, every read a request).
+        (``None`` or 0: no cache, every read a request); ``packed``: see the class.
 
         Raises:
             ConfigError: ``remote`` names an unknown storage or has invalid parameters.
@@ -105,14 +103,7 @@ class FeatureStore:
         storage = remote if isinstance(remote, Storage) else Storage.from_spec(remote)
         if cache_bytes:
             storage = CachedStorage(storage, Path(root), cache_bytes)
-        return cls(storage=storage)
-
-    def _call(self, call: Callable[[], T]) -> T:
-        """``call()``, its storage errors as the feature store's."""
-        try:
-            return call()
-        except StorageError as exc:
-            raise StoreError(str(exc)) from exc
+        return cls(storage=storage, packed=packed)
 
     def _check_layout(self) -> None:
         if self._call(lambda: self.storage.exists(MARKER)):
@@ -127,6 +118,11 @@ class FeatureStore:
         else:
             marker = json.dumps({"layout": LAYOUT_VERSION}).encode()
             self._call(lambda: self.storage.put_bytes(MARKER, marker))
+
+    @property
+    def _readers(self) -> list[PackReader]:
+        """The readers of packs through the cache: the read-side packs', the written packs'."""
+        return [r for r in (self.packs, None if self.written is None else self.written.reader) if r is not None]
 
     @property
     def origin(self) -> Storage:
@@ -148,9 +144,13 @@ class FeatureStore:
         return f"v{LAYOUT_VERSION}/{key[:2]}/{key[2:4]}/{key}.npy"
 
     def contains(self, key: str) -> bool:
-        """Whether ``key`` is stored."""
+        """Whether ``key`` is stored (in a written pack, as of a listing of them at most 1 s old, or alone)."""
         rel = self.relpath(key)
-        return self._call(lambda: self.storage.exists(rel))
+        written = self.written
+        if written is not None and self._call(lambda: written.find(key)) is not None:
+            return True
+        return self._call(lambda: self.storage.exists(rel)) or (
+            written is not None and self._call(lambda: written.find(key, fresh_s=1.0)) is not None)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.contains(key)
@@ -170,19 +170,9 @@ class FeatureStore:
             StoreError: no such entry, or it cannot be read or parsed.
         """
         rel = self.relpath(key)
-        for _ in range(2 if self.packs is not None else 0):
-            assert self.packs is not None
-            if (found := self.packs.locate(key)) is None:
-                break
-            try:
-                return read_at(*found, mmap=mmap)
-            except FileNotFoundError:  # its pack evicted since this process last used it: fetched again
-                self.packs.forget(found[0])
-            except (OSError, ValueError) as exc:
-                if not isinstance(found[0], Path):  # bytes fetched and checked (CRC-32C)
-                    raise StoreError(f"corrupt entry {key} in feature store {self.where} (in its pack): {exc}") from exc
-                self.packs.discard(found[0], exc)  # its cached file cut off (a crash): this array read alone
-                break
+        for packed in (self._packed(key, mmap, fresh_s) for fresh_s in (None, 60.0)):
+            if packed is not None:
+                return packed
         path = self._call(lambda: self.storage.local_path(rel))
         try:
             if path is not None:
@@ -192,18 +182,36 @@ class FeatureStore:
                     pass  # missing, or evicted from a cache since: asked of the storage below
             return np.load(io.BytesIO(self.storage.get_bytes(rel)), allow_pickle=False)
         except MissingObject:
+            if (packed := self._packed(key, mmap, 1.0)) is not None:  # written by another process since the listing
+                return packed
             raise StoreError(f"no entry {key} in feature store {self.where}") from None
         except StorageError as exc:
             raise StoreError(f"cannot read entry {key} of feature store {self.where}: {exc}") from exc
         except (OSError, ValueError, EOFError) as exc:
             raise StoreError(f"corrupt entry {key} in feature store {self.where}: {exc}") from exc
 
+    def _packed(self, key: str, mmap: bool, fresh_s: float | None) -> np.ndarray | None:
+        """``key``'s array from a read-side pack (``fresh_s`` ``None``) or a written pack (listed again when it is in
+        none and the listing is older than ``fresh_s``); ``None`` when in none.
+
+        Raises:
+            StoreError: it is damaged in its pack, or the packs cannot be read.
+        """
+        try:
+            if fresh_s is None:
+                return None if self.packs is None else read_packed(self.packs, key, mmap)
+            return None if self.written is None else self.written.get(key, mmap=mmap, fresh_s=fresh_s)
+        except StorageError as exc:
+            raise StoreError(f"cannot read entry {key} of feature store {self.where}: {exc}") from exc
+        except ValueError as exc:
+            raise StoreError(f"corrupt entry {key} in feature store {self.where} (in its pack): {exc}") from exc
+
     def cached(self, key: str) -> bool:
         """Whether ``key``'s array is in the local cache of a remote store, alone or in its pack (``False``
         without a cache)."""
         storage = self.storage
-        return isinstance(storage, CachedStorage) and (storage.cached_path(self.relpath(key)).is_file() or (
-            self.packs is not None and self.packs.cached(key)))
+        return isinstance(storage, CachedStorage) and (storage.cached_path(self.relpath(key)).is_file() or any(
+            r.cached(key) for r in self._readers))
 
     def fetch(self, keys: Iterable[str], threads: int = FETCH_THREADS) -> int:
         """Bring the entries ``keys`` into the local cache of a remote store, up to ``threads`` requests at once
@@ -220,14 +228,15 @@ class FeatureStore:
         storage = self.storage
         if not isinstance(storage, CachedStorage):
             return 0
-        packs: dict[str, str] = {}  # pack -> the first of its keys: one request brings them all
+        packs: dict[str, tuple[PackReader, str]] = {}  # pack -> its reader, the first of its keys: one request
         missing = []
+        readers = self._readers
         for key in keys:
             if storage.cached_path(rel := self.relpath(key)).is_file():
                 continue  # cached alone
-            if self.packs is not None and (name := self.packs.pack_of(key)) is not None:
-                if not self.packs.cached(key):
-                    packs.setdefault(name, key)
+            if (found := next(((r, n) for r in readers if (n := r.pack_of(key)) is not None), None)) is not None:
+                if not found[0].cached(key):
+                    packs.setdefault(f"{found[0].folder}/{found[1]}", (found[0], key))
             else:
                 missing.append(rel)
         if len(missing) + len(packs) < 2:  # one read costs what one fetch does
@@ -237,9 +246,8 @@ class FeatureStore:
             with contextlib.suppress(StorageError):
                 storage.warm(rel)
 
-        def pack(key: str) -> None:
-            assert self.packs is not None
-            self.packs.locate(key)
+        def pack(found: tuple[PackReader, str]) -> None:
+            found[0].locate(found[1])
 
         if self._fetcher is None or self._fetcher[:2] != (os.getpid(), threads):  # a forked child has no threads
             self._fetcher = (os.getpid(), threads, ThreadPoolExecutor(threads, thread_name_prefix="store-fetch"))
@@ -258,7 +266,7 @@ class FeatureStore:
             return 0
         if not isinstance(self.storage, CachedStorage):
             return array_bytes
-        return (0 if self.packs is None else self.packs.held_bytes(threads)) + max(1, threads) * array_bytes
+        return sum(r.held_bytes(threads) for r in self._readers) + max(1, threads) * array_bytes
 
     def fetch_threads(self, max_bytes: int, array_bytes: int = 0, threads: int = FETCH_THREADS) -> int:
         """The most threads, up to ``threads``, whose :meth:`read_bytes` fit ``max_bytes`` (a memory limit's room
@@ -282,21 +290,24 @@ class FeatureStore:
                 store, the arrays whose upload succeeded are stored (each object whole), the others failed on every
                 attempt.
         """
-        if not isinstance(self.storage, LocalStorage):
+        if not isinstance(self.storage, LocalStorage):  # a remote store's packs: labswarm.store.written
             if getattr(self._batch, "uploads", None) is not None:
                 yield
                 return
             if self._uploader is None or self._uploader[0] != os.getpid():  # a forked child has none of the threads
                 self._uploader = (os.getpid(), ThreadPoolExecutor(UPLOAD_THREADS, thread_name_prefix="store-upload"))
             uploads = self._batch.uploads = Uploads(self._uploader[1])
+            packs = self._batch.packs = PackBatch(self.written, uploads) if self.written and self.packed else None
             try:
                 yield
             except BaseException:  # no upload outlives its batch; the block's own error is the one raised
-                self._batch.uploads = None
+                self._batch.uploads = self._batch.packs = None
                 with contextlib.suppress(StoreError):
                     uploads.flush()
                 raise
-            self._batch.uploads = None
+            self._batch.uploads = self._batch.packs = None
+            if packs is not None:
+                packs.send()
             uploads.flush()
             return
         try:
@@ -323,6 +334,12 @@ class FeatureStore:
         np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
         rel = self.relpath(key)
         data = buffer.getvalue()
+        if (packs := getattr(self._batch, "packs", None)) is not None:  # a remote store that writes packs
+            packs.add(key, data, None if stored is None else lambda: stored(key))
+            return
+        if self.packed:  # outside a batch: a pack of this array alone
+            with self.batch():
+                return self.put(key, array, stored=stored)
         uploads: Uploads | None = getattr(self._batch, "uploads", None)
         if uploads is not None:
             uploads.submit(key, len(data), lambda: self.storage.put_bytes(rel, data),
@@ -331,48 +348,3 @@ class FeatureStore:
         self._call(lambda: self.storage.put_bytes(rel, data))
         if stored is not None:
             stored(key)
-
-    def delete(self, key: str) -> None:
-        """Remove ``key`` if stored."""
-        rel = self.relpath(key)
-        self._call(lambda: self.storage.delete(rel))
-
-    def stats(self) -> StoreStats:
-        """Number of entries and their total size in bytes (lists the store)."""
-        sizes = self.sizes()
-        return StoreStats(len(sizes), sum(sizes.values()))
-
-    def sizes(self) -> dict[str, int]:
-        """Size in bytes of every entry, by key (lists the store: one listing request per 1,000 entries on s3).
-
-        Raises:
-            StoreError: the storage cannot be listed.
-        """
-        return {m.group(1): size for rel, size in self._call(lambda: self.storage.sizes(f"v{LAYOUT_VERSION}")).items()
-                if (m := _ENTRY.match(rel))}
-
-    def keys(self) -> Iterator[str]:
-        """Every stored key (lists the store)."""
-        return iter(self.sizes())
-
-    def first_keys(self, limit: int = 999) -> tuple[list[str], bool]:
-        """Up to ``limit`` stored keys (in the listing's order) and whether there are more: one listing request of
-        a remote store (bypassing its cache: :attr:`origin`), the 1,000 entries of its first page.
-
-        Raises:
-            StoreError: the storage cannot be listed.
-        """
-        names, more = self._call(lambda: self.origin.first(f"v{LAYOUT_VERSION}", limit))
-        return [m.group(1) for rel in names if (m := _ENTRY.match(rel))], more
-
-    def shard_keys(self, shard: str) -> list[str]:
-        """The stored keys that start with ``shard`` (two hex digits: the folder ``v1/<shard>/``; one listing
-        request per 1,000 of its entries on s3).
-
-        Raises:
-            StoreError: ``shard`` is not two lower-case hex digits, or the storage cannot be listed.
-        """
-        if not re.fullmatch(r"[0-9a-f]{2}", shard):
-            raise StoreError(f"invalid feature-store shard {shard!r}: expected 2 lower-case hex digits")
-        names = self._call(lambda: self.storage.list(f"v{LAYOUT_VERSION}/{shard}"))
-        return [m.group(1) for rel in names if (m := _ENTRY.match(rel)) and m.group(1).startswith(shard)]

@@ -1,0 +1,167 @@
+"""Written packs of a remote feature store (labswarm/store/written.py) on s3 (moto's server on :9000): a message's
+arrays written as one pack are read back equal by another process and through a cold cache, and listed as per-key
+arrays; a worker killed between a pack's PUT and its index's leaves no index naming a missing pack; gc rewrites a
+pack holding unreferenced arrays, its referenced ones readable throughout."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+from jobs.conftest import S3Endpoint
+
+from labswarm.storage.base import Storage
+from labswarm.storage.cache import CachedStorage
+from labswarm.store import FeatureStore
+from labswarm.store.listing import KeyListing
+from labswarm.store.ops import collect_garbage, verify
+from labswarm.store.packs import list_packs
+from labswarm.store.written import WRITTEN
+
+PREFIX = "features"
+
+
+def _message(seed: int, samples: int = 4) -> dict[str, np.ndarray]:
+    """A message's arrays: per sample a mel-like and an MFCC-like array, under random keys."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for _ in range(samples):
+        arrays[rng.bytes(20).hex()] = rng.standard_normal((64, 43)).astype(np.float32)
+        arrays[rng.bytes(20).hex()] = rng.standard_normal((13, 43)).astype(np.float32)
+    return arrays
+
+
+def _write(store: FeatureStore, arrays: dict[str, np.ndarray]) -> list[str]:
+    """``arrays`` put in one batch, as a worker's message; the keys reported stored by the batch's end."""
+    stored: list[str] = []
+    with store.batch():
+        for key, array in arrays.items():
+            store.put(key, array, stored=stored.append)
+        assert stored == []  # nothing is stored before the batch's end: its pack goes out then
+    return stored
+
+
+def _read_in_child(spec: dict, keys: list[str], out: multiprocessing.Queue) -> None:
+    store = FeatureStore.open("/nonexistent-unused", remote=spec, cache_bytes=0)
+    out.put({key: store.get(key) for key in keys})
+
+
+def test_a_message_is_one_pack_read_back_equal_elsewhere_and_listed_as_arrays(tmp_path: Path,
+                                                                               s3_endpoint: S3Endpoint) -> None:
+    spec = s3_endpoint.spec(prefix=PREFIX)
+    writer = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0, packed=True)
+    arrays = _message(0)
+    assert sorted(_write(writer, arrays)) == sorted(arrays)
+    objects = [o for o in s3_endpoint.objects() if o != f"{PREFIX}/labswarm-store.json"]
+    assert len(objects) == 2 and {o.rsplit(".", 1)[1] for o in objects} == {"pack", "json"}, objects  # 2 requests
+    # another process, a fresh store
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    child = ctx.Process(target=_read_in_child, args=(spec, list(arrays), out))
+    child.start()
+    got = out.get(timeout=120)
+    child.join(60)
+    assert child.exitcode == 0
+    for key, array in arrays.items():
+        np.testing.assert_array_equal(got[key], array)
+    # a cold cache smaller than the packs (a written pack is read whatever the bound: its arrays are nowhere else)
+    reader = FeatureStore.open(tmp_path / "cold", remote=spec, cache_bytes=1)
+    for key, array in arrays.items():
+        np.testing.assert_array_equal(reader.get(key, mmap=True), array)
+    more = _message(5)
+    _write(writer, more)
+    cached = FeatureStore.open(tmp_path / "cache", remote=spec, cache_bytes=1 << 30)
+    chunk = [*arrays, *more]  # a learner's chunk: one request per pack
+    assert cached.fetch(chunk) == 2 and all(cached.cached(k) for k in chunk)
+    assert isinstance(cached.storage, CachedStorage) and cached.written is not None
+    assert cached.written.reader is not None and cached.written.reader.fetched == 2
+    for key, array in {**arrays, **more}.items():
+        np.testing.assert_array_equal(cached.get(key, mmap=True), array)
+    # listed as arrays: contains, sizes, a worker's shard listings, verify
+    fresh = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0, packed=False)
+    assert all(fresh.contains(k) for k in chunk) and not fresh.contains("0" * 40)
+    sizes = fresh.sizes()
+    assert sorted(sizes) == sorted(chunk) and all(sizes[k] > a.nbytes for k, a in {**arrays, **more}.items())
+    listing = KeyListing(fresh, page=0)  # shards only, as a worker of a large store lists
+    assert all(listing.contains(k) for k in chunk) and not listing.contains("1" * 40)
+    assert all(KeyListing(fresh).contains(k) for k in chunk)  # a small store: one page and the packs
+    found = verify(fresh)
+    assert found.problems == {} and found.checked == len(chunk) and found.packs == 2
+
+
+def _killed_between(spec: dict, arrays: dict[str, np.ndarray], ready: str) -> None:
+    """Write ``arrays`` as a message, stopping for good once the pack's PUT is done and before its index's."""
+    store = FeatureStore.open("/nonexistent-unused", remote=spec, cache_bytes=0, packed=True)
+    origin: Storage = store.origin
+    put = origin.put_bytes
+
+    def put_then_stop(key: str, data: bytes) -> None:
+        put(key, data)
+        if key.endswith(".pack"):
+            Path(ready).write_text(key)
+            signal.pause()  # killed -9 here
+
+    origin.put_bytes = put_then_stop  # type: ignore[method-assign]
+    _write(store, arrays)
+    os._exit(3)  # not reached
+
+
+def test_a_worker_killed_mid_upload_leaves_no_index_of_a_missing_pack(tmp_path: Path,
+                                                                       s3_endpoint: S3Endpoint) -> None:
+    spec = s3_endpoint.spec(prefix=PREFIX)
+    arrays = _message(1)
+    ready = tmp_path / "ready"
+    child = multiprocessing.get_context("fork").Process(target=_killed_between, args=(spec, arrays, str(ready)))
+    child.start()
+    while not ready.exists() and child.is_alive():
+        child.join(0.05)
+    assert ready.exists(), child.exitcode
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(60)
+    assert child.exitcode == -signal.SIGKILL
+    store = FeatureStore.open(tmp_path / "cache", remote=spec, cache_bytes=1 << 30, packed=True)
+    objects = s3_endpoint.objects()
+    packs = [o for o in objects if o.endswith(".pack")]
+    indexes = [o for o in objects if o.endswith(".json") and o.startswith(f"{PREFIX}/{WRITTEN}/")]
+    assert len(packs) == 1 and indexes == []  # the pack PUT, no index: nothing names it
+    assert not any(store.contains(k) for k in arrays) and store.sizes() == {}
+    assert verify(store).problems == {}
+    # the message redelivered: the same pack (its name is its header's hash), now with its index
+    assert sorted(_write(store, arrays)) == sorted(arrays)
+    assert [o for o in s3_endpoint.objects() if o.endswith(".pack")] == packs
+    assert list(list_packs(store.origin, WRITTEN)) == [packs[0].rsplit("/", 1)[1][:-5]]
+    for key, array in arrays.items():
+        np.testing.assert_array_equal(FeatureStore.open(tmp_path / "c2", remote=spec, cache_bytes=0).get(key), array)
+
+
+def test_gc_rewrites_a_pack_of_kept_and_removed_arrays_and_removes_one_of_removed_only(
+        tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    spec = s3_endpoint.spec(prefix=PREFIX)
+    store = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0, packed=True)
+    mixed, dead, alone = _message(2), _message(3, samples=1), _message(4, samples=1)
+    _write(store, mixed)
+    _write(store, dead)
+    store2 = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0, packed=False)
+    for key, array in alone.items():  # the per-key layout beside the packs
+        store2.put(key, array)
+    kept = dict(list(mixed.items())[:3])
+    references = {"exp": {"mel": list(kept), "mfcc": list(alone)}}
+    reader = FeatureStore.open(tmp_path / "cache", remote=spec, cache_bytes=1 << 30)
+    np.testing.assert_array_equal(reader.get(next(iter(kept))), next(iter(kept.values())))  # packs listed now
+    before = s3_endpoint.objects()
+    dry = collect_garbage(store, references, dry_run=True)
+    assert dry.arrays == len(mixed) - 3 + len(dead) and dry.kept == 3 + len(alone)
+    assert s3_endpoint.objects() == before
+    done = collect_garbage(FeatureStore.open(tmp_path / "gc", remote=spec, cache_bytes=0), references)
+    assert (done.arrays, done.kept, done.rewritten) == (dry.arrays, dry.kept, 1)
+    fresh = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0)
+    assert sorted(fresh.sizes()) == sorted([*kept, *alone])
+    assert len(list_packs(fresh.origin, WRITTEN)) == 1  # the rewritten one; the pack of removed arrays only gone
+    for key, array in {**kept, **alone}.items():  # by a fresh store, and by one that listed the packs before gc
+        np.testing.assert_array_equal(fresh.get(key), array)
+        np.testing.assert_array_equal(reader.get(key, mmap=True), array)
+    assert not any(fresh.contains(k) for k in [*mixed.keys() - kept.keys(), *dead])
+    assert verify(fresh).problems == {}
