@@ -32,9 +32,7 @@ from contextlib import closing
 from amqp.exceptions import PreconditionFailed
 from celery import Celery
 
-from labswarm.db.engine import enable_wal
 from labswarm.errors import ConfigError, LabswarmError
-from labswarm.queue.embedded import POLL_FAST, install
 from labswarm.queue.names import (
     EXCHANGE,
     TASK_NAME,
@@ -71,7 +69,7 @@ PREFETCH_MULTIPLIER = 1
 #: Seconds between polls of the embedded broker while messages come (kombu's default is 1 s): a worker that has
 #: just acked its task waits up to this long before it fetches the next one when it holds no other. An idle worker
 #: backs off to :data:`labswarm.queue.embedded.POLL_MAX` (see :mod:`labswarm.queue.embedded`).
-EMBEDDED_POLLING_INTERVAL = POLL_FAST
+EMBEDDED_POLLING_INTERVAL = 0.005  # labswarm.queue.embedded.POLL_FAST (not imported here: see prepare_embedded_broker)
 #: The AMQP heartbeat timeout of the app's RabbitMQ connections, in seconds, when none is given: the default of the
 #: setting ``broker_heartbeat`` (:class:`~labswarm.settings.Settings`), the value labswarm always used.
 DEFAULT_HEARTBEAT = 30.0
@@ -102,6 +100,9 @@ def prepare_embedded_broker(broker_url: str) -> None:
     and make ``sqla+`` URLs use labswarm's transport in this process (:mod:`labswarm.queue.embedded`: read-first
     polls, claimed messages deleted, ``synchronous=NORMAL``, adaptive polling from
     :data:`EMBEDDED_POLLING_INTERVAL`)."""
+    from labswarm.db.engine import enable_wal  # here: SQLAlchemy is the embedded broker's alone (a worker on
+    from labswarm.queue.embedded import install  # RabbitMQ never imports it: ~0.1 s of CPU of its start, issue 27)
+
     install()
     path = embedded_path(broker_url)
     if path is not None:

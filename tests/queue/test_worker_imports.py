@@ -1,0 +1,36 @@
+"""What a worker's interpreter imports before its first task (issue 27: the CPU of a worker's start, which comes
+before a short run's first task). A worker over RabbitMQ imports no SQLAlchemy: only the embedded broker's
+transport (and the SQLite file it prepares) needs it. Run in a fresh interpreter: this test process has imported
+everything already."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import json, sys
+import labswarm.cli.main, labswarm.queue.worker
+from labswarm.queue.app import make_celery
+make_celery("amqp://guest:guest@127.0.0.1:5672//", role="worker", experiment="x")
+seen = {"rabbitmq": sorted(m for m in ("sqlalchemy", "labswarm.queue.embedded", "labswarm.db") if m in sys.modules)}
+app = make_celery("sqla+sqlite:///" + sys.argv[1], role="worker", experiment="x")
+from labswarm.queue import app as app_module, embedded
+seen["embedded"] = sorted(m for m in ("sqlalchemy", "labswarm.queue.embedded") if m in sys.modules)
+seen["interval"] = [app_module.EMBEDDED_POLLING_INTERVAL, embedded.POLL_FAST]
+print(json.dumps(seen))
+"""
+
+
+def test_a_worker_over_rabbitmq_imports_no_sqlalchemy(tmp_path: Path) -> None:
+    broker = tmp_path / "broker.sqlite"
+    out = subprocess.run([sys.executable, "-c", SCRIPT, str(broker)], capture_output=True, text=True, timeout=300,
+                         check=True).stdout
+    seen = json.loads(out.splitlines()[-1])
+    assert seen["rabbitmq"] == []
+    # the embedded broker still gets its transport and its file, in WAL mode
+    assert seen["embedded"] == ["labswarm.queue.embedded", "sqlalchemy"]
+    assert broker.read_bytes()[18:20] == b"\x02\x02"  # SQLite's header: WAL read and write versions
+    assert seen["interval"][0] == seen["interval"][1]
