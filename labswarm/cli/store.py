@@ -267,9 +267,8 @@ def pull(experiment: Annotated[str, typer.Argument(help="Its YAML file or a regi
             rel = feature_store.relpath(key)
             if key in before:
                 return "cached"
-            packs = feature_store.packs
-            if packs is not None and packs.pack_of(key) is not None and packs.locate(key) is not None:
-                return "pulled"  # with the other arrays of its pack (store pack)
+            if any(r.pack_of(key) is not None and r.locate(key) is not None for r in feature_store.readers):
+                return "pulled"  # with the other arrays of its pack (store pack, or a written pack)
             try:
                 return "pulled" if cache.warm(rel) else "too large"
             except MissingObject:
@@ -277,8 +276,8 @@ def pull(experiment: Annotated[str, typer.Argument(help="Its YAML file or a regi
 
         with ThreadPoolExecutor(threads) as pool:
             outcomes = list(pool.map(one, todo))
-        if feature_store.packs is not None:  # the fetched packs written into the cache (a thread's) before counting
-            feature_store.packs.wait()
+        for reader in feature_store.readers:  # the fetched packs written into the cache (a thread's) before counting
+            reader.wait()
         return (outcomes.count("pulled"), outcomes.count("cached"), outcomes.count("missing"), cache.usage(),
                 feature_store)
 
