@@ -16,6 +16,7 @@ from labswarm.storage.local import LocalStorage
 from labswarm.store.npy import npy_problem
 from labswarm.store.packfmt import Entry, encode, unpack
 from labswarm.store.packs import PACK_BYTES, PACKS, THREADS, list_packs, load_catalogue, read_index
+from labswarm.store.written import WRITTEN, WrittenPacks
 
 if TYPE_CHECKING:
     from labswarm.store.store import FeatureStore
@@ -63,11 +64,13 @@ def pack(store: FeatureStore, keys: Iterable[str], *, pack_bytes: int = PACK_BYT
             counts["bytes"] += sum(len(d) for _, d in current)
             current.clear()
 
+    written: dict[str, dict[str, bytes]] = {}  # the written packs read so far: name -> key -> bytes
+
     def read(key: str) -> bytes | None:
         try:
             return origin.get_bytes(store.relpath(key))
         except MissingObject:
-            return None
+            return None if store.written is None else from_written(store.written, key, written)
 
     try:
         catalogue = load_catalogue(origin, threads=threads)
@@ -87,6 +90,21 @@ def pack(store: FeatureStore, keys: Iterable[str], *, pack_bytes: int = PACK_BYT
         raise StoreError(str(exc)) from exc
     return Packed(counts["packs"], counts["arrays"], counts["bytes"], len(wanted) - len(todo), counts["missing"],
                   counts["unsound"])
+
+
+def from_written(written: WrittenPacks, key: str, seen: dict[str, dict[str, bytes]]) -> bytes | None:
+    """``key``'s ``.npy`` bytes from its written pack (:mod:`labswarm.store.written`), ``None`` when in none or
+    damaged there; each pack read once into ``seen`` (name → its sound arrays)."""
+    found = written.find(key)
+    if found is None:
+        return None
+    if found.name not in seen:
+        try:
+            _entries, good, _bad = unpack(written.origin.get_bytes(f"{WRITTEN}/{found.name}.pack"))
+        except (MissingObject, ValueError):
+            return None
+        seen[found.name] = {k: bytes(v) for k, v in good.items()}
+    return seen[found.name].get(key)
 
 
 @dataclass(frozen=True, slots=True)

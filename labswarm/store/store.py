@@ -120,7 +120,7 @@ class FeatureStore(Entries):
             self._call(lambda: self.storage.put_bytes(MARKER, marker))
 
     @property
-    def _readers(self) -> list[PackReader]:
+    def readers(self) -> list[PackReader]:
         """The readers of packs through the cache: the read-side packs', the written packs'."""
         return [r for r in (self.packs, None if self.written is None else self.written.reader) if r is not None]
 
@@ -211,7 +211,7 @@ class FeatureStore(Entries):
         without a cache)."""
         storage = self.storage
         return isinstance(storage, CachedStorage) and (storage.cached_path(self.relpath(key)).is_file() or any(
-            r.cached(key) for r in self._readers))
+            r.cached(key) for r in self.readers))
 
     def fetch(self, keys: Iterable[str], threads: int = FETCH_THREADS) -> int:
         """Bring the entries ``keys`` into the local cache of a remote store, up to ``threads`` requests at once
@@ -230,7 +230,7 @@ class FeatureStore(Entries):
             return 0
         packs: dict[str, tuple[PackReader, str]] = {}  # pack -> its reader, the first of its keys: one request
         missing = []
-        readers = self._readers
+        readers = self.readers
         for key in keys:
             if storage.cached_path(rel := self.relpath(key)).is_file():
                 continue  # cached alone
@@ -266,7 +266,7 @@ class FeatureStore(Entries):
             return 0
         if not isinstance(self.storage, CachedStorage):
             return array_bytes
-        return sum(r.held_bytes(threads) for r in self._readers) + max(1, threads) * array_bytes
+        return sum(r.held_bytes(threads) for r in self.readers) + max(1, threads) * array_bytes
 
     def fetch_threads(self, max_bytes: int, array_bytes: int = 0, threads: int = FETCH_THREADS) -> int:
         """The most threads, up to ``threads``, whose :meth:`read_bytes` fit ``max_bytes`` (a memory limit's room

@@ -26,6 +26,7 @@ from labswarm.pipeline.features import FeaturesBlock
 from labswarm.sample import iter_samples
 from labswarm.settings import Settings
 from labswarm.store import FeatureStore
+from labswarm.store.written import ENV
 
 TOKEN = "store-cli-token"
 ORPHANS = ["0" * 39 + str(i) for i in range(3)]
@@ -132,7 +133,12 @@ def test_ls_and_verify(runner: CliRunner, shared) -> None:
     assert runner.invoke(app, ["store", "du", "--manager", url]).exit_code == 2  # no store named
 
 
-def test_pull_warms_the_cache_of_a_remote_store(runner: CliRunner, tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+@pytest.mark.parametrize("layout", ["keys", "packs"])
+def test_pull_warms_the_cache_of_a_remote_store(runner: CliRunner, tmp_path: Path, s3_endpoint: S3Endpoint,
+                                                monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
+    """In both write layouts of a remote store: an object per array, and the workers' written packs (one a
+    message: labswarm/store/written.py), pulled whole."""
+    monkeypatch.setenv(ENV, "1" if layout == "packs" else "0")  # the forked workers inherit it
     dataset = write_dataset(tmp_path / "data", n_per_label=2)
     spec = experiment_dict(dataset, tmp_path / "cache")
     spec["store"]["remote"] = s3_endpoint.spec(prefix="features")
@@ -141,14 +147,18 @@ def test_pull_warms_the_cache_of_a_remote_store(runner: CliRunner, tmp_path: Pat
     assert summary.computed == 8 and summary.failed == 0, summary
     keys = compute(config)  # all cached now: their keys
     assert not list((tmp_path / "cache").rglob("*.npy"))
-    assert len([k for k in s3_endpoint.objects() if k.endswith(".npy")]) == len(keys) == 16
+    arrays = [k for k in s3_endpoint.objects() if k.endswith(".npy")]
+    written = [k for k in s3_endpoint.objects() if k.startswith("features/written/v1/") and k.endswith(".pack")]
+    assert len(keys) == 16 and (len(arrays), bool(written)) == ((16, False) if layout == "keys" else (0, True))
+    assert len(written) <= 8  # the packs layout: a pack a message (of one or more samples), none a key
     path = tmp_path / "tones.yml"
     path.write_text(yaml.safe_dump(spec))
     result = runner.invoke(app, ["store", "pull", str(path)])
     assert result.exit_code == 0, result.output
     assert "pulled 16 arrays" in result.output
     cached = {p.stem for p in (tmp_path / "cache" / "objects").rglob("*.npy")}
-    assert cached == keys
+    assert cached == (keys if layout == "keys" else set())
+    assert len(list((tmp_path / "cache" / "objects").rglob("*.pack"))) == len(written)
     store = FeatureStore.open(tmp_path / "cache", remote=s3_endpoint.spec(prefix="features"))
     assert isinstance(store.get(sorted(keys)[0], mmap=True).base, mmap.mmap)  # a learner maps the cached file
     again = runner.invoke(app, ["store", "pull", str(path)])
