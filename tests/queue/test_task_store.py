@@ -26,6 +26,8 @@ from labswarm.store import uploads
 
 def test_a_single_sample_message_is_stored_by_its_batch(tmp_path: Path, s3_endpoint: S3Endpoint,
                                                           monkeypatch) -> None:
+    monkeypatch.setenv("LABSWARM_STORE_WRITE_PACKS", "0")  # an object per array: the PUTs counted below are arrays'
+    # (a batch written as one pack: tests/store/test_written.py; the uploads' retries and refusals are the same)
     data = experiment_dict(write_tone_set(tmp_path / "data", 2, seconds=2.0), tmp_path / "cache", name="single")
     data["store"]["remote"] = s3_endpoint.spec(prefix="features")  # read through a cache in tmp_path / "cache"
     config = parse_experiment(data)
