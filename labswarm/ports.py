@@ -21,7 +21,8 @@ _RANDOM = random.SystemRandom()
 def _below_ephemeral() -> tuple[int, int]:
     """``(low, high)``: from half the kernel's ephemeral range's start to that start (16384-32768 with Linux's
     default; the start read from ``/proc/sys/net/ipv4/ip_local_port_range``, else :data:`EPHEMERAL_START`);
-    ``low >= high`` where the range starts at 2048 or lower (no room below it)."""
+    ``low >= high`` where the range starts at 1024 or lower (``low`` is never below 1024, so a start of, say, 2000
+    still gives 1024-1999)."""
     high = EPHEMERAL_START
     with contextlib.suppress(OSError, ValueError, IndexError):
         high = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
@@ -35,8 +36,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     Linux's default; the start read from ``/proc/sys/net/ipv4/ip_local_port_range``, else
     :data:`EPHEMERAL_START`): the kernel gives ports of that range to every ``connect()`` and every bind to port 0
     of the machine, so a port it picked could be taken by one of them before the server binds it; below the range
-    only another caller choosing the same port at random can take it. A range starting at 2048 or lower leaves no
-    room below it: then the kernel picks (a bind to port 0), as before.
+    only another caller choosing the same port at random can take it (never below 1024, the privileged ports). A
+    range starting at 1024 or lower leaves no room below it: then the kernel picks (a bind to port 0), as before.
 
     Raises:
         OSError: no port of the range was free after 200 tries.
@@ -45,31 +46,38 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def listen_free(host: str = "127.0.0.1", backlog: int | None = 128) -> socket.socket:
+def listen_free(host: str = "127.0.0.1", backlog: int | None = 128, port: int = 0) -> socket.socket:
     """A TCP socket bound to a free port of ``host`` below the kernel's ephemeral range (as :func:`free_port`
-    picks), listening with ``backlog`` (``None``: bound only): for a server whose port must stay its own after it
-    dies and is revived on it. A port the kernel picks lies in its ephemeral range, where any ``connect()`` of the
-    machine may be given it as its local port while the server is down (a learner retrying to reach it, too:
-    TCP's self-connect), and the revived server cannot bind it again. Where the range leaves no room below it, the
-    kernel picks.
+    picks), or to ``port`` where it is not 0, listening with ``backlog`` (``None``: bound only): for a server whose
+    port must stay its own after it dies and is revived on it (with that ``port``: one bind path for both). A port
+    the kernel picks lies in its ephemeral range, where any ``connect()`` of the machine may be given it as its
+    local port while the server is down (a learner retrying to reach it, too: TCP's self-connect), and the revived
+    server cannot bind it again. Where the range leaves no room below it, the kernel picks.
+
+    The socket is IPv6 where ``host`` has a ``:`` (``"::1"``, ``"::"``), with ``IPV6_V6ONLY`` set as
+    :func:`socket.create_server` sets it (``"::"`` is not dual-stack); IPv4 otherwise. A listening socket has
+    ``SO_REUSEADDR`` (as :func:`socket.create_server`): a server's port binds again past TIME_WAIT.
 
     Raises:
-        OSError: no port of the range was free after 200 tries.
+        OSError: no port of the range was free after 200 tries; or ``port`` cannot be bound (taken, say).
     """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     low, high = _below_ephemeral()
-    ports = [0] if low >= high else [_RANDOM.randrange(low, high) for _ in range(200)]  # not the global generator
-    for port in ports:
+    randoms = [0] if low >= high else [_RANDOM.randrange(low, high) for _ in range(200)]  # not the global generator
+    ports = [port] if port else randoms
+    for candidate in ports:
         sock = socket.socket(family)
         try:
             if backlog is not None:  # as socket.create_server: a server's port binds again past TIME_WAIT
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((host, port))
+            if family == socket.AF_INET6 and hasattr(socket, "IPV6_V6ONLY"):  # as socket.create_server
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((host, candidate))
             if backlog is not None:
                 sock.listen(backlog)
         except OSError:
             sock.close()
-            if port == 0:
+            if len(ports) == 1:
                 raise
             continue
         return sock

@@ -110,15 +110,15 @@ class LocalShards:
         self._ports: dict[int, int] = {}  # each started shard's port, from its ready file
 
     def address(self, index: int) -> tuple[str, int]:
-        """``(host, the port shard index serves on)``: 0 before it was started (the kernel picks one at its bind),
-        and again after :meth:`stop`."""
+        """``(host, the port shard index serves on)``: 0 before it was started (the shard then binds a free one below
+        the kernel's ephemeral range: :func:`labswarm.ports.listen_free`), and again after :meth:`stop`."""
         return self.bind_host, self._ports.get(index, 0)
 
     def start(self, index: int, argv: list[str], env: dict[str, str], wait: bool = True) -> None:
         """Start shard ``index`` (its output into ``home/ps/shard-<k>.out``) on the port ``argv`` names (``--port``;
-        0: one the kernel picks); with ``wait``, until it listens, its port read from its ready file (without:
-        a revived shard on the port it had, which it fails to bind if that was taken meanwhile: it exits, found
-        dead at the next pass).
+        0: a free one below the kernel's ephemeral range, :func:`labswarm.ports.listen_free`); with ``wait``, until
+        it listens, its port read from its ready file (without: a revived shard on the port it had, which it fails
+        to bind if that was taken meanwhile: it exits, found dead at the next pass).
 
         Raises:
             DeployError: it exited (its port taken, say) or did not listen within :data:`SHARD_START_S`.

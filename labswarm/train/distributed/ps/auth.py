@@ -77,14 +77,16 @@ def check_bind(host: str, secret: str | None) -> None:
 
 
 def listen(host: str, port: int, secret: str | None) -> socket.socket:
-    """A shard's listening TCP socket (IPv4, ``SO_REUSEADDR`` as socketserver sets it, so a revived shard can take
-    its port back from the connections of the one that died); stdlib only, so a shard holds its port before it
-    imports torch. Connections wait in its backlog (:data:`LISTEN_BACKLOG`) until the server accepts them.
+    """A shard's listening TCP socket (IPv6 where ``host`` has a ``:``, else IPv4; ``SO_REUSEADDR`` as socketserver
+    sets it, so a revived shard can take its port back from the connections of the one that died), bound through
+    :func:`labswarm.ports.listen_free` whether the port is chosen now or is a revived shard's own; stdlib only, so
+    a shard holds its port before it imports torch. Connections wait in its backlog (:data:`LISTEN_BACKLOG`) until
+    the server accepts them.
 
     Args:
         host: the address to listen on; beyond loopback only with a secret (:func:`check_bind`).
-        port: the port; 0: a free one below the kernel's ephemeral range (:func:`labswarm.ports.listen_free`;
-            read it with ``getsockname()``).
+        port: the port (a revived shard's, say); 0: a free one below the kernel's ephemeral range (read it with
+            ``getsockname()``).
         secret: the job's secret, or ``None``.
 
     Raises:
@@ -92,9 +94,8 @@ def listen(host: str, port: int, secret: str | None) -> socket.socket:
         OSError: the address cannot be bound (the port is taken, say).
     """
     check_bind(host, secret)
-    if port == 0:  # below the ephemeral range: a revived shard binds this port again (labswarm.ports)
-        return listen_free(host, LISTEN_BACKLOG)
-    return socket.create_server((host, port), backlog=LISTEN_BACKLOG)
+    # port 0: below the ephemeral range, so a revived shard binds this port again; one bind path for both (IPv6 too)
+    return listen_free(host, LISTEN_BACKLOG, port=port)
 
 
 def server_handshake(sock: socket.socket, secret: str | None) -> bool:
