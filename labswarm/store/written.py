@@ -43,8 +43,10 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+import weakref
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -96,7 +98,8 @@ class WrittenPacks:
         cache: the store's cache, if any (packs are then fetched whole into it).
         relpath: a key's per-key path (:meth:`FeatureStore.relpath`).
 
-    Safe across threads and ``fork`` (the catalogue is data; the cache's reader resets itself in a child).
+    Safe across threads and ``fork`` (a child gets a new lock: a parent's thread may have held it while listing;
+    the cache's reader resets itself).
     """
 
     def __init__(self, origin: Storage, cache: CachedStorage | None, relpath: Callable[[str], str]) -> None:
@@ -106,6 +109,7 @@ class WrittenPacks:
         self._loaded = -float("inf")
         self._own: dict[str, tuple[Located, float]] = {}  # keys this process wrote: where, and when (monotonic)
         self._guard = threading.Lock()
+        os.register_at_fork(after_in_child=partial(_after_fork, weakref.ref(self)))  # not kept alive by it
         #: reads packs through the cache, fetched whole (``None`` without a cache)
         self.reader = None if cache is None else _CachedReader(self, cache, relpath)
 
@@ -326,6 +330,8 @@ def read_packed(reader: PackReader, key: str, mmap: bool) -> np.ndarray | None:
     return None
 
 
-def keys_in(sizes: dict[str, int], prefix: str) -> Iterable[str]:
-    """The keys of ``sizes`` that start with ``prefix`` (a shard's two hex digits)."""
-    return (k for k in sizes if k.startswith(prefix))
+def _after_fork(written: weakref.ref[WrittenPacks]) -> None:
+    """A forked child's new lock of ``written`` (if it still exists): no thread of the parent is here to release it."""
+    if (found := written()) is not None:
+        found._guard = threading.Lock()
+
