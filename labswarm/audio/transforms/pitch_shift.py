@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import librosa
 import numpy as np
 from pydantic import Field, field_validator
 
 from labswarm.audio.transforms.base import Transformation, TransformationConfig, register_transformation
+from labswarm.audio.transforms.vocoder import pitch_shift
 
 #: Resampler used after the phase-vocoder stretch. soxr's "HQ" is librosa's default and what audiomentations
 #: uses for its librosa method; the lower soxr qualities measured no faster here (the phase vocoder dominates).
@@ -38,7 +38,8 @@ class PitchShiftConfig(TransformationConfig):
 class PitchShift(Transformation):
     """Shift the pitch without changing the tempo: a phase-vocoder time stretch, then resampling.
 
-    Uses :func:`librosa.effects.pitch_shift` (STFT with ``n_fft=2048``, hop 512; resampler :data:`RES_TYPE`).
+    What :func:`librosa.effects.pitch_shift` computes (STFT with ``n_fft=2048``, hop 512; resampler :data:`RES_TYPE`),
+    through :mod:`labswarm.audio.transforms.vocoder` (without scikit-learn's import).
     The output has exactly the input's length. Deterministic: the seed is not used.
     """
 
@@ -49,10 +50,4 @@ class PitchShift(Transformation):
 
     def apply(self, y: np.ndarray, sr: int, rng: np.random.Generator) -> np.ndarray:
         """Shift ``y`` (float32 ``(n,)`` at ``sr`` Hz); returns float32 ``(n,)``."""
-        return librosa.effects.pitch_shift(
-            y,
-            sr=sr,
-            n_steps=self.config.semitones,
-            bins_per_octave=self.config.bins_per_octave,
-            res_type=RES_TYPE,
-        )
+        return pitch_shift(y, sr, self.config.semitones, self.config.bins_per_octave, RES_TYPE)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import librosa
 import numpy as np
 from pydantic import Field
 
 from labswarm.audio.transforms.base import Transformation, TransformationConfig, register_transformation
+from labswarm.audio.transforms.vocoder import time_stretch
 
 
 class TimeStretchConfig(TransformationConfig):
@@ -23,7 +23,8 @@ class TimeStretchConfig(TransformationConfig):
 
 @register_transformation
 class TimeStretch(Transformation):
-    """Phase-vocoder time stretch (:func:`librosa.effects.time_stretch`, STFT ``n_fft=2048``, hop 512).
+    """Phase-vocoder time stretch (what :func:`librosa.effects.time_stretch` computes, STFT ``n_fft=2048``, hop 512,
+    through :mod:`labswarm.audio.transforms.vocoder`).
 
     The output length is ``round(n_samples / rate)``: this transformation changes the duration. Deterministic.
     """
@@ -35,4 +36,4 @@ class TimeStretch(Transformation):
 
     def apply(self, y: np.ndarray, sr: int, rng: np.random.Generator) -> np.ndarray:
         """Stretch ``y`` (float32 ``(n,)``); returns float32 ``(round(n / rate),)``."""
-        return librosa.effects.time_stretch(y, rate=self.config.rate)
+        return time_stretch(y, self.config.rate)
