@@ -58,7 +58,7 @@ class Settings(BaseSettings):
         report_interval: seconds a worker batches outcomes before sending them to the manager.
         samples_per_message: samples one task message carries (``LABSWARM_SAMPLES_PER_MESSAGE``); ``None``
             (unset): chosen by each session's publisher from the measured task time, tiny tasks packed up to 32
-            to a message, tasks over 0.125 s alone (:mod:`labswarm.sessions.packing`); 1: always
+            to a message, tasks over 0.25 s alone (:mod:`labswarm.sessions.packing`); 1: always
             ``(session_id, sample)``; N > 1: ``(session_id, [sample, ...])`` with up to N. Depths and rates count
             samples; the queue bound counts samples / N (messages when unset: :mod:`labswarm.queue.app`).
         max_queue_length: hard bound on the messages waiting in each experiment queue (RabbitMQ ``x-max-length``
