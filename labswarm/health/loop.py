@@ -50,8 +50,8 @@ LEDGER_AGE_S = 0.5
 
 
 #: Samples the rates asked must have made due since the first decision before the publish rate is compared with
-#: them (the anti-windup): two messages of the publisher's largest packing in a short run's first seconds (~4 real
-#: samples, up to 8 a message, labswarm.sessions' samples_per_message), so a message not yet sent is not a shortfall.
+#: them (the anti-windup): two messages of the publisher's largest packing in a short run's first seconds (~8 real
+#: samples a message at quiet task times, labswarm.sessions.packing), so a message not yet sent is not a shortfall.
 MIN_SAMPLES_DUE = 16.0
 
 

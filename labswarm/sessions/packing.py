@@ -12,14 +12,18 @@ with the mean task time an exponentially weighted mean over the outcomes' ``seco
 weighs :data:`SMOOTHING`), and N = 1 until the first outcomes (a task may be long); a task of more than half
 :data:`TARGET_SECONDS` travels alone.
 
-Why 0.25 s and not less: a message's cost is not only its CPU. With one message held per worker process (late
-acks, prefetch 1), a worker's pool process idles from the end of one message to the delivery of the next (the
-ack, the broker's delivery, the hop from the worker's main process): on a quiet 2-core machine, real features
-(~60 ms a sample) one a message left the workers idle 5 % of the time (gaps of 2-3 ms median, from the ledger's
-finish and task times, issue 27), and the per-message CPU of the worker's main process, RabbitMQ and the manager
-(~8 ms a sample under load) was taken from the same 2 cores; 4 samples a message cut that CPU by ~45 %. The local
-process pool sends its processes 4 samples a task for the same reason (:data:`labswarm.local.CHUNK`). A quarter
-of a second of work is still little for a redelivery to repeat or a worker to hold.
+Why 0.5 s: a message's cost is not only its CPU. With one message held per worker process (late acks, prefetch
+1), a worker's pool process idles from the end of one message to the delivery of the next (the ack, the broker's
+delivery, the hop from the worker's main process): on a quiet 2-core machine, real features (~60 ms a sample) one
+a message left the workers idle 5 % of the time (gaps of 2-3 ms median, from the ledger's finish and task times,
+issue 27), and the per-message CPU of the worker's main process, RabbitMQ and the manager (~8 ms a sample under
+load) was taken from the same 2 cores; 4 samples a message (0.25 s, the target until the eighth session) cut that
+CPU by ~45 %, and 8 (0.5 s) beat 4 again: fixed at 8 against 4, real features, A/B pairs alternating in one
+process on a loaded 2-core machine (load 11-18), the steady rate was 1.14-1.50x in each of 4 pairs and the CPU
+outside the pool processes 3.4-5.3 against 5.4-8.0 ms a sample (docs/benchmarks/distributed.md, eighth session).
+The measured task time is wall time, so on a loaded machine (real tasks of 200-400 ms) the same target packs
+fewer samples, 1-2. Half a second of work is still little for a redelivery to repeat or a worker to hold, and a
+poison sample's mates are safe whatever the size (below).
 
 A poison sample (one that kills its worker) risks nothing of its batch mates: a multi-sample message delivered
 again after its worker was lost is split by the worker into single-sample messages before anything runs
@@ -36,7 +40,7 @@ import math
 import threading
 
 #: Seconds of work a message carries at most when it carries more than one sample (see the module docstring).
-TARGET_SECONDS = 0.25
+TARGET_SECONDS = 0.5
 #: The most samples one message carries when the publisher chooses.
 MAX_SAMPLES = 32
 #: Weight of each outcome batch's mean in the running mean task time.

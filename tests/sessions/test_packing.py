@@ -60,7 +60,7 @@ if os.environ.get("POISON_SAMPLE_ID"):
 def test_tiny_tasks_are_packed_long_ones_travel_alone_and_a_setting_fixes_it() -> None:
     packing = MessagePacking()
     assert packing.size() == 1  # nothing measured: a task may be long
-    task = TARGET_SECONDS / 12.5  # a task time that packs 12 (0.02 s at a target of 0.25 s)
+    task = TARGET_SECONDS / 12.5  # a task time that packs 12 (0.04 s at a target of 0.5 s)
     packing.observe(seconds=task * 50, count=50)
     assert packing.size() == int(TARGET_SECONDS / task) == 12
     packing.observe(seconds=0.0, count=10)  # found in the store: the mean goes down, the size up to its bound
