@@ -210,6 +210,7 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
     local = controller = token_file = None
     manager = ManagerStop(server)  # the run's own manager, stopped once, on every path
     client = ManagerClient(manager_url, settings.api_token)
+    primary: BaseException | None = None  # the run's own exception: the manager stop's error never replaces it
     try:
         if server is not None and own_token:
             assert settings.api_token is not None, "_embedded_manager made the manager's own token"
@@ -239,18 +240,28 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
                                         retrain=options.retrain)
             result.seconds = time.perf_counter() - started
         return result
+    except BaseException as exc:
+        primary = exc
+        raise
     finally:
-        if controller is not None:
-            controller.stop()
-        if local is not None:
-            local.stop()
-        client.close()
-        stop_error = manager.finish()
+        _end_run(controller, local, client, manager, token_file)
         mark("manager and workers stopped")
-        if token_file is not None:  # the token died with the manager
-            token_file.unlink(missing_ok=True)
-        if stop_error is not None:  # (an error of the run's raised meanwhile is its __context__)
-            raise stop_error
+        manager.raise_error(primary)  # only where the run raised nothing; else a note on the run's own exception
+
+
+def _end_run(controller: HealthThread | None, local: LocalLauncher | None, client: ManagerClient,
+             manager: ManagerStop, token_file: Path | None) -> None:
+    """:func:`_run`'s ``finally``: what is still running stopped (the health ``controller``, the ``local`` workers,
+    the run's own ``manager``, waited for on every path; its error kept for :meth:`ManagerStop.raise_error`) and
+    the dashboard's ``token_file`` removed (the token died with the manager)."""
+    if controller is not None:
+        controller.stop()
+    if local is not None:
+        local.stop()
+    client.close()
+    manager.finish()
+    if token_file is not None:
+        token_file.unlink(missing_ok=True)
 
 
 def _after_session(controller: HealthThread | None, manager: ManagerStop | None, health_dir: Path,

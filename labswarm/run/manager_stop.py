@@ -3,11 +3,14 @@ on every path (:func:`labswarm.run.experiment.run_experiment`)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from labswarm.manager.server import EmbeddedServer
+
+log = logging.getLogger(__name__)
 
 
 class ManagerStop:
@@ -43,3 +46,20 @@ class ManagerStop:
         if self._thread is not None:
             self._thread.join()
         return self.error
+
+    def raise_error(self, primary: BaseException | None) -> None:
+        """After :meth:`finish`, in the run's ``finally``: raise the stop's error where the run itself raised nothing
+        (``primary`` is ``None``). Where it raised, its own exception goes on (a Ctrl-C's ``KeyboardInterrupt``:
+        exit 130; a ``ConfigError``: exit 2; a ``ManagerError``: exit 3): the stop's error is logged and added to it
+        as a note (``manager stop failed: ...``) rather than replacing it.
+
+        Raises:
+            BaseException: the stop's error, where ``primary`` is ``None``.
+        """
+        if self.error is None:
+            return
+        if primary is None:
+            raise self.error
+        log.error("the manager's stop failed too (the run's own %s goes on)", type(primary).__name__,
+                  exc_info=self.error)
+        primary.add_note(f"manager stop failed: {self.error!r}")
