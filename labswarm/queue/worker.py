@@ -97,9 +97,12 @@ def warm_up(config: ExperimentConfig) -> None:
     its own): a second call for the same transformations, features and sample rate does nothing. A standby worker
     (:mod:`labswarm.cli.standby`) warms up its experiment before its session starts; the worker it becomes then
     starts consuming without running the same warm-up again (~0.2 s of CPU a worker on the 2-core machine, between
-    the session's start and the worker's first task: issue 27)."""
+    the session's start and the worker's first task: issue 27). SciPy's docstring notes are skipped in this process
+    (:func:`~labswarm.audio.scipy_docs.skip_doc_notes`: ~0.3 s of the first warm-up's imports)."""
+    from labswarm.audio.scipy_docs import skip_doc_notes
     from labswarm.pipeline.features import FeaturesBlock
 
+    skip_doc_notes()  # before the warm-up's librosa imports scipy.signal
     key = json.dumps([config.dataset.sample_rate, config.model_dump(mode="json", include={"transformations",
                                                                                            "features"})],
                      sort_keys=True)

@@ -1,7 +1,7 @@
 """What a worker's interpreter imports before its first task (issue 27: the CPU of a worker's start, which comes
 before a short run's first task). A worker over RabbitMQ imports no SQLAlchemy: only the embedded broker's
-transport (and the SQLite file it prepares) needs it. Run in a fresh interpreter: this test process has imported
-everything already."""
+transport (and the SQLite file it prepares) needs it; its warm-up imports no scikit-learn and skips SciPy's docstring
+notes. Run in fresh interpreters: this test process has imported everything already."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+
+from helpers import experiment_dict, write_dataset
+
+from labswarm.config.experiment import parse_experiment
 
 SCRIPT = """
 import json, sys
@@ -34,3 +38,25 @@ def test_a_worker_over_rabbitmq_imports_no_sqlalchemy(tmp_path: Path) -> None:
     assert seen["embedded"] == ["labswarm.queue.embedded", "sqlalchemy"]
     assert broker.read_bytes()[18:20] == b"\x02\x02"  # SQLite's header: WAL read and write versions
     assert seen["interval"][0] == seen["interval"][1]
+
+
+WARM = """
+import json, sys
+from labswarm.cli.standby import _warm
+_warm(json.loads(sys.argv[1]))
+import scipy.signal
+print(json.dumps({"modules": sorted(m for m in ("sqlalchemy", "sklearn", "librosa.effects") if m in sys.modules),
+                  "librosa": "librosa.core.spectrum" in sys.modules,
+                  "note": "Array API Standard Support" in scipy.signal.sosfilt.__doc__}))
+"""
+
+
+def test_a_standby_workers_warm_up_skips_what_no_task_uses(tmp_path: Path) -> None:
+    """The standby's imports and warm-up (``labswarm worker``'s too: run_worker calls the same warm_up) of an
+    experiment with a pitch shift: the audio libraries imported, SciPy's docstring notes skipped
+    (labswarm.audio.scipy_docs), no scikit-learn (labswarm.audio.transforms.vocoder), no SQLAlchemy."""
+    config = experiment_dict(write_dataset(tmp_path / "data", n_per_label=1), tmp_path / "store",
+                             transformations=[{"name": "identity"}, {"name": "pitch_shift", "semitones": 2}])
+    out = subprocess.run([sys.executable, "-c", WARM, json.dumps(parse_experiment(config).model_dump(mode="json"))],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    assert json.loads(out.splitlines()[-1]) == {"modules": [], "librosa": True, "note": False}
