@@ -26,8 +26,9 @@ T = TypeVar("T")
 LAYOUT_VERSION = 1
 _ENTRY = re.compile(rf"^v{LAYOUT_VERSION}/[0-9a-f]{{2}}/[0-9a-f]{{2}}/([0-9a-f]{{40}})\.npy$")
 #: Seconds a listing of the written packs answers a shard's keys (:meth:`Entries.shard_keys`: a worker lists up to
-#: 256 shards in a row; one listing of the packs for them all).
-SHARD_FRESH_S = 5.0
+#: 256 shards in a row; one listing of the packs for them all, and a large store's catalogue is not rebuilt for
+#: each). Staleness costs a sample written meanwhile by another worker computed again, as a shard's listing does.
+SHARD_FRESH_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
