@@ -1,9 +1,9 @@
 """Celery's own tools see labswarm's workers (issue 28): a real ``labswarm worker`` on the real RabbitMQ runs a
-session while Flower listens; ``celery inspect ping`` and ``inspect stats`` answer for the worker and count its
-tasks, and Flower's API lists the worker and the session's tasks, succeeded, once task events are switched on at
-run time (``celery control enable_events``, what Flower itself sends every 5 s). Remote control and worker
-heartbeats are on by default with RabbitMQ, task events off until a monitor asks (:mod:`labswarm.queue.tooling`);
-all off with the embedded broker."""
+session while Flower listens; ``celery inspect ping`` and ``inspect stats`` answer for the worker, count its
+tasks and name labswarm's pool, and Flower's API lists the worker and the session's tasks, succeeded, once task
+events are switched on at run time (``celery control enable_events``, what Flower itself sends every 5 s). Remote
+control and worker heartbeats are on by default with RabbitMQ, task events off until a monitor asks
+(:mod:`labswarm.queue.tooling`); all off with the embedded broker."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from labswarm.errors import ConfigError
 from labswarm.manager.server import free_port
 from labswarm.queue.app import TASK_NAME, make_celery
 from labswarm.queue.tooling import heartbeats, tooling
+from labswarm.queue.worker import POOL
 
 CELERY = str(Path(sys.executable).parent / "celery")
 
@@ -102,6 +103,10 @@ def test_celery_inspect_and_flower_see_the_worker_and_its_tasks(rabbitmq_url: st
     stats = wait_until(lambda: _celery(rabbitmq_url, "stats", "-d", name).get(name),
                        "the worker's answer to celery inspect stats", 120, interval=0.2)
     assert stats["total"][TASK_NAME] == progress["total"], stats["total"]  # one sample a message
+    # the pool is labswarm's (its warm stop 0.5 s shorter): set through conf.worker_pool, which Celery takes only
+    # where the command line's -P is exactly 'prefork' (celery/bin/worker.py's WorkersPool); BasePool.info reports
+    # "module:Class"
+    assert stats["pool"]["implementation"] == POOL, stats["pool"]
 
     workers = wait_until(lambda: httpx.get(f"{flower}/api/workers", params={"refresh": "true"}, timeout=30).json(),
                          "Flower's workers", 60, interval=0.2)
