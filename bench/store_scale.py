@@ -20,6 +20,8 @@ shared: the load average is printed):
     .venv/bin/python bench/store_scale.py [--arrays N] [--rounds R] [--endpoint URL]
     .venv/bin/python bench/store_scale.py --learner examples/music_speech_noise.yml [--steps N] [--rounds R]
     .venv/bin/python bench/store_scale.py --features examples/music_speech_noise.yml [--clips N] [--rounds R]
+                                          [--layouts keys,packs]
+    .venv/bin/python bench/store_scale.py --messages 30 [--rounds R] [--layouts keys,packs]
     .venv/bin/python bench/store_scale.py --scale examples/music_speech_noise.yml [--factor 10] [--steps N]
     .venv/bin/python bench/store_scale.py --job examples/music_speech_noise.yml [--factor 10] [--seconds S]
 
@@ -172,12 +174,14 @@ def training_steps(config: Any, variants: dict[str, Any], steps: int, rounds: in
               f"{statistics.median(values) / base:5.2f}x in memory")
 
 
-def features(experiment: str, clips: int, rounds: int, spec: dict) -> None:
+def features(experiment: str, clips: int, rounds: int, spec: dict, layouts: list[str]) -> None:
     """Feature computation (labswarm's local runner, 2 worker processes) of ``experiment``'s first ``clips``
-    clips (all its transformations) into a fresh local store and into a fresh prefix of the s3 bucket of ``spec``,
-    ``rounds`` interleaved rounds after an untimed one (the first run of a process pays the libraries' one-time
-    loading: 4-6 samples/s against 10-15 after, 2026-11-26, load ~6, always the local store's in the first
-    round); samples/s."""
+    clips (all its transformations) into a fresh local store and into a fresh prefix of the s3 bucket of ``spec``
+    for each write layout of ``layouts`` (``keys``: an object per array; ``packs``: a message's arrays as one
+    written pack, labswarm/store/written.py; chosen through ``LABSWARM_STORE_WRITE_PACKS``, which the workers
+    inherit), ``rounds`` interleaved rounds after an untimed one (the first run of a process pays the libraries'
+    one-time loading: 4-6 samples/s against 10-15 after, 2026-11-26, load ~6, always the local store's in the first
+    round); samples/s, and the S3 server's CPU per sample (a local moto server only)."""
     import yaml
 
     from labswarm.config.experiment import load_experiment
@@ -191,16 +195,23 @@ def features(experiment: str, clips: int, rounds: int, spec: dict) -> None:
         labels.write_text("\n".join(lines[:clips + 1]) + "\n")
         data = yaml.safe_load(Path(experiment).read_text())
         rates: dict[str, list[float]] = {}
+        server: dict[str, list[float]] = {}
+        names = ["local", *(f"s3-{layout}" for layout in layouts)]
         for r in range(-1, rounds):  # -1: the untimed round
-            for name in (("local", "s3") if r % 2 == 0 else ("s3", "local")):
+            for name in (names if r % 2 == 0 else names[::-1]):
                 store: dict = {"root": str(work / f"store-{r}-{name}")}
-                if name == "s3":
-                    store["remote"] = {**spec, "prefix": f"features-{r}"}
+                if name != "local":
+                    store["remote"] = {**spec, "prefix": f"features-{r}-{name}"}
+                    os.environ["LABSWARM_STORE_WRITE_PACKS"] = "1" if name == "s3-packs" else "0"
                 dataset = {**data["dataset"], "root": str(config.dataset.root), "labels": str(labels)}
                 round_config = config.model_validate({**config.model_dump(mode="json"), "dataset": dataset,
                                                       "store": store})
+                before = server_cpu()
                 summary = run_local(round_config, jobs=2)
+                after = server_cpu()
                 assert summary.failed == 0 and summary.computed == summary.total, summary
+                if before is not None and after is not None and name != "local":
+                    server.setdefault(name, []).append((after - before) / summary.total * 1e3)
                 if r < 0:
                     print(f"untimed round: {name} {summary.total / summary.seconds:.1f} samples/s", flush=True)
                     continue
@@ -209,10 +220,36 @@ def features(experiment: str, clips: int, rounds: int, spec: dict) -> None:
                       flush=True)
         base = statistics.median(rates["local"])
         for name, values in rates.items():
-            print(f"  features into {name:5s} {statistics.median(values):6.1f} samples/s  "
-                  f"{statistics.median(values) / base:5.2f}x local")
+            cpu = f", server CPU {statistics.median(server[name]):.2f} ms a sample" if server.get(name) else ""
+            print(f"  features into {name:9s} {statistics.median(values):6.1f} samples/s  "
+                  f"{statistics.median(values) / base:5.2f}x local{cpu}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def message_writes(spec: dict, messages: int, rounds: int, layouts: list[str]) -> None:
+    """The s3 write path alone: ``messages`` batches of 4 samples each (a worker's message: per sample a mel array
+    ``(128, 431)`` and an MFCC-sized one ``(20, 431)``, float32, 220 + 34 kB) written in each layout of ``layouts``
+    (``keys``: an object per array; ``packs``: one written pack a batch), alternating, ``rounds`` rounds; per sample
+    the wall time and the moto server's CPU (a local server only; other clients of it count too)."""
+    rng = np.random.default_rng(0)
+    mel = rng.standard_normal(SHAPE).astype(np.float32)
+    mfcc = rng.standard_normal((20, SHAPE[1])).astype(np.float32)
+    for r in range(rounds):
+        for layout in (layouts if r % 2 == 0 else layouts[::-1]):
+            store = FeatureStore.open("/nonexistent-unused", remote={**spec, "prefix": f"messages-{r}-{layout}"},
+                                      cache_bytes=0, packed=layout == "packs")
+            before, started = server_cpu(), time.perf_counter()
+            for _ in range(messages):
+                with store.batch():
+                    for _sample in range(4):
+                        store.put(uuid.uuid4().hex + "0" * 8, mel)
+                        store.put(uuid.uuid4().hex + "0" * 8, mfcc)
+            wall, after = time.perf_counter() - started, server_cpu()
+            cpu = "" if before is None or after is None else \
+                f", server CPU {(after - before) / messages / 4 * 1e3:.2f} ms"
+            print(f"round {r + 1}: {layout:5s} wall {wall / messages / 4 * 1e3:.2f} ms a sample{cpu}, "
+                  f"load {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def main() -> None:
@@ -226,6 +263,10 @@ def main() -> None:
     parser.add_argument("--features", metavar="EXPERIMENT", help="measure feature computation into the local "
                         "store and into s3 on this experiment's first --clips clips instead")
     parser.add_argument("--clips", type=int, default=20)
+    parser.add_argument("--messages", type=int, default=0, help="measure the s3 write path alone: this many "
+                        "4-sample batches per layout and round (--layouts)")
+    parser.add_argument("--layouts", default="keys,packs", help="the s3 write layouts measured (--features): keys "
+                        "(an object per array), packs (a message's arrays as one written pack), comma-separated")
     parser.add_argument("--scale", metavar="EXPERIMENT", help="measure a learner's peak memory on this "
                         "experiment's training split synthesised 1x and --factor x (bench/learner_memory.py)")
     parser.add_argument("--factor", type=int, default=10)
@@ -264,8 +305,11 @@ def main() -> None:
     cpu: dict[str, list[float]] = {}  # the S3 server's CPU seconds per array (a local moto server only)
     starts: dict[str, list[float]] = {}  # seconds to open a packed store and list its packs, before its reads
     try:
+        if args.messages:
+            message_writes(spec, args.messages, args.rounds, args.layouts.split(","))
+            return
         if args.features:
-            features(args.features, args.clips, args.rounds, spec)
+            features(args.features, args.clips, args.rounds, spec, args.layouts.split(","))
             return
         local = FeatureStore(work / "local")
         direct = FeatureStore.open(work / "unused", remote=spec, cache_bytes=0)

@@ -115,7 +115,7 @@ class WrittenPacks:
 
     def catalogue(self, key: str | None = None, *, reload: bool = False, fresh_s: float = REFRESH_S) -> Catalogue:
         """The written packs: listed at the first call, with ``reload``, and when ``key`` is in none of them and the
-        last listing is older than ``fresh_s``.
+        last listing is older than ``fresh_s`` (threads asking at once share one listing).
 
         Raises:
             StorageError: the storage cannot be listed.
@@ -123,7 +123,10 @@ class WrittenPacks:
         if not reload and self._loaded > -float("inf") and (
                 key is None or key in self._catalogue or time.monotonic() - self._loaded < fresh_s):
             return self._catalogue
+        asked = time.monotonic()
         with self._guard:
+            if self._loaded >= asked:  # listed by another thread since this one asked: as fresh as needed
+                return self._catalogue
             began = time.monotonic()
             catalogue = load_catalogue(self.origin, self._known, folder=WRITTEN)
             self._known = {n: self._known[n] for n in catalogue.names}  # removed packs forgotten
