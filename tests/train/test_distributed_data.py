@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import resource
 from pathlib import Path
 
 import numpy as np
+import pytest
 from helpers import require
 from three_classes import LEARNER_PIPELINE, training_experiment
 
 from labswarm.config.experiment import parse_experiment
 from labswarm.pipeline.pipeline import Pipeline
+from labswarm.storage.cache import CachedStorage
+from labswarm.storage.local import LocalStorage, LocalStorageConfig
+from labswarm.store.store import FETCH_THREADS, FeatureStore
+from labswarm.threads import thread_address_space
 
 torch = require("torch")  # skips here, fails in CI (tests/helpers.py)
 
 from labswarm.pipeline.torch_data import StoreDataset  # noqa: E402 (imports torch)
-from labswarm.train.distributed.data import TrainingSamples, _cgroup_headroom  # noqa: E402
+from labswarm.train.distributed.data import (  # noqa: E402
+    TrainingSamples,
+    _cgroup_headroom,
+    fetch_threads_within,
+    read_reserve,
+)
 
 
 def test_a_learners_crops_are_the_single_process_crops_of_the_epoch_whatever_its_chunk(
@@ -56,3 +67,30 @@ def test_a_cgroups_headroom_leaves_out_its_inactive_file_cache(tmp_path: Path) -
     (v1 / "memory.stat").write_text("cache 400\ninactive_file 999\ntotal_inactive_file 300\n")
     assert _cgroup_headroom(str(v2)) == 500 and _cgroup_headroom(str(v1)) == 500
     assert _cgroup_headroom(None) is None and _cgroup_headroom(str(tmp_path / "none")) is None
+
+
+def test_under_an_address_space_limit_each_fetch_thread_counts_its_stack_and_arenas(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A learner's fetch threads through a remote store's cache: under RLIMIT_AS (set here to a finite soft limit
+    far above any use) each thread's stack and the arena MALLOC_ARENA_MAX allows count with what the reads hold,
+    so a room for 3 such threads gives 3, not the 8 the reads alone fit (what the learner chose before); a local
+    folder starts no fetch thread: no count; without RLIMIT_AS (a memory cgroup counts resident memory) neither."""
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "2")  # the local launcher's, for a limited learner
+    array = 4 * 2**20
+    remote = FeatureStore(storage=CachedStorage(LocalStorage(LocalStorageConfig(path=tmp_path / "remote")),
+                                                tmp_path / "cache"))
+    local = FeatureStore(tmp_path / "local")
+    room = remote.read_bytes(3, array) + thread_address_space(3)
+    assert remote.fetch_threads(room, array) == FETCH_THREADS  # the reads alone: all 8 fit
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (2**62 if soft == resource.RLIM_INFINITY else soft, hard))
+    try:
+        assert read_reserve(remote, 1, array) == remote.read_bytes(1, array) + thread_address_space(1)
+        assert fetch_threads_within(remote, room, array) == 3
+        assert fetch_threads_within(remote, room - 1, array) == 2
+        assert fetch_threads_within(remote, 0, array) == 1  # at least one: whether it fits is _check_batch's
+        assert fetch_threads_within(local, room, array) == FETCH_THREADS and read_reserve(local, 1, array) == 0
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    if soft == resource.RLIM_INFINITY:
+        assert fetch_threads_within(remote, room, array) == FETCH_THREADS
