@@ -60,6 +60,7 @@ class BatchedModel:
         self._closed = False
         self._lock = threading.Lock()  # held across submit's check-and-put and close's flag-and-sentinel
         self._passing = threading.Semaphore(runners)  # held across a forward pass: runners at a time, any thread
+        self._count = threading.Lock()  # passes and rows: updated by up to runners threads at once
         self._name = name
         self._threads = [threading.Thread(target=self._run, name=f"labswarm-serve-{name}" + (f"-{i}" if i else ""),
                                           daemon=True) for i in range(runners)]
@@ -89,6 +90,7 @@ class BatchedModel:
         """
         with self._passing:
             out = self.forward(inputs)
+        with self._count:  # `+=` is a load and a store: two runners' counts could interleave and one be lost
             self.passes += 1
             self.rows += len(inputs)
         return out
