@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+from helpers import wait_until
 
 from labswarm.serve.batching import BatchedModel
 
@@ -25,8 +26,8 @@ def test_two_runners_pass_at_once_and_stop_on_one_close() -> None:
 
     model = BatchedModel(forward, max_batch=4, name="runners", runners=2)
     first = model.submit(np.full((1, 3), 1, np.float32))
-    while not both.n_waiting:  # the first pass holds its thread: the second array goes to the other runner
-        threading.Event().wait(0.01)
+    # the first pass holds its thread: the second array goes to the other runner (a deadline: a hang fails instead)
+    wait_until(lambda: both.n_waiting, "the first pass at the barrier", 60, interval=0.01)
     futures = [model.submit(np.full((1, 3), i, np.float32)) for i in range(2, 40)]
     model.close()
     assert first.result(60)[0] == 3
