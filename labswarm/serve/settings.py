@@ -31,6 +31,9 @@ class ServeSettings(BaseSettings):
             3 alternating pairs): at 16 clients the endpoint ran 1.09, 1.16, 1.04x the in-process clips/s with 2
             against 0.87, 0.96, 0.89x with 1 (16 clients / 1 client 1.80, 1.67, 1.67x against 1.36, 1.59, 1.52x);
             one client's file is computed alone, on no runner.
+        compute_alone: compute a file in the server's own process when no other file is in flight (true), sparing
+            the hand-overs to a worker process and back; false: always in a worker process (the server's process
+            computes no features).
     """
 
     model_config = SettingsConfigDict(env_prefix="LABSWARM_PREDICT_", extra="ignore")
