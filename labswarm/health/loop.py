@@ -226,7 +226,7 @@ class HealthLoop:
         queues: dict[str, QueueStats] | None = None
         if self.rabbitmq is not None and sessions:
             try:
-                queues = await self.rabbitmq.poll()
+                queues = await self.rabbitmq.poll({s["queue"] for s in sessions if isinstance(s.get("queue"), str)})
             except Exception as exc:
                 log.warning("broker statistics unavailable, estimating depth from the ledger: %s: %s",
                             type(exc).__name__, exc)

@@ -124,7 +124,7 @@ class _Flaky(_Sessions):
 
 
 class _BrokenBroker:
-    async def poll(self) -> dict:
+    async def poll(self, names=None) -> dict:
         raise KeyError("messages_ready")
 
 
