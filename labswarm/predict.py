@@ -248,11 +248,15 @@ class Predictor:
         """:meth:`Inputs.__call__` of ``path``: the model's inputs for its windows."""
         return self.inputs_of(path)
 
-    def forward(self, inputs: np.ndarray) -> np.ndarray:
+    def forward(self, inputs: np.ndarray, restore: bool = True) -> np.ndarray:
         """The model's softmax over a batch of inputs (rows of :meth:`inputs`), with :attr:`threads` torch threads.
 
         Args:
             inputs: float32 ``(n, *input_shape)``.
+            restore: set the calling thread's torch threads back to their count afterwards (a caller's own
+                thread); false: leave them at :attr:`threads` (a thread that runs only passes, as the serving
+                endpoint's: set on its first pass and not again; torch, built with OpenMP, keeps the count per
+                thread and gives it to threads started later).
 
         Returns:
             float64 ``(n, n_classes)``, each row summing to 1.
@@ -261,12 +265,14 @@ class Predictor:
 
         threads = torch.get_num_threads()
         try:
-            torch.set_num_threads(self.threads)
+            if threads != self.threads:
+                torch.set_num_threads(self.threads)
             with torch.no_grad():
                 logits = self.model(torch.from_numpy(inputs))
             return torch.softmax(logits.double(), dim=1).numpy()
         finally:
-            torch.set_num_threads(threads)
+            if restore and threads != self.threads:
+                torch.set_num_threads(threads)
 
     def probabilities(self, path: str | Path) -> tuple[np.ndarray, int]:
         """Class probabilities of one file and its number of windows.

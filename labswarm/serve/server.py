@@ -24,11 +24,12 @@ every other request of the app (the manager's) for the file's whole computation.
 from __future__ import annotations
 
 import asyncio
+import functools
 import shutil
 import tempfile
 import threading
 import uuid
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -42,6 +43,7 @@ from labswarm.predict import Prediction
 from labswarm.serve.batching import BatchedModel
 from labswarm.serve.cache import ModelCache, Served
 from labswarm.serve.features import FeaturePool, WorkerError
+from labswarm.serve.handoff import Handoff
 from labswarm.serve.settings import ServeSettings
 from labswarm.serve.sources import ModelSource
 
@@ -84,8 +86,8 @@ class ModelServer:
         self.settings = settings or ServeSettings()
         self.cache = ModelCache(self.settings.cache_models, self._load)
         self.features = FeaturePool(self.settings.workers)
-        # writing uploads to files, reading their headers, removing them: short, mostly I/O
-        self.files = ThreadPoolExecutor(max(4, self.settings.workers), thread_name_prefix="labswarm-upload")
+        # checking uploads' durations, computing a lone one, writing the others to files for the workers
+        self.uploads = Handoff(max(4, self.settings.workers), "labswarm-upload")
         self.alone = 0  # files computed in the server's own thread (none other in flight)
         self._flight = threading.Lock()
         self._busy = 0  # files between their duration check and their last forward pass
@@ -94,8 +96,9 @@ class ModelServer:
 
     def _load(self, key: str) -> Served:
         predictor = self.source.load(key, threads=self.settings.threads)
-        return Served(predictor, BatchedModel(predictor.forward, self.settings.max_batch, key,
-                                              self.settings.runners))
+        # the server's threads run only passes and features: torch's threads set once in each, not per pass
+        return Served(predictor, BatchedModel(functools.partial(predictor.forward, restore=False),
+                                              self.settings.max_batch, key, self.settings.runners))
 
     def model(self, key: str, user: User | None) -> Served:
         """The model of ``key`` if ``user`` may use it (checked on every call), loaded once and kept.
@@ -158,15 +161,13 @@ class ModelServer:
         return self._uploads
 
     async def _file(self, served: Served, upload: Upload, path: Path, top: int | None) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
         try:
             if upload.size > self.settings.max_file_bytes:
                 size = f"{upload.size} bytes" if upload.whole else f"at least {upload.size} bytes"
                 raise Refused(413, f"{size}: over the limit of {self.settings.max_file_bytes} (setting "
                                    "predict_max_file_bytes, LABSWARM_PREDICT_MAX_FILE_BYTES)")
-            started = await loop.run_in_executor(self.files, self._start, served, upload, path)
-            # computed alone: done already, no callback through the loop's self-pipe to wait for
-            parts = started.result() if started.done() else await asyncio.wrap_future(started)
+            # one wake-up of the loop when the file is computed, here or in a worker (handoff.py)
+            parts = await self.uploads.settle(self._start, served, upload, path)
         except Refused as exc:
             return {**Prediction(upload.name, None, error=str(exc)).to_dict(), "status": exc.status}
         except Exception as exc:  # as labswarm predict: a file that cannot be classified fails its row
@@ -185,9 +186,10 @@ class ModelServer:
         The future gives the softmax of each of its input arrays (float64 ``(n, n_classes)``), or the first error.
         ``path`` is removed once computed. Runs in an upload thread."""
         memory = upload.file if upload.size <= IN_MEMORY_BYTES else None
-        counted = False
+        counted = written = False
         try:
             if memory is None:
+                written = True
                 _write(upload.file, path)
             frames, rate = audio_info(path, memory)  # AudioError: not decodable (422)
             seconds = frames / rate
@@ -200,18 +202,19 @@ class ModelServer:
             counted = True
             if memory is not None and not alone:  # a worker process reads a file
                 memory.seek(0)
+                written = True
                 _write(memory, path)
         except BaseException:
             if counted:
-                self._landed(path)
-            else:
+                self._landed(path, written)
+            elif written:
                 path.unlink(missing_ok=True)
             raise
         if alone:
             try:
                 return self._compute_alone(served, path, memory)
             finally:
-                self._landed(path)
+                self._landed(path, written)
         try:
             passed = forward_when_ready(served.batched, self.features.submit(served.predictor.inputs_of, path))
         except BaseException:  # no worker took it (the pool shut down, a spawn failed): not in flight any more
@@ -220,11 +223,12 @@ class ModelServer:
         passed.add_done_callback(lambda _: self._landed(path))
         return passed
 
-    def _landed(self, path: Path) -> None:
-        """A file computed (or failed): no longer in flight, removed."""
+    def _landed(self, path: Path, written: bool = True) -> None:
+        """A file computed (or failed): no longer in flight, removed if it was ``written``."""
         with self._flight:
             self._busy -= 1
-        path.unlink(missing_ok=True)
+        if written:
+            path.unlink(missing_ok=True)
 
     def _compute_alone(self, served: Served, path: Path, data: IO[bytes] | None) -> Future[list[np.ndarray]]:
         """The file's features (from ``data`` if given, else from ``path``) and forward passes in this thread,
@@ -247,7 +251,7 @@ class ModelServer:
         """Close the cached models, the feature processes and the upload threads."""
         self.cache.close()
         self.features.close()
-        self.files.shutdown(wait=False, cancel_futures=True)
+        self.uploads.close()
         if self._uploads is not None:
             shutil.rmtree(self._uploads, ignore_errors=True)
 
