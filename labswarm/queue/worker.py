@@ -15,6 +15,8 @@ import socket
 import uuid
 
 from celery import signals
+from celery.concurrency import get_implementation
+from celery.utils.log import LOG_LEVELS
 
 from labswarm.client import ManagerClient
 from labswarm.config.experiment import ExperimentConfig
@@ -112,6 +114,19 @@ def warm_up(config: ExperimentConfig) -> None:
     _warmed.add(key)
 
 
+def _log_level(name: str) -> int:
+    """Celery's log level ``name`` (any case: ``DEBUG`` to ``CRITICAL``, ``FATAL``) as a number, as its command line
+    reads ``--loglevel``.
+
+    Raises:
+        ConfigError: not one of those names.
+    """
+    level = LOG_LEVELS.get(name.upper()) if isinstance(name, str) else None
+    if not isinstance(level, int):
+        raise ConfigError([("loglevel", f"{name!r} is not a log level (DEBUG, INFO, WARNING, ERROR, CRITICAL)")])
+    return level
+
+
 def _broker_url(manager_settings: dict) -> str:
     """The worker's own ``LABSWARM_BROKER_URL``, else the manager's broker if it has no password."""
     url = load_settings().broker_url or manager_settings.get("broker_url")
@@ -146,13 +161,15 @@ def run_worker(
 
     Raises:
         ManagerError: the manager cannot be reached or does not know an experiment.
-        ConfigError: no broker URL is known (the manager's needs a password: the message shows it masked).
+        ConfigError: no broker URL is known (the manager's needs a password: the message shows it masked), or
+            ``loglevel`` is not a log level.
     """
     # what the imports and the warm-up make lives as long as the process: out of the collector's sight before the
     # pool forks (collector_paused(freeze=True): Python's advice for a fork without exec, no copy-on-write of its
     # objects by collections in the pool processes), and out of the collections at exit (3-4 s of a loaded 2-core
     # machine, 0.7 s frozen); the collector is off meanwhile (~12 % of the start's CPU; `labswarm worker` turns it
     # off while importing too), on again after one collection of the garbage of that time
+    level = _log_level(loglevel)  # before anything starts, as Celery's command line checked it
     with collector_paused(freeze=True):
         names = [experiments] if isinstance(experiments, str) else list(dict.fromkeys(experiments))
         client = ManagerClient(manager_url, token)
@@ -183,9 +200,12 @@ def run_worker(
     # (<name>.celery.pidbox) is exclusive: a second worker of the same name failed to declare it (405
     # RESOURCE_LOCKED) and exited, so the queue had fewer consumers than containers (tests/docker's scale test)
     name = f"labswarm-{label}-{os.getpid()}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
-    # worker heartbeats (Flower's "online"), and what lets a monitor switch task events on (labswarm.queue.tooling)
-    quiet = [] if heartbeats(app.conf) else ["--without-heartbeat"]
-    app.worker_main([
-        "worker", "-Q", ",".join(queue_name(n) for n in names), "-c", str(concurrency), "-P", "prefork", "-n", name,
-        "--loglevel", loglevel, "--without-gossip", "--without-mingle", *quiet,
-    ])
+    # what `celery worker -Q ... -c N -P prefork -n NAME --loglevel L --without-gossip --without-mingle` builds and
+    # starts (celery.bin.worker), without Celery's command line: importing it (its commands, Flower's and click-repl's
+    # with prompt_toolkit: ~300 modules, 0.14 s of CPU) came after a standby worker's take, before its first task
+    # (issue 27). Worker heartbeats (Flower's "online") are what lets a monitor switch task events on
+    # (labswarm.queue.tooling)
+    worker = app.Worker(hostname=name, pool_cls=get_implementation(POOL), loglevel=level,
+                        queues=[queue_name(n) for n in names], concurrency=concurrency, without_gossip=True,
+                        without_mingle=True, without_heartbeat=not heartbeats(app.conf))
+    worker.start()

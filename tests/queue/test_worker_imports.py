@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import experiment_dict, write_dataset
 
 from labswarm.config.experiment import parse_experiment
@@ -60,3 +61,14 @@ def test_a_standby_workers_warm_up_skips_what_no_task_uses(tmp_path: Path) -> No
     out = subprocess.run([sys.executable, "-c", WARM, json.dumps(parse_experiment(config).model_dump(mode="json"))],
                          capture_output=True, text=True, timeout=300, check=True).stdout
     assert json.loads(out.splitlines()[-1]) == {"modules": [], "librosa": True, "note": False}
+
+
+def test_the_log_level_is_read_as_celerys_command_line_reads_it() -> None:
+    """run_worker starts Celery's worker without Celery's command line (whose import came before a standby
+    worker's first task): the level it gave --loglevel is checked here, before anything starts."""
+    from labswarm.errors import ConfigError
+    from labswarm.queue.worker import _log_level
+
+    assert (_log_level("WARNING"), _log_level("info"), _log_level("Debug")) == (30, 20, 10)
+    with pytest.raises(ConfigError, match="loglevel"):
+        _log_level("verbose")
