@@ -82,13 +82,12 @@ class Handoff:
                 continue
             try:
                 done = fn(*args)
-            except BaseException as exc:  # handed to the awaiting request
+                inner.append(done)
+                if out.cancelled():
+                    done.cancel()
+                done.add_done_callback(lambda finished, loop=loop, out=out: _call(loop, _copy, out, finished))
+            except BaseException as exc:  # handed to the awaiting request; the thread goes on
                 _call(loop, _fail, out, exc)
-                continue
-            inner.append(done)
-            if out.cancelled():
-                done.cancel()
-            done.add_done_callback(lambda finished, loop=loop, out=out: _call(loop, _copy, out, finished))
         self._queue.put(None)  # for the next thread
 
     def close(self) -> None:
