@@ -212,7 +212,7 @@ def collect_garbage(store: FeatureStore, references: References, *, dry_run: boo
     origin = store.origin
     earlier = store._call(lambda: list_packs(origin))  # before the entries: each of their keys was stored then
     alone = store.sizes(packed=False)
-    sizes = store.sizes()
+    sizes = alone if store.written is None else {**store._call(store.written.sizes), **alone}
     doomed = sorted(sizes.keys() - keep)
     rewritten = 0
     if not dry_run:
