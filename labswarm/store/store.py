@@ -13,7 +13,9 @@ harmless: the store holds it once. The store owns keys, layout and format; the s
 
 The same layout lives in an object store (an ``s3`` storage: the layout's paths are object keys, and S3 makes an
 object appear whole): workers write there and learners read through a bounded local cache
-(:class:`~labswarm.storage.cache.CachedStorage`); see :meth:`FeatureStore.open`.
+(:class:`~labswarm.storage.cache.CachedStorage`); see :meth:`FeatureStore.open`. There, a batch's arrays are
+written by default as one pack and its index (``written/v1/``: :mod:`labswarm.store.written`), read and listed as
+the per-key objects are.
 """
 
 from __future__ import annotations
