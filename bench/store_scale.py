@@ -32,7 +32,9 @@ in memory, streamed reading each chunk in its step, streamed with the next chunk
 The third, feature computation (the local runner, 2 processes) writing to a local store against writing to s3:
 real features of the demo's clips, each worker's chunk of 4 samples in one ``FeatureStore.batch`` as a worker's
 message (one sync of the local store; the s3 uploads sent by background threads while the next sample computes,
-all stored before the chunk's results return: labswarm/store/uploads.py).
+all stored before the chunk's results return: labswarm/store/uploads.py), in each s3 write layout of ``--layouts``
+(an object per array; the chunk's arrays as one written pack, labswarm/store/written.py). ``--messages N``
+measures that write path alone: N 4-sample batches per layout and round, wall time and moto's CPU a sample.
 The fourth, a learner's peak memory on the training split synthesised 1x and 10x (bench/learner_memory.py); the
 fifth, each learner's peak memory in a 2-learner job through the manager on those sets (bench/job_memory.py).
 
