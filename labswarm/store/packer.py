@@ -95,16 +95,21 @@ def pack(store: FeatureStore, keys: Iterable[str], *, pack_bytes: int = PACK_BYT
 def from_written(written: WrittenPacks, key: str, seen: dict[str, dict[str, bytes]]) -> bytes | None:
     """``key``'s ``.npy`` bytes from its written pack (:mod:`labswarm.store.written`), ``None`` when in none or
     damaged there; each pack read once into ``seen`` (name → its sound arrays)."""
-    found = written.find(key)
-    if found is None:
-        return None
-    if found.name not in seen:
-        try:
-            _entries, good, _bad = unpack(written.origin.get_bytes(f"{WRITTEN}/{found.name}.pack"))
-        except (MissingObject, ValueError):
+    for _ in range(2):
+        found = written.find(key)
+        if found is None:
             return None
-        seen[found.name] = {k: bytes(v) for k, v in good.items()}
-    return seen[found.name].get(key)
+        if found.name not in seen:
+            try:
+                _entries, good, _bad = unpack(written.origin.get_bytes(f"{WRITTEN}/{found.name}.pack"))
+            except MissingObject:  # rewritten by gc since the listing: listed again
+                written.catalogue(reload=True)
+                continue
+            except ValueError:
+                return None
+            seen[found.name] = {k: bytes(v) for k, v in good.items()}
+        return seen[found.name].get(key)
+    return None
 
 
 @dataclass(frozen=True, slots=True)

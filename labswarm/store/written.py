@@ -191,14 +191,15 @@ class WrittenPacks:
             ValueError: the array is damaged in its pack (CRC-32C, cut off, not an ``.npy``), or the pack is.
         """
         for attempt in range(2):
-            found = self.find(key, fresh_s=fresh_s if attempt == 0 else 0.0)
+            found = self.find(key, fresh_s=fresh_s if attempt == 0 else REFRESH_S)
             if found is None:
                 return None
             if self.reader is not None and (array := read_packed(self.reader, key, mmap)) is not None:
                 return array
             try:
                 blob = self.origin.get_bytes(f"{WRITTEN}/{found.name}.pack")
-            except MissingObject:
+            except MissingObject:  # rewritten or removed by gc since: listed again (this process's writes too)
+                self.catalogue(reload=True)
                 continue
             _entries, good, bad = unpack(blob)
             if key not in good:

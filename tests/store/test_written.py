@@ -1,7 +1,8 @@
 """Written packs of a remote feature store (labswarm/store/written.py) on s3 (moto's server on :9000): a message's
 arrays written as one pack are read back equal by another process and through a cold cache, and listed as per-key
 arrays; a worker killed between a pack's PUT and its index's leaves no index naming a missing pack; gc rewrites a
-pack holding unreferenced arrays, its referenced ones readable throughout."""
+pack holding unreferenced arrays, its referenced ones readable throughout (by readers that listed the packs before,
+with a cache or without, and by the pack's writer)."""
 
 from __future__ import annotations
 
@@ -151,6 +152,8 @@ def test_gc_rewrites_a_pack_of_kept_and_removed_arrays_and_removes_one_of_remove
     references = {"exp": {"mel": list(kept), "mfcc": list(alone)}}
     reader = FeatureStore.open(tmp_path / "cache", remote=spec, cache_bytes=1 << 30)
     np.testing.assert_array_equal(reader.get(next(iter(kept))), next(iter(kept.values())))  # packs listed now
+    uncached = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0)
+    np.testing.assert_array_equal(uncached.get(next(iter(dead))), next(iter(dead.values())))  # listed, no cache
     before = s3_endpoint.objects()
     dry = collect_garbage(store, references, dry_run=True)
     assert dry.arrays == len(mixed) - 3 + len(dead) and dry.kept == 3 + len(alone)
@@ -160,8 +163,10 @@ def test_gc_rewrites_a_pack_of_kept_and_removed_arrays_and_removes_one_of_remove
     fresh = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0)
     assert sorted(fresh.sizes()) == sorted([*kept, *alone])
     assert len(list_packs(fresh.origin, WRITTEN)) == 1  # the rewritten one; the pack of removed arrays only gone
-    for key, array in {**kept, **alone}.items():  # by a fresh store, and by one that listed the packs before gc
-        np.testing.assert_array_equal(fresh.get(key), array)
+    for key, array in {**kept, **alone}.items():  # by a fresh store, and by those that listed the packs before gc:
+        np.testing.assert_array_equal(fresh.get(key), array)  # through a cache, without one, and their writer
         np.testing.assert_array_equal(reader.get(key, mmap=True), array)
+        np.testing.assert_array_equal(uncached.get(key), array)
+        np.testing.assert_array_equal(store.get(key), array)
     assert not any(fresh.contains(k) for k in [*mixed.keys() - kept.keys(), *dead])
     assert verify(fresh).problems == {}
