@@ -12,6 +12,7 @@ import signal
 from pathlib import Path
 
 import numpy as np
+from helpers import wait_until
 from jobs.conftest import S3Endpoint
 
 from labswarm.storage.base import Storage
@@ -115,12 +116,15 @@ def test_a_worker_killed_mid_upload_leaves_no_index_of_a_missing_pack(tmp_path: 
     spec = s3_endpoint.spec(prefix=PREFIX)
     arrays = _message(1)
     ready = tmp_path / "ready"
-    child = multiprocessing.get_context("fork").Process(target=_killed_between, args=(spec, arrays, str(ready)))
+    # spawned, not forked: a child forked from pytest's process could inherit a lock another test's thread held
+    child = multiprocessing.get_context("spawn").Process(target=_killed_between, args=(spec, arrays, str(ready)))
     child.start()
-    while not ready.exists() and child.is_alive():
-        child.join(0.05)
-    assert ready.exists(), child.exitcode
-    os.kill(child.pid, signal.SIGKILL)
+    try:
+        wait_until(lambda: ready.exists() or not child.is_alive(),
+                   "the child's pack PUT (the child alive, stuck before it)", timeout=120, interval=0.05)
+        assert ready.exists(), f"the child ended before its pack's PUT: exit code {child.exitcode}"
+    finally:
+        child.kill()  # SIGKILL, while it runs (not a pid it no longer has)
     child.join(60)
     assert child.exitcode == -signal.SIGKILL
     store = FeatureStore.open(tmp_path / "cache", remote=spec, cache_bytes=1 << 30, packed=True)
