@@ -161,6 +161,8 @@ def run_worker(
 
     Raises:
         ManagerError: the manager cannot be reached or does not know an experiment.
+        SystemExit: the worker stopped with a non-zero status (``worker.exitcode``: Celery's "Unrecoverable error",
+            a cold shutdown), as ``celery worker`` exits with it.
         ConfigError: no broker URL is known (the manager's needs a password: the message shows it masked), or
             ``loglevel`` is not a log level.
     """
@@ -209,3 +211,5 @@ def run_worker(
                         queues=[queue_name(n) for n in names], concurrency=concurrency, without_gossip=True,
                         without_mingle=True, without_heartbeat=not heartbeats(app.conf))
     worker.start()
+    if worker.exitcode:  # Celery's "Unrecoverable error" or a cold shutdown: the status its command line exits with
+        raise SystemExit(worker.exitcode)  # (a supervisor restarting on failure must see it)
