@@ -5,7 +5,7 @@ they are sound, and removing those that hold a removed array (``du``, ``verify``
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -38,8 +38,10 @@ class Packed:
 def pack(store: FeatureStore, keys: Iterable[str], *, pack_bytes: int = PACK_BYTES,
          threads: int = THREADS) -> Packed:
     """Write the arrays of ``keys`` that are in no pack yet into packs of at most ``pack_bytes`` bytes each (an
-    array larger than that alone in its pack), in the order of ``keys``: each array read from its per-key object
-    (``threads`` requests at once), checked, and the pack written before its index (module docstring).
+    array larger than that alone in its pack): first those in written packs (:mod:`labswarm.store.written`), each
+    written pack read once for all its keys and dropped once they are taken (``threads`` packs in memory at most),
+    then the others, each read from its per-key object (``threads`` requests at once); each array checked, and each
+    pack written before its index (module docstring). The order of ``keys`` is kept within each of the two.
 
     Raises:
         StoreError: the store is a local folder (its arrays are files: packs would not be read), ``pack_bytes`` is
@@ -64,27 +66,27 @@ def pack(store: FeatureStore, keys: Iterable[str], *, pack_bytes: int = PACK_BYT
             counts["bytes"] += sum(len(d) for _, d in current)
             current.clear()
 
-    written: dict[str, dict[str, bytes]] = {}  # the written packs read so far: name -> key -> bytes
+    def take(key: str, data: bytes | None) -> None:
+        if data is None or npy_problem(data) is not None:
+            counts["missing" if data is None else "unsound"] += 1
+            return
+        if current and sum(len(d) for _, d in current) + len(data) > pack_bytes:
+            flush()
+        current.append((key, data))
 
     def read(key: str) -> bytes | None:
         try:
             return origin.get_bytes(store.relpath(key))
         except MissingObject:
-            return None if store.written is None else from_written(store.written, key, written)
+            return None
 
     try:
         catalogue = load_catalogue(origin, threads=threads)
         todo = [k for k in wanted if k not in catalogue]
+        by_pack, alone = _by_written_pack(store.written, todo)
         with ThreadPoolExecutor(max(1, threads)) as pool:
-            for start in range(0, len(todo), 4 * threads):  # a few groups of reads in flight, not the whole set
-                group = todo[start:start + 4 * threads]
-                for key, data in zip(group, pool.map(read, group), strict=True):
-                    if data is None or npy_problem(data) is not None:
-                        counts["missing" if data is None else "unsound"] += 1
-                        continue
-                    if current and sum(len(d) for _, d in current) + len(data) > pack_bytes:
-                        flush()
-                    current.append((key, data))
+            for key, data in _read_all(pool, store.written, by_pack, alone, read, max(1, threads)):
+                take(key, data)
             flush()
     except StorageError as exc:
         raise StoreError(str(exc)) from exc
@@ -92,9 +94,64 @@ def pack(store: FeatureStore, keys: Iterable[str], *, pack_bytes: int = PACK_BYT
                   counts["unsound"])
 
 
+def _read_all(pool: ThreadPoolExecutor, written: WrittenPacks | None, by_pack: dict[str, list[str]],
+              alone: list[str], read: Callable[[str], bytes | None],
+              threads: int) -> Iterator[tuple[str, bytes | None]]:
+    """``(key, .npy bytes or None)`` of the keys in written packs (``by_pack``: one pack a thread, ``threads`` at
+    once, each dropped once its keys are yielded) and then of those ``alone`` (``4 * threads`` reads in flight)."""
+    if written is not None:
+        units = list(by_pack.items())
+        for start in range(0, len(units), threads):
+            group = units[start:start + threads]
+            for got in pool.map(lambda unit: _read_written(written, unit[0], unit[1], read), group):
+                yield from got
+    for start in range(0, len(alone), 4 * threads):  # a few groups of reads in flight, not the whole set
+        keys = alone[start:start + 4 * threads]
+        yield from zip(keys, pool.map(read, keys), strict=True)
+
+
+def _by_written_pack(written: WrittenPacks | None, keys: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """``keys`` split into those in a written pack (pack name → its keys, in the order of ``keys``) and the others.
+
+    Raises:
+        StorageError: the written packs cannot be listed.
+    """
+    by_pack: dict[str, list[str]] = {}
+    alone: list[str] = []
+    for key in keys:
+        found = None if written is None else written.find(key)
+        if found is None:
+            alone.append(key)
+        else:
+            by_pack.setdefault(found.name, []).append(key)
+    return by_pack, alone
+
+
+def _read_written(written: WrittenPacks, name: str, keys: list[str],
+                  read: Callable[[str], bytes | None]) -> list[tuple[str, bytes | None]]:
+    """The ``.npy`` bytes of ``keys`` from written pack ``name`` (read once); a key whose pack is gone (rewritten by
+    gc since the listing) found again (:func:`from_written`), one not sound in its pack read by ``read`` (a per-key
+    object, if there is one); ``None`` when in neither."""
+    gone = False
+    try:
+        _entries, good, _bad = unpack(written.origin.get_bytes(f"{WRITTEN}/{name}.pack"))
+    except MissingObject:
+        written.catalogue(reload=True)
+        good, gone = {}, True
+    except ValueError:
+        good = {}
+    seen: dict[str, dict[str, bytes]] = {}
+    out: list[tuple[str, bytes | None]] = []
+    for key in keys:
+        data = bytes(good[key]) if key in good else from_written(written, key, seen) if gone else None
+        out.append((key, data if data is not None else read(key)))
+    return out
+
+
 def from_written(written: WrittenPacks, key: str, seen: dict[str, dict[str, bytes]]) -> bytes | None:
     """``key``'s ``.npy`` bytes from its written pack (:mod:`labswarm.store.written`), ``None`` when in none or
-    damaged there; each pack read once into ``seen`` (name → its sound arrays)."""
+    damaged there; each pack read once into ``seen`` (name → its sound arrays), the packs listed again when its pack
+    is found gone (rewritten by gc since the listing)."""
     for _ in range(2):
         found = written.find(key)
         if found is None:

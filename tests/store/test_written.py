@@ -20,6 +20,7 @@ from labswarm.storage.cache import CachedStorage
 from labswarm.store import FeatureStore
 from labswarm.store.listing import KeyListing
 from labswarm.store.ops import collect_garbage, verify
+from labswarm.store.packer import pack
 from labswarm.store.packs import list_packs
 from labswarm.store.written import WRITTEN
 
@@ -174,3 +175,31 @@ def test_gc_rewrites_a_pack_of_kept_and_removed_arrays_and_removes_one_of_remove
         np.testing.assert_array_equal(store.get(key), array)
     assert not any(fresh.contains(k) for k in [*mixed.keys() - kept.keys(), *dead])
     assert verify(fresh).problems == {}
+
+
+def test_store_pack_reads_each_written_pack_once_and_no_per_key_object_of_its_keys(
+        tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    spec = s3_endpoint.spec(prefix=PREFIX)
+    writer = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0, packed=True)
+    messages = [_message(10 + i, samples=2) for i in range(4)]
+    for arrays in messages:
+        _write(writer, arrays)
+    alone = _message(20, samples=1)
+    per_key = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0, packed=False)
+    for key, array in alone.items():
+        per_key.put(key, array)
+    keys = [k for arrays in messages for k in arrays] + list(alone) + ["2" * 40]  # the last one never computed
+    store = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0)
+    got: list[str] = []
+    origin = store.origin
+    read = origin.get_bytes
+    origin.get_bytes = lambda key: (got.append(key), read(key))[1]  # type: ignore[method-assign]
+    done = pack(store, keys, threads=2)
+    assert (done.arrays, done.missing, done.unsound) == (len(keys) - 1, 1, 0)
+    per_key_gets = [k for k in got if k.startswith("v1/")]
+    assert sorted(per_key_gets) == sorted(store.relpath(k) for k in [*alone, "2" * 40]), per_key_gets
+    pack_gets = [k for k in got if k.startswith(f"{WRITTEN}/") and k.endswith(".pack")]
+    assert len(pack_gets) == len(set(pack_gets)) == len(messages), pack_gets  # each written pack read once
+    cached = FeatureStore.open(tmp_path / "cache", remote=spec, cache_bytes=1 << 30)
+    for key, array in {k: a for arrays in [*messages, alone] for k, a in arrays.items()}.items():
+        np.testing.assert_array_equal(cached.get(key), array)
