@@ -108,7 +108,8 @@ class WrittenPacks:
         self._catalogue = EMPTY
         self._loaded = -float("inf")
         self._own: dict[str, tuple[Located, float]] = {}  # keys this process wrote: where, and when (monotonic)
-        self._guard = threading.Lock()
+        self._guard = threading.Lock()  # one listing at a time
+        self._own_lock = threading.Lock()  # _own changed in place under it, never rebound (upload threads add to it)
         os.register_at_fork(after_in_child=partial(_after_fork, weakref.ref(self)))  # not kept alive by it
         #: reads packs through the cache, fetched whole (``None`` without a cache)
         self.reader = None if cache is None else _CachedReader(self, cache, relpath)
@@ -132,7 +133,7 @@ class WrittenPacks:
             self._known = {n: self._known[n] for n in catalogue.names}  # removed packs forgotten
             self._catalogue, self._loaded = catalogue, began
             # keys written while it was listed may not be in it: kept
-            self._own = {k: v for k, v in list(self._own.items()) if v[1] >= began}
+            self._forget_own(lambda _key, when: when < began)
             return catalogue
 
     def find(self, key: str, *, fresh_s: float = REFRESH_S) -> Located | None:
@@ -211,8 +212,17 @@ class WrittenPacks:
     def added(self, name: str, header: bytes) -> None:
         """Pack ``name`` with ``header`` was just written by this process (its keys found before the next listing)."""
         start, now = len(MAGIC) + 4 + len(header), time.monotonic()
-        for e in parse_header(header):
-            self._own[e.key] = Located(name, start, e.offset, e.length), now
+        entries = parse_header(header)
+        with self._own_lock:
+            for e in entries:
+                self._own[e.key] = Located(name, start, e.offset, e.length), now
+
+    def _forget_own(self, stale: Callable[[str, float], bool]) -> None:
+        """Drop the keys this process wrote for which ``stale(key, when written)`` holds, in place (an upload thread
+        adding one meanwhile keeps it)."""
+        with self._own_lock:
+            for key in [k for k, (_where, when) in self._own.items() if stale(k, when)]:
+                del self._own[key]
 
     def write(self, items: list[tuple[str, bytes]]) -> None:
         """Write ``items`` (``(key, .npy bytes)``) as one pack, then its index (this thread; not tried again).
@@ -256,7 +266,7 @@ class WrittenPacks:
                 removed += 1
             self.origin.delete(f"{WRITTEN}/{name}.json")  # readers find packs through it: first
             self.origin.delete(f"{WRITTEN}/{name}.pack")
-        self._own = {k: v for k, v in list(self._own.items()) if k not in doomed}
+        self._forget_own(lambda key, _when: key in doomed)
         self.catalogue(reload=True)
         return removed, rewritten
 
@@ -335,7 +345,7 @@ def read_packed(reader: PackReader, key: str, mmap: bool) -> np.ndarray | None:
 
 
 def _after_fork(written: weakref.ref[WrittenPacks]) -> None:
-    """A forked child's new lock of ``written`` (if it still exists): no thread of the parent is here to release it."""
+    """A forked child's new locks of ``written`` (if it still exists): no thread of the parent is here to release it."""
     if (found := written()) is not None:
-        found._guard = threading.Lock()
+        found._guard, found._own_lock = threading.Lock(), threading.Lock()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from labswarm.store import FeatureStore
 from labswarm.store.listing import KeyListing
 from labswarm.store.ops import collect_garbage, verify
 from labswarm.store.packer import pack
+from labswarm.store.packfmt import encode
 from labswarm.store.packs import list_packs
 from labswarm.store.written import WRITTEN
 
@@ -203,3 +205,28 @@ def test_store_pack_reads_each_written_pack_once_and_no_per_key_object_of_its_ke
     cached = FeatureStore.open(tmp_path / "cache", remote=spec, cache_bytes=1 << 30)
     for key, array in {k: a for arrays in [*messages, alone] for k, a in arrays.items()}.items():
         np.testing.assert_array_equal(cached.get(key), array)
+
+
+def test_a_listing_keeps_a_key_an_upload_thread_writes_meanwhile(tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    spec = s3_endpoint.spec(prefix=PREFIX)
+    store = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0, packed=True)
+    _write(store, _message(30, samples=1))
+    written = store.written
+    assert written is not None
+    late = _message(31, samples=1)
+    header = encode(list((k, b"x" * 8) for k in late))[1]  # its pack: as if PUT by an upload thread, not listed yet
+
+    uploader = threading.Thread(target=written.added, args=("late", header))
+
+    class Racing(dict):
+        def items(self):  # the listing's look at this process's writes, then an upload thread's added()
+            seen = list(super().items())
+            uploader.start()
+            uploader.join(1.0)  # done now, or waiting for the listing's lock (then it is done after it)
+            return seen
+
+    written._own = Racing(written._own)
+    written.catalogue(reload=True)
+    uploader.join(60)
+    assert not uploader.is_alive()
+    assert all(written.find(k) is not None for k in late)  # not lost: found before the next listing
