@@ -185,7 +185,8 @@ class Collected:
     """What ``gc`` removed (or would remove with ``dry_run``): ``arrays`` entries of ``bytes`` bytes; ``kept``
     entries that an experiment references; ``packs`` read-side packs of ``pack_bytes`` bytes that held a removed
     array; ``rewritten`` written packs that held removed and kept arrays, rewritten with the kept ones (those of
-    removed arrays only are removed: :meth:`labswarm.store.written.WrittenPacks.remove`)."""
+    removed arrays only are removed: :meth:`labswarm.store.written.WrittenPacks.remove`). A written pack left as it
+    is (a kept array damaged in it) counts none of its arrays in ``arrays``; a dry run counts it in ``rewritten``."""
 
     arrays: int
     bytes: int
@@ -214,18 +215,18 @@ def collect_garbage(store: FeatureStore, references: References, *, dry_run: boo
     alone = store.sizes(packed=False)
     sizes = alone if store.written is None else {**store._call(store.written.sizes), **alone}
     doomed = sorted(sizes.keys() - keep)
+    removed = {key for key in doomed if key in alone}
+    for key in [] if dry_run else removed:
+        store._call(partial(origin.delete, store.relpath(key)))
     rewritten = 0
-    if not dry_run:
-        for key in doomed:
-            if key in alone:
-                store._call(partial(origin.delete, store.relpath(key)))
-        if store.written is not None:  # its packs of removed arrays only go, those of kept ones too are rewritten
-            rewritten = store._call(partial(store.written.remove, set(doomed)))[1]
+    if store.written is not None:  # its packs of removed arrays only go, those of kept ones too are rewritten
+        done = store._call(partial(store.written.remove, set(doomed), dry_run=dry_run))
+        rewritten, removed = done.rewritten, removed | done.keys  # a key of a pack left as it was: not removed
     gone = set(doomed)
     stale = store._call(lambda: stale_packs(origin, gone, earlier=earlier, stored=sizes.keys() - gone))
     for name in [] if dry_run else stale:
         store._call(partial(remove_pack, origin, name))
-    return Collected(len(doomed), sum(sizes[k] for k in doomed), len(sizes) - len(doomed), dry_run, len(stale),
+    return Collected(len(removed), sum(sizes[k] for k in removed), len(sizes) - len(doomed), dry_run, len(stale),
                      sum(stale.values()), rewritten)
 
 

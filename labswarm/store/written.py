@@ -235,13 +235,17 @@ class WrittenPacks:
         self.origin.put_bytes(f"{WRITTEN}/{name}.json", header)
         self.added(name, header)
 
-    def remove(self, keys: Collection[str]) -> tuple[int, int]:
+    def remove(self, keys: Collection[str], *, dry_run: bool = False) -> Removed:
         """Remove ``keys`` from the written packs: a pack holding only keys of them removed (index first), one holding
         others too rewritten (its kept arrays in a new pack and index, written before the old ones are removed);
         a pack whose kept arrays are damaged is left as it is (with a warning: rewriting would lose them).
 
+        Args:
+            keys: the keys to remove.
+            dry_run: change nothing; say what would be done (a pack to rewrite counted without reading it).
+
         Returns:
-            ``(packs removed, packs rewritten)``.
+            What was removed (:class:`Removed`).
 
         Raises:
             StorageError: the storage failed (the packs handled before are done; nothing kept is lost).
@@ -249,26 +253,39 @@ class WrittenPacks:
         doomed = set(keys)
         catalogue = self.catalogue(reload=True)
         removed = rewritten = 0
+        gone: set[str] = set()
         for name in catalogue.names:
             entries = self._known.get(name, [])
             if not any(e.key in doomed for e in entries):
                 continue
             kept = [e for e in entries if e.key not in doomed]
-            if kept:
+            if kept and not dry_run:
                 _entries, good, bad = unpack(self.origin.get_bytes(f"{WRITTEN}/{name}.pack"))
                 if any(e.key not in good for e in kept):
                     log.warning("leaving written pack %s as it is: a kept array is damaged (%s)", name,
                                 next(iter(bad.values()), "missing from the pack"))
                     continue
                 self.write([(e.key, bytes(good[e.key])) for e in kept])
-                rewritten += 1
-            else:
-                removed += 1
-            self.origin.delete(f"{WRITTEN}/{name}.json")  # readers find packs through it: first
-            self.origin.delete(f"{WRITTEN}/{name}.pack")
-        self._forget_own(lambda key, _when: key in doomed)
-        self.catalogue(reload=True)
-        return removed, rewritten
+            rewritten += bool(kept)
+            removed += not kept
+            gone.update(e.key for e in entries if e.key in doomed)
+            if not dry_run:
+                self.origin.delete(f"{WRITTEN}/{name}.json")  # readers find packs through it: first
+                self.origin.delete(f"{WRITTEN}/{name}.pack")
+        if not dry_run:
+            self._forget_own(lambda key, _when: key in doomed)
+            self.catalogue(reload=True)
+        return Removed(removed, rewritten, frozenset(gone))
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """What :meth:`WrittenPacks.remove` did (or would do): ``packs`` removed, ``rewritten`` (with their kept arrays),
+    and the ``keys`` no longer in any (those of a pack left as it was not among them)."""
+
+    packs: int
+    rewritten: int
+    keys: frozenset[str]
 
 
 class PackBatch:

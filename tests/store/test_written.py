@@ -166,7 +166,7 @@ def test_gc_rewrites_a_pack_of_kept_and_removed_arrays_and_removes_one_of_remove
     assert dry.arrays == len(mixed) - 3 + len(dead) and dry.kept == 3 + len(alone)
     assert s3_endpoint.objects() == before
     done = collect_garbage(FeatureStore.open(tmp_path / "gc", remote=spec, cache_bytes=0), references)
-    assert (done.arrays, done.kept, done.rewritten) == (dry.arrays, dry.kept, 1)
+    assert (done.arrays, done.kept, done.rewritten) == (dry.arrays, dry.kept, dry.rewritten) and dry.rewritten == 1
     fresh = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0)
     assert sorted(fresh.sizes()) == sorted([*kept, *alone])
     assert len(list_packs(fresh.origin, WRITTEN)) == 1  # the rewritten one; the pack of removed arrays only gone
@@ -230,3 +230,21 @@ def test_a_listing_keeps_a_key_an_upload_thread_writes_meanwhile(tmp_path: Path,
     uploader.join(60)
     assert not uploader.is_alive()
     assert all(written.find(k) is not None for k in late)  # not lost: found before the next listing
+
+
+def test_gc_counts_no_removal_from_a_pack_it_leaves_because_a_kept_array_is_damaged(
+        tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    spec = s3_endpoint.spec(prefix=PREFIX)
+    store = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0, packed=True)
+    arrays = _message(40, samples=2)
+    _write(store, arrays)
+    (name,) = list_packs(store.origin, WRITTEN)
+    blob = bytearray(store.origin.get_bytes(f"{WRITTEN}/{name}.pack"))
+    blob[-1] ^= 0xFF  # the last array's last byte: its CRC-32C no longer matches
+    store.origin.put_bytes(f"{WRITTEN}/{name}.pack", bytes(blob))
+    references = {"exp": {"mfcc": [list(arrays)[-1]]}}  # the damaged one kept, the others unreferenced
+    dry = collect_garbage(store, references, dry_run=True)
+    assert (dry.arrays, dry.kept, dry.rewritten) == (len(arrays) - 1, 1, 1)
+    done = collect_garbage(store, references)
+    assert (done.arrays, done.bytes, done.kept, done.rewritten) == (0, 0, 1, 0)  # left as it was, nothing removed
+    assert list_packs(store.origin, WRITTEN).keys() == {name}
