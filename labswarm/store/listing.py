@@ -131,7 +131,7 @@ class KeyListing:
         shard = self._shard(key)
         if key in shard:
             return True
-        if strict and self.store.contains(key):
+        if strict and self.store.contains(key, fresh_s=1.0):  # written packs listed again if over 1 s old
             shard.added.add(key)
             return True
         return False

@@ -43,7 +43,7 @@ from labswarm.store.entries import StoreStats as StoreStats  # re-exported
 from labswarm.store.npy import map_file
 from labswarm.store.packs import PackReader
 from labswarm.store.uploads import UPLOAD_THREADS, Uploads
-from labswarm.store.written import PackBatch, WrittenPacks, default_packed, read_packed
+from labswarm.store.written import REFRESH_S, PackBatch, WrittenPacks, default_packed, read_packed
 
 #: Marker file at the store root.
 MARKER = "labswarm-store.json"
@@ -145,14 +145,18 @@ class FeatureStore(Entries):
             raise StoreError(f"invalid feature-store key {key!r}: expected 40 lower-case hex digits")
         return f"v{LAYOUT_VERSION}/{key[:2]}/{key[2:4]}/{key}.npy"
 
-    def contains(self, key: str) -> bool:
-        """Whether ``key`` is stored (in a written pack, as of a listing of them at most 1 s old, or alone)."""
+    def contains(self, key: str, *, fresh_s: float = REFRESH_S) -> bool:
+        """Whether ``key`` is stored: alone, or in a written pack as of a listing of them at most ``fresh_s`` old
+        (default :data:`~labswarm.store.written.REFRESH_S`, 60 s: a key missing from it lists them again at most
+        that often, not at every miss; a caller to whom a key written since must not read as missing asks fresher).
+        """
         rel = self.relpath(key)
         written = self.written
-        if written is not None and self._call(lambda: written.find(key)) is not None:
+        if written is not None and self._call(lambda: written.find(key, fresh_s=REFRESH_S)) is not None:
             return True
         return self._call(lambda: self.storage.exists(rel)) or (
-            written is not None and self._call(lambda: written.find(key, fresh_s=1.0)) is not None)
+            written is not None and fresh_s < REFRESH_S
+            and self._call(lambda: written.find(key, fresh_s=fresh_s)) is not None)
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.contains(key)
@@ -183,7 +187,7 @@ class FeatureStore(Entries):
                 except FileNotFoundError:
                     pass  # missing, or evicted from a cache since: asked of the storage below
             return np.load(io.BytesIO(self.storage.get_bytes(rel)), allow_pickle=False)
-        except MissingObject:
+        except MissingObject:  # an error's path, not a poll: the packs listed again if the listing is over 1 s old
             if (packed := self._packed(key, mmap, 1.0)) is not None:  # written by another process since the listing
                 return packed
             raise StoreError(f"no entry {key} in feature store {self.where}") from None

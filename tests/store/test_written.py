@@ -248,3 +248,21 @@ def test_gc_counts_no_removal_from_a_pack_it_leaves_because_a_kept_array_is_dama
     done = collect_garbage(store, references)
     assert (done.arrays, done.bytes, done.kept, done.rewritten) == (0, 0, 1, 0)  # left as it was, nothing removed
     assert list_packs(store.origin, WRITTEN).keys() == {name}
+
+
+def test_a_missing_key_lists_the_written_packs_again_at_most_once_a_refresh(tmp_path: Path,
+                                                                            s3_endpoint: S3Endpoint) -> None:
+    spec = s3_endpoint.spec(prefix=PREFIX)
+    reader = FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0)
+    first = _message(50, samples=1)
+    _write(FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0, packed=True), first)
+    assert all(reader.contains(k) for k in first)  # listed now
+    written = reader.written
+    assert written is not None
+    written._loaded -= 2.0  # the listing 2 s old: a learner asking about its samples, one a sample
+    listed = written._loaded
+    later = _message(51, samples=1)
+    _write(FeatureStore.open(tmp_path / "unused", remote=spec, cache_bytes=0, packed=True), later)
+    assert not any(reader.contains(k) for k in later) and written._loaded == listed  # not listed again per miss
+    assert all(reader.contains(k, fresh_s=1.0) for k in later)  # a caller to whom it must not read missing
+    assert written._loaded > listed
