@@ -152,7 +152,8 @@ def du(experiment: ExperimentRef = None, store: StorePath = None, manager: Manag
     def work() -> tuple[list[Any], dict[str, str]]:
         feature_store, where, config = _target(experiment, store, manager, token_file)
         references, problems = _references(feature_store, where, manager, token_file, [config] if config else [])
-        return disk_usage(feature_store.sizes(), references, pack_usage(feature_store.origin)), problems
+        orphans = None if (written := feature_store.written) is None else written.orphans(0.0)
+        return disk_usage(feature_store.sizes(), references, pack_usage(feature_store.origin), orphans), problems
 
     rows, problems = _run(work)
     if as_json:
@@ -242,7 +243,8 @@ def gc(experiment: ExperimentRef = None, store: StorePath = None, manager: Manag
         return
     verb = "would remove" if dry_run else "removed"
     console.print(f"{verb} {done.arrays:,} arrays ({_mb(done.bytes)}) and {done.packs:,} packs holding one of them "
-                  f"({_mb(done.pack_bytes)}); kept {done.kept:,}, the arrays of {', '.join(experiments)}",
+                  f"({_mb(done.pack_bytes)}), {done.orphans:,} orphan objects of written packs "
+                  f"({_mb(done.orphan_bytes)}); kept {done.kept:,}, the arrays of {', '.join(experiments)}",
                   highlight=False)
 
 

@@ -18,6 +18,7 @@ import copy
 import itertools
 import os
 import re
+import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
@@ -253,6 +254,18 @@ class Storage(ABC):
         pairs = self._guard("list", folder, lambda: list(self._sizes(folder)))
         return {key: size for full, size in pairs if (key := self._relative(full)) is not None}
 
+    def modified(self, prefix: str = "") -> dict[str, tuple[int, float]]:
+        """``(size in bytes, last modified in Unix seconds)`` of every object under the folder ``prefix`` (S3's
+        ``LastModified``, a file's mtime; a backend that does not know: the time of the listing), by key as
+        :meth:`sizes` gives.
+
+        Raises:
+            StorageError: invalid prefix, or the backend failed.
+        """
+        folder = self._full(prefix, allow_empty=True)
+        rows = self._guard("list", folder, lambda: list(self._modified(folder)))
+        return {key: (size, when) for full, size, when in rows if (key := self._relative(full)) is not None}
+
     def local_path(self, key: str) -> Path | None:
         """A file of this machine that holds the object ``key``'s bytes, for reading them in place (e.g. memory
         mapping), when the storage keeps its objects in files (``local``); ``None`` otherwise. The file may not
@@ -365,6 +378,10 @@ class Storage(ABC):
     @abstractmethod
     def _sizes(self, folder: str) -> Iterator[tuple[str, int]]:
         """``(full key, size in bytes)`` of every object below the folder ``folder`` (``""``: the whole storage)."""
+
+    def _modified(self, folder: str) -> Iterator[tuple[str, int, float]]:
+        """``(full key, size, last modified in Unix seconds)`` below ``folder``; by default the listing's time."""
+        return ((full, size, now) for now in [time.time()] for full, size in self._sizes(folder))
 
     def _local_path(self, full: str) -> Path | None:
         """The file holding the object ``full``, for a storage of files; ``None`` (the default) otherwise."""

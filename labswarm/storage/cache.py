@@ -310,6 +310,9 @@ class CachedStorage(Storage):
     def _sizes(self, folder: str) -> Iterator[tuple[str, int]]:
         return iter(self.remote.sizes(folder).items())
 
+    def _modified(self, folder: str) -> Iterator[tuple[str, int, float]]:
+        return ((key, size, when) for key, (size, when) in self.remote.modified(folder).items())
+
     def _delete_many(self, fulls: builtins.list[str]) -> None:
         self.remote._delete_many([self.remote._full(full) for full in fulls])
         with self._locked() as state:

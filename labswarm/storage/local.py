@@ -176,6 +176,13 @@ class LocalStorage(Storage):
             with contextlib.suppress(FileNotFoundError):  # deleted since it was listed
                 yield key, (base / key).stat().st_size
 
+    def _modified(self, folder: str) -> Iterator[tuple[str, int, float]]:
+        base = self.config.path
+        for key in self._list(folder):
+            with contextlib.suppress(FileNotFoundError):  # deleted since it was listed
+                stat = (base / key).stat()
+                yield key, stat.st_size, stat.st_mtime
+
     def _list(self, folder: str) -> Iterator[str]:
         top = self._path(folder)
         if not top.is_dir():

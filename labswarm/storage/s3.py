@@ -289,6 +289,13 @@ class S3Storage(Storage):
             for item in page.get("Contents", ()):
                 yield item["Key"], int(item["Size"])
 
+    def _modified(self, folder: str) -> Iterator[tuple[str, int, float]]:
+        pages = self._s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.config.bucket, Prefix=f"{folder}/" if folder else "")
+        for page in pages:
+            for item in page.get("Contents", ()):
+                yield item["Key"], int(item["Size"]), item["LastModified"].timestamp()
+
     def _delete_many(self, fulls: list[str]) -> None:
         for start in range(0, len(fulls), _DELETE_BATCH):
             batch = [{"Key": key} for key in fulls[start:start + _DELETE_BATCH]]

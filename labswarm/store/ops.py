@@ -38,15 +38,19 @@ class Usage:
     bytes: int
 
 
-def disk_usage(sizes: Mapping[str, int], references: References, packs: PackUsage | None = None) -> list[Usage]:
+def disk_usage(sizes: Mapping[str, int], references: References, packs: PackUsage | None = None,
+               unindexed: Mapping[str, int] | None = None) -> list[Usage]:
     """Per experiment and feature, the arrays of the store it references; then one row ``("(none)", "-")`` for the
-    arrays that no experiment references, and with ``packs`` one row ``("(packs)", "<n> packs")`` for the copies
-    of arrays in packs (:mod:`labswarm.store.packs`). An array shared by two experiments counts in both rows.
+    arrays that no experiment references, with ``packs`` one row ``("(packs)", "<n> packs")`` for the copies
+    of arrays in packs (:mod:`labswarm.store.packs`), and with ``unindexed`` one row ``("(orphans)", "<n> objects")``
+    for the written packs' objects no reader sees (:meth:`labswarm.store.written.WrittenPacks.orphans`, of any age:
+    a write in progress among them). An array shared by two experiments counts in both rows.
 
     Args:
         sizes: the store's entries, key → bytes (:meth:`FeatureStore.sizes`).
         references: see :data:`References`.
         packs: what the store's packs hold (:func:`labswarm.store.packs.pack_usage`).
+        unindexed: the written packs' orphans, key → bytes.
     """
     rows, seen = [], set()
     for experiment, features in sorted(references.items()):
@@ -59,6 +63,8 @@ def disk_usage(sizes: Mapping[str, int], references: References, packs: PackUsag
     rows.append(Usage("(none)", "-", 0, len(orphans), sum(sizes[k] for k in orphans)))
     if packs is not None and packs.packs:
         rows.append(Usage("(packs)", f"{packs.packs} packs", 0, packs.arrays, packs.bytes))
+    if unindexed:
+        rows.append(Usage("(orphans)", f"{len(unindexed)} objects", 0, 0, sum(unindexed.values())))
     return rows
 
 
@@ -135,6 +141,9 @@ def verify(store: FeatureStore, keys: Iterable[str] | None = None, *, threads: i
                     result.problems[f"pack {name}"] = problem
         if written is not None and (keys is None or wanted):
             result.packs += check_written(store, written, wanted, result.problems, pool, whole=keys is None)
+    if written is not None and keys is None:
+        for key, size in store._call(written.orphans).items():
+            result.problems[f"orphan {key}"] = f"{size:,} bytes no reader sees (its pack or index missing): gc removes"
     return result
 
 
@@ -185,8 +194,11 @@ class Collected:
     """What ``gc`` removed (or would remove with ``dry_run``): ``arrays`` entries of ``bytes`` bytes; ``kept``
     entries that an experiment references; ``packs`` read-side packs of ``pack_bytes`` bytes that held a removed
     array; ``rewritten`` written packs that held removed and kept arrays, rewritten with the kept ones (those of
-    removed arrays only are removed: :meth:`labswarm.store.written.WrittenPacks.remove`). A written pack left as it
-    is (a kept array damaged in it) counts none of its arrays in ``arrays``; a dry run counts it in ``rewritten``."""
+    removed arrays only are removed: :meth:`labswarm.store.written.WrittenPacks.remove`); ``orphans`` objects of
+    ``orphan_bytes`` bytes, written packs with no index or indexes with no pack, older than
+    :data:`~labswarm.store.written.ORPHAN_S` (:meth:`~labswarm.store.written.WrittenPacks.orphans`). A written pack
+    left as it is (a kept array damaged in it) counts none of its arrays in ``arrays``; a dry run counts it in
+    ``rewritten``."""
 
     arrays: int
     bytes: int
@@ -195,6 +207,8 @@ class Collected:
     packs: int = 0
     pack_bytes: int = 0
     rewritten: int = 0
+    orphans: int = 0
+    orphan_bytes: int = 0
 
 
 def collect_garbage(store: FeatureStore, references: References, *, dry_run: bool = False) -> Collected:
@@ -226,8 +240,12 @@ def collect_garbage(store: FeatureStore, references: References, *, dry_run: boo
     stale = store._call(lambda: stale_packs(origin, gone, earlier=earlier, stored=sizes.keys() - gone))
     for name in [] if dry_run else stale:
         store._call(partial(remove_pack, origin, name))
+    written = store.written
+    orphans = {} if written is None else store._call(written.orphans)
+    if written is not None and orphans and not dry_run:
+        store._call(partial(written.remove_orphans, orphans))
     return Collected(len(removed), sum(sizes[k] for k in removed), len(sizes) - len(doomed), dry_run, len(stale),
-                     sum(stale.values()), rewritten)
+                     sum(stale.values()), rewritten, len(orphans), sum(orphans.values()))
 
 
 def require_references(references: References) -> None:

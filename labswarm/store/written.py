@@ -16,11 +16,13 @@ read-side packs (:mod:`labswarm.store.packfmt`), in their own folder::
 Unlike the read-side packs (``packs/v1``: copies of per-key objects), a written pack is the store's only copy of its
 arrays. The invariants of the per-key layout hold:
 
-- **content addressing**: the keys are the same; ``name`` is the SHA-256 of the header, so a message computed again
-  (redelivered after its worker died) writes the same objects.
+- **content addressing**: the keys are the same; ``name`` is the SHA-256 of the header, so the same arrays in
+  the same pack get the same name (a message of one sample redelivered after its worker died writes the same
+  objects; one of several is redelivered split into messages of one sample, whose packs get other names).
 - **no partial array, no index of a missing pack**: the pack is PUT before its index and readers find packs only
-  through their index (S3 makes each object appear whole); a worker killed between the two leaves a pack no index
-  names, invisible (its message, redelivered, writes the same pack and then its index).
+  through their index (S3 makes each object appear whole); a worker killed between the two, or an index whose PUT
+  failed for good, leaves a pack no index names, invisible to readers: an **orphan**, which ``gc`` removes once it
+  is :data:`ORPHAN_S` old (an index with no pack too) and ``du`` and ``verify`` report.
 - **no result lost**: the batch's end waits for the index's PUT (tried again as any upload,
   :mod:`labswarm.store.uploads`), and the worker reports and acknowledges the message only after it.
 - **listing and reads**: :class:`WrittenPacks` learns the packed keys from the indexes (one listing of
@@ -68,6 +70,10 @@ WRITTEN = "written/v1"
 PACK_MAX = 16 * 2**20
 #: Environment variable that chooses a remote store's write layout: ``1`` (default) packs, ``0`` per-key objects.
 ENV = "LABSWARM_STORE_WRITE_PACKS"
+#: Seconds after its last write before a written pack with no index, or an index with no pack, is an orphan that
+#: ``gc`` removes and ``verify`` reports (a worker killed between the pack's PUT and its index's, an index's PUT that
+#: failed for good): longer than any write in progress takes, and than the clocks' skew against the server's.
+ORPHAN_S = 3600.0
 #: Seconds after a listing of the written packs before a key found in none of them makes a reader list them again
 #: (a key written since by another process); :meth:`WrittenPacks.find` callers may ask for fresher.
 REFRESH_S = 60.0
@@ -181,6 +187,32 @@ class WrittenPacks:
     def names(self) -> list[str]:
         """The written packs listed now (those whose index is written)."""
         return sorted(list_packs(self.origin, WRITTEN))
+
+    def orphans(self, older_s: float | None = None) -> dict[str, int]:
+        """The objects of :data:`WRITTEN` that readers never see, last written over ``older_s`` (default
+        :data:`ORPHAN_S`) ago (S3's ``LastModified``): a ``.pack`` with no ``.json`` and a ``.json`` with no
+        ``.pack``; their key in the store → bytes.
+
+        Raises:
+            StorageError: the storage cannot be listed.
+        """
+        listed, since = self.origin.modified(WRITTEN), time.time() - (ORPHAN_S if older_s is None else older_s)
+        other = {".pack": ".json", ".json": ".pack"}
+        return {key: size for key, (size, when) in listed.items() if key[-5:] in other
+                and key[:-5] + other[key[-5:]] not in listed and when < since}
+
+    def remove_orphans(self, orphans: Collection[str]) -> int:
+        """Remove ``orphans`` (keys :meth:`orphans` gave) whose other half is still missing; the number removed.
+
+        Raises:
+            StorageError: the storage failed.
+        """
+        removed = 0
+        for key in orphans:
+            if not self.origin.exists(key[:-5] + (".json" if key.endswith(".pack") else ".pack")):
+                self.origin.delete(key)
+                removed += 1
+        return removed
 
     def get(self, key: str, *, mmap: bool = False, fresh_s: float = REFRESH_S) -> np.ndarray | None:
         """``key``'s array from its written pack (:func:`read_packed` through the cache, else the pack read whole
