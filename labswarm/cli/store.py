@@ -254,7 +254,7 @@ def pull(experiment: Annotated[str, typer.Argument(help="Its YAML file or a regi
          threads: Annotated[int, typer.Option(min=1, help="Parallel downloads.")] = 8) -> None:
     """Copy an experiment's arrays from its remote store into this machine's cache (its store.root), so that
     training reads local files from the first epoch."""
-    def work() -> tuple[int, int, int, int, FeatureStore]:
+    def work() -> tuple[int, int, int, int, FeatureStore, int]:
         config = _experiment(experiment, manager, token_file)
         feature_store = _open(config)
         cache = feature_store.storage
@@ -271,6 +271,8 @@ def pull(experiment: Annotated[str, typer.Argument(help="Its YAML file or a regi
                 return "cached"
             if any(r.pack_of(key) is not None and r.locate(key) is not None for r in feature_store.readers):
                 return "pulled"  # with the other arrays of its pack (store pack, or a written pack)
+            if (written := feature_store.written) is not None and written.find(key) is not None:
+                return "too large"  # its written pack (its only copy) not cached: larger than the cache, or skipped
             try:
                 return "pulled" if cache.warm(rel) else "too large"
             except MissingObject:
@@ -280,14 +282,15 @@ def pull(experiment: Annotated[str, typer.Argument(help="Its YAML file or a regi
             outcomes = list(pool.map(one, todo))
         for reader in feature_store.readers:  # the fetched packs written into the cache (a thread's) before counting
             reader.wait()
-        return (outcomes.count("pulled"), outcomes.count("cached"), outcomes.count("missing"), cache.usage(),
-                feature_store)
+        pulled = sum(o == "pulled" and feature_store.cached(k) for k, o in zip(todo, outcomes, strict=True))
+        return (pulled, outcomes.count("cached"), outcomes.count("missing"), cache.usage(), feature_store,
+                len(todo) - pulled - outcomes.count("cached") - outcomes.count("missing"))
 
-    pulled, cached, missing, usage, feature_store = _run(work)
+    pulled, cached, missing, usage, feature_store, large = _run(work)
     cache = feature_store.storage
     assert isinstance(cache, CachedStorage)
-    console.print(f"pulled {pulled:,} arrays, {cached:,} were cached, {missing:,} not computed yet; the cache "
-                  f"holds {_mb(usage)} of its {_mb(cache.max_bytes)}")
+    console.print(f"pulled {pulled:,} arrays, {cached:,} were cached, {missing:,} not computed yet, {large:,} not "
+                  f"cached (larger than the cache); the cache holds {_mb(usage)} of its {_mb(cache.max_bytes)}")
     if usage >= cache.max_bytes * 0.9 and pulled:
         err.print("[yellow]warning:[/] the cache is full: arrays pulled first may have been evicted; raise "
                   "store.cache_bytes", highlight=False)

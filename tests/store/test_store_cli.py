@@ -170,6 +170,12 @@ def test_pull_warms_the_cache_of_a_remote_store(runner: CliRunner, tmp_path: Pat
     result = runner.invoke(app, ["store", "pull", str(path)])
     assert result.exit_code == 0 and "pulled 16 arrays" in result.output, result.output
     assert not list((tmp_path / "cache").rglob("*.npy")) and len(list((tmp_path / "cache").rglob("*.pack"))) == 1
+    if layout == "packs":  # a cache smaller than a written pack: computed arrays not cached, not 'not computed'
+        small = {**spec, "store": {**spec["store"], "root": str(tmp_path / "small"), "cache_bytes": 1}}
+        path.with_name("small.yml").write_text(yaml.safe_dump(small))
+        result = runner.invoke(app, ["store", "pull", str(path.with_name("small.yml"))])
+        assert result.exit_code == 0 and "pulled 0 arrays" in result.output, result.output
+        assert "0 not computed yet, 16 not cached" in result.output, result.output
     path.with_name("local.yml").write_text(yaml.safe_dump(experiment_dict(dataset, tmp_path / "store")))
     local = runner.invoke(app, ["store", "pull", str(path.with_name("local.yml"))])
     assert local.exit_code == 2 and "nothing to pull" in local.output
