@@ -66,13 +66,14 @@ log = logging.getLogger(__name__)
 #: Folder of the written packs in the store.
 WRITTEN = "written/v1"
 #: Most bytes of arrays a batch gathers into one pack before it sends it and starts the next (a message of many
-#: samples goes out in several packs while it is computed, memory bounded as :mod:`labswarm.store.uploads` bounds it).
+#: samples goes out in several packs while it is computed). A process's packs in memory: the one gathered (up to
+#: this) beside those handed to :mod:`labswarm.store.uploads` (up to its ``UPLOAD_BYTES`` of arrays), each of which
+#: an upload thread encodes into a second copy while it is sent: at most ~2 × UPLOAD_BYTES + PACK_MAX (144 MiB).
 PACK_MAX = 16 * 2**20
 #: Environment variable that chooses a remote store's write layout: ``1`` (default) packs, ``0`` per-key objects.
 ENV = "LABSWARM_STORE_WRITE_PACKS"
-#: Seconds after its last write before a written pack with no index, or an index with no pack, is an orphan that
-#: ``gc`` removes and ``verify`` reports (a worker killed between the pack's PUT and its index's, an index's PUT that
-#: failed for good): longer than any write in progress takes, and than the clocks' skew against the server's.
+#: Seconds after its last write before a written pack with no index, or an index with no pack, is an orphan ``gc``
+#: removes and ``verify`` reports: longer than any write in progress, and than the clocks' skew with the server's.
 ORPHAN_S = 3600.0
 #: Seconds after a listing of the written packs before a key found in none of them makes a reader list them again
 #: (a key written since by another process); :meth:`WrittenPacks.find` callers may ask for fresher.
@@ -312,8 +313,7 @@ class WrittenPacks:
 
 @dataclass(frozen=True, slots=True)
 class Removed:
-    """What :meth:`WrittenPacks.remove` did (or would do): ``packs`` removed, ``rewritten`` (with their kept arrays),
-    and the ``keys`` no longer in any (those of a pack left as it was not among them)."""
+    """What :meth:`WrittenPacks.remove` did (or would do): ``packs`` removed, ``rewritten``, ``keys`` now in none."""
 
     packs: int
     rewritten: int
