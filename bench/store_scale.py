@@ -313,14 +313,16 @@ def main() -> None:
         if args.features:
             features(args.features, args.clips, args.rounds, spec, args.layouts.split(","))
             return
+        # the reads below compare one object per array (and `labswarm store pack`'s packs made from them) with the
+        # local store: their stores write per key whatever LABSWARM_STORE_WRITE_PACKS says (written packs: --features)
         local = FeatureStore(work / "local")
-        direct = FeatureStore.open(work / "unused", remote=spec, cache_bytes=0)
-        cached = FeatureStore.open(work / "cache", remote=spec, cache_bytes=4 * 2**30)
-        wide = FeatureStore.open(work / "cache", remote=spec, cache_bytes=4 * 2**30)  # fetch() with 32 threads
+        direct = FeatureStore.open(work / "unused", remote=spec, cache_bytes=0, packed=False)
+        cached = FeatureStore.open(work / "cache", remote=spec, cache_bytes=4 * 2**30, packed=False)
+        wide = FeatureStore.open(work / "cache", remote=spec, cache_bytes=4 * 2**30, packed=False)
         cache = cached.storage
         assert isinstance(cache, CachedStorage)
         packed_spec = {**spec, "prefix": "packed"}
-        packed_writer = FeatureStore.open(work / "unused", remote=packed_spec, cache_bytes=0)
+        packed_writer = FeatureStore.open(work / "unused", remote=packed_spec, cache_bytes=0, packed=False)
         for k in keys:
             packed_writer.put(k, arrays[k])
         print(f"packed: {pack(packed_writer, keys)}", flush=True)
