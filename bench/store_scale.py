@@ -70,6 +70,8 @@ DOCUMENTS_SAMPLES = 100_000 * 9  #: the source documents' workload: ~100k clips 
 #: Extra passes of local and warm-cache reads per round (a pass of a few hundred arrays lasts ~0.1 s: one
 #: descheduling on a loaded machine would swing a single pass's rate)
 LOCAL_PASSES = 10
+#: Arrays a written pack holds in the --arrays reads (a worker's message: ~8 real samples, one mel each here)
+WRITTEN_BATCH = 8
 
 
 def server_cpu() -> float | None:
@@ -326,6 +328,12 @@ def main() -> None:
         for k in keys:
             packed_writer.put(k, arrays[k])
         print(f"packed: {pack(packed_writer, keys)}", flush=True)
+        written_spec = {**spec, "prefix": "written"}  # the s3 default since the eighth session: written packs
+        written_writer = FeatureStore.open(work / "unused", remote=written_spec, cache_bytes=0, packed=True)
+        for i in range(0, len(keys), WRITTEN_BATCH):  # a worker's messages: one written pack and its index each
+            with written_writer.batch():
+                for k in keys[i:i + WRITTEN_BATCH]:
+                    written_writer.put(k, arrays[k])
 
         def writes(store: FeatureStore) -> Callable[[], None]:
             return lambda: [store.put(k, arrays[k]) for k in keys] and None
@@ -387,6 +395,19 @@ def main() -> None:
                     cpu.setdefault(name, []).append((after - before) / len(keys))
                 assert store.packs.fetched > 0, "the packs were not read"
                 store.packs.wait()
+            shutil.rmtree(work / "wcache", ignore_errors=True)  # written packs through a fresh cache, then warm
+            written = FeatureStore.open(work / "wcache", remote=written_spec, cache_bytes=4 * 2**30)
+            assert written.written is not None
+            started = time.perf_counter()
+            written.written.catalogue()  # a learner's start: the written packs listed (once a process)
+            starts.setdefault("read s3 written packs, cache cold", []).append(time.perf_counter() - started)
+            before = server_cpu()
+            rates.setdefault("read s3 written packs, cache cold", []).append(rate(len(keys), reads(written)))
+            if before is not None and (after := server_cpu()) is not None:
+                cpu.setdefault("read s3 written packs, cache cold", []).append((after - before) / len(keys))
+            for _ in range(LOCAL_PASSES):
+                for name, call in (("read local", reads(local)), ("read s3 written packs, cache warm", reads(written))):
+                    rates.setdefault(name, []).append(rate(len(keys), call))
             empty_cache()
             rates.setdefault("pull (8 threads)", []).append(rate(len(keys), pull))
             print(f"round {r + 1}/{args.rounds} done, load {os.getloadavg()[0]:.1f}", flush=True)
