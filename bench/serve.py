@@ -226,8 +226,8 @@ def main(argv: list[str]) -> None:
                     lat_remote, wall_remote = _run(clients, n, remote)
                     cpu_clients, cpu_server = _cpu(me, False) - cpu, _cpu(server) - cpu_server
                     after = _passes(https[0])
-                    if args.client and clients == counts[0]:
-                        plain_latencies += _run(clients, n, remote_plain)[0]
+                    if args.client and clients == counts[0]:  # one client: the one connection is not shared
+                        plain_latencies += _run(1, n, remote_plain)[0]
                     runs[clients].append((n, lat_local, wall_local, lat_remote, wall_remote,
                                           after[0] - before[0], after[1] - before[1],
                                           cpu_local, cpu_server, cpu_clients))
