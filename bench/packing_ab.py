@@ -26,7 +26,6 @@ import collections
 import json
 import os
 import re
-import sqlite3
 import sys
 import tempfile
 import threading
@@ -38,6 +37,8 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+
+from distributed import CpuMeter  # noqa: E402 (bench/ on the path)
 
 MESSAGES: list[tuple[float, int]] = []  # (monotonic time, samples) of each message confirmed by the broker
 REQUESTS: collections.Counter[str] = collections.Counter()  # "METHOD /route" -> requests
@@ -79,37 +80,13 @@ def instrument() -> None:
     api.create_app = counting_app
 
 
-class Ledger(threading.Thread):
-    """CPU of every part over the steady middle of one run (see the module docstring); ``result`` once joined."""
-
-    def __init__(self, home: Path, total: int) -> None:
-        super().__init__(daemon=True)
-        self.home, self.total, self.result = home, total, None
-
-    def _done(self) -> int:
-        try:
-            with sqlite3.connect(self.home / "manager.sqlite", timeout=1) as conn:
-                row = conn.execute("SELECT sum(coalesce(done,0)+coalesce(failed,0)+coalesce(cached,0)) FROM sessions")
-                return int(row.fetchone()[0] or 0)
-        except sqlite3.Error:
-            return 0
+class Ledger(CpuMeter):
+    """CPU of every part over the steady middle of one run (see the module docstring), per process and per thread of
+    the manager; ``result`` once joined. The window and the processes are :class:`distributed.CpuMeter`'s."""
 
     @staticmethod
     def _processes() -> dict[str, float]:
-        me = psutil.Process()
-        procs = [("manager", me)]
-        for child in me.children():
-            procs.append(("worker-main", child))
-            procs += [("pool", p) for p in child.children(recursive=True)]
-        procs += [("rabbitmq", p) for p in psutil.process_iter(["name"]) if "beam" in (p.info["name"] or "")]
-        out = {}
-        for kind, p in procs:
-            try:
-                t = p.cpu_times()
-            except psutil.Error:
-                continue
-            out[f"{kind}:{p.pid}"] = t.user + t.system
-        return out
+        return {f"{kind}:{pid}": cpu for (kind, pid), cpu in CpuMeter._cpu().items()}
 
     @staticmethod
     def _threads() -> dict[int, tuple[str, float]]:
