@@ -127,7 +127,7 @@ class Ledger(CpuMeter):
 
 def distributed(config, home: Path, amqp: str, arm: str) -> dict:
     """One `labswarm run --workers 2` of ``config`` over RabbitMQ with the default settings and ``arm``'s packing."""
-    from distributed import steady_rate
+    from distributed import drop_queue, steady_rate
 
     import labswarm.sessions.packing as packing
     from labswarm.run import RunOptions, run_experiment
@@ -141,9 +141,12 @@ def distributed(config, home: Path, amqp: str, arm: str) -> dict:
     ledger = Ledger(home, sum(1 for _ in iter_samples(config)))
     ledger.start()
     t0 = time.perf_counter()
-    result = run_experiment(config, RunOptions(workers=2, health=True),
-                            settings=Settings(home=home, broker_url=amqp, **extra))
-    wall = time.perf_counter() - t0
+    try:
+        result = run_experiment(config, RunOptions(workers=2, health=True),
+                                settings=Settings(home=home, broker_url=amqp, **extra))
+    finally:
+        wall = time.perf_counter() - t0
+        drop_queue(amqp, config.name)  # as bench/distributed.py's runs: no durable queue left per run
     p = result.progress
     if p["status"] != "completed" or p["failed"]:
         raise SystemExit(f"distributed run did not complete cleanly: {p} {result.failures[:3]}")
