@@ -3,14 +3,13 @@ metrics. ``local`` (a folder, NFS) and ``s3`` (any S3-compatible object store); 
 subclasses :class:`Storage` and registers itself with :func:`register_storage`."""
 
 from labswarm.storage.base import (
-    MAX_KEY_BYTES,
     STORAGES,
     MissingObject,
     Storage,
     StorageConfig,
-    check_key,
     register_storage,
 )
+from labswarm.storage.keys import MAX_KEY_BYTES, check_key
 from labswarm.storage.local import LocalStorage, LocalStorageConfig
 from labswarm.storage.s3 import S3_HINT, S3Storage, S3StorageConfig
 

@@ -5,9 +5,7 @@ the invariants: key validation, the configured prefix, the sub-prefix views of :
 downloads into local files, and the translation of every failure into :class:`~labswarm.errors.StorageError`.
 A backend fills in a few primitives that take full keys (prefix included) and move bytes.
 
-Keys: non-empty segments joined by ``/``; no absolute keys (leading ``/``), no ``.`` or ``..`` segment, no segment
-starting with ``.`` (those names are the local backend's temporary files), no backslash or control character,
-at most :data:`MAX_KEY_BYTES` bytes with the prefix (S3's limit).
+What a key may be: :mod:`labswarm.storage.keys` (:func:`check_key`, re-exported here).
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ import contextlib
 import copy
 import itertools
 import os
-import re
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -30,51 +27,15 @@ from pydantic import Field, field_validator
 from labswarm.errors import LabswarmError, StorageError, StorageRefused
 from labswarm.plugin import PluginConfig, build_plugin
 from labswarm.registry import STORAGES
+from labswarm.storage.keys import MAX_KEY_BYTES as MAX_KEY_BYTES  # re-exported
+from labswarm.storage.keys import check_key as check_key  # re-exported
+from labswarm.storage.keys import join_keys
 
 T = TypeVar("T")
-
-#: The longest full key (prefix included), in UTF-8 bytes: S3's limit.
-MAX_KEY_BYTES = 1024
 
 
 class MissingObject(StorageError):
     """No object is stored under the key (e.g. no checkpoint yet: the caller starts from scratch)."""
-
-
-#: A backslash or a control character (below U+0020): never in a key. One regex search per key: a generator over
-#: the characters cost ~20 us a key, as much as reading a cached feature array's header.
-_BACKSLASH_OR_CONTROL = re.compile(r"[\\\x00-\x1f]")
-
-
-def check_key(key: str, *, allow_empty: bool = False) -> str:
-    """Validate a storage key (see the module docstring) and return it without a trailing ``/``.
-
-    Args:
-        key: the key, relative to the storage's prefix.
-        allow_empty: accept ``""`` (the whole storage), for :meth:`Storage.list` and :meth:`Storage.delete`.
-
-    Raises:
-        StorageError: the key is empty (unless allowed), absolute, or has an invalid segment or character.
-    """
-    if not isinstance(key, str):
-        raise StorageError(f"a storage key must be a string, got {type(key).__name__}")
-    if key.startswith("/"):
-        raise StorageError(f"invalid key {key!r}: keys are relative (no leading '/')")
-    stripped = key[:-1] if key.endswith("/") else key
-    if not stripped:
-        if allow_empty:
-            return ""
-        raise StorageError("invalid key '': a key names an object")
-    if _BACKSLASH_OR_CONTROL.search(stripped):
-        raise StorageError(f"invalid key {key!r}: no backslash or control character")
-    for segment in stripped.split("/"):
-        if not segment:
-            raise StorageError(f"invalid key {key!r}: empty segment ('//')")
-        if segment in (".", ".."):
-            raise StorageError(f"invalid key {key!r}: no '.' or '..' segment")
-        if segment.startswith("."):
-            raise StorageError(f"invalid key {key!r}: no segment may start with '.'")
-    return stripped
 
 
 class StorageConfig(PluginConfig):
@@ -93,10 +54,6 @@ class StorageConfig(PluginConfig):
             return check_key(value, allow_empty=True)
         except StorageError as exc:
             raise ValueError(str(exc)) from None
-
-
-def _join(*parts: str) -> str:
-    return "/".join(p for p in parts if p)
 
 
 class Storage(ABC):
@@ -119,7 +76,7 @@ class Storage(ABC):
 
     def __init__(self, config: StorageConfig, *, scope: str = "") -> None:
         self.config = config
-        self._root = _join(config.prefix, check_key(scope, allow_empty=True))
+        self._root = join_keys(config.prefix, check_key(scope, allow_empty=True))
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any] | StorageConfig) -> Storage:
@@ -144,12 +101,12 @@ class Storage(ABC):
             StorageError: ``prefix`` is not a valid key.
         """
         view = copy.copy(self)
-        view._root = _join(self._root, check_key(prefix, allow_empty=True))
+        view._root = join_keys(self._root, check_key(prefix, allow_empty=True))
         return view
 
     def describe(self, key: str = "") -> str:
         """Where ``key`` lives, for messages (``s3://bucket/prefix/key``, a path); never a credential."""
-        return self._describe(_join(self._root, key))
+        return self._describe(join_keys(self._root, key))
 
     # operations
     def put_bytes(self, key: str, data: bytes) -> None:
@@ -317,7 +274,7 @@ class Storage(ABC):
 
     # helpers
     def _full(self, key: str, *, allow_empty: bool = False) -> str:
-        full = _join(self._root, check_key(key, allow_empty=allow_empty))
+        full = join_keys(self._root, check_key(key, allow_empty=allow_empty))
         if len(full.encode()) > MAX_KEY_BYTES:
             raise StorageError(f"invalid key {key!r}: longer than {MAX_KEY_BYTES} bytes with the prefix")
         return full

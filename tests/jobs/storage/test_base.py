@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from labswarm.errors import ConfigError, LabswarmError, StorageError
-from labswarm.storage import MAX_KEY_BYTES, MissingObject, Storage, check_key
+from labswarm.storage import MAX_KEY_BYTES, MissingObject, Storage
 
 from .conftest import Backend
 
@@ -144,13 +144,6 @@ def test_errors_are_labswarm_errors(backend: Backend) -> None:
     assert issubclass(StorageError, LabswarmError)
     with pytest.raises(LabswarmError):
         backend.make().get_bytes("nothing")
-
-
-def test_check_key_normalizes_a_trailing_slash() -> None:
-    assert check_key("a/b/") == "a/b"
-    assert check_key("", allow_empty=True) == ""
-    with pytest.raises(StorageError, match="relative"):
-        check_key("/", allow_empty=True)
 
 
 def test_unknown_storage_names_the_known_ones() -> None:
