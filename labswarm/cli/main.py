@@ -23,6 +23,7 @@ from labswarm.cli.serve import serve_command  # issue 25: the prediction endpoin
 from labswarm.cli.sessions import sessions_app
 from labswarm.cli.store import store_app  # issue 24: store operations
 from labswarm.cli.store_pack import pack_command  # noqa: F401 - registers `store pack` on store_app
+from labswarm.cli.store_trim import trim_command  # noqa: F401 - registers `store trim` on store_app
 from labswarm.cli.tokens import tokens_app
 from labswarm.cli.watch import watch_command  # issue 27: a watched folder feeds a followed session
 from labswarm.errors import LabswarmError
