@@ -33,6 +33,7 @@ from labswarm.sample import iter_samples
 from labswarm.storage.base import MissingObject
 from labswarm.storage.cache import CachedStorage
 from labswarm.store.ops import References, collect_garbage, disk_usage, require_references, verify
+from labswarm.store.orphans import find_orphans
 from labswarm.store.packer import pack_usage
 from labswarm.store.store import FeatureStore
 
@@ -151,7 +152,7 @@ def du(experiment: ExperimentRef = None, store: StorePath = None, manager: Manag
     def work() -> tuple[list[Any], dict[str, str]]:
         feature_store, where, config = _target(experiment, store, manager, token_file)
         references, problems = _references(feature_store, where, manager, token_file, [config] if config else [])
-        orphans = None if (written := feature_store.written) is None else written.orphans(0.0)
+        orphans = None if feature_store.written is None else find_orphans(feature_store.origin, 0.0)
         return disk_usage(feature_store.sizes(), references, pack_usage(feature_store.origin), orphans), problems
 
     rows, problems = _run(work)

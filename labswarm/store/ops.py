@@ -17,6 +17,7 @@ from functools import partial
 import numpy as np
 
 from labswarm.errors import StorageError, StoreError
+from labswarm.store.orphans import find_orphans, remove_orphans
 from labswarm.store.packer import PackUsage, check_pack, remove_pack, stale_packs
 from labswarm.store.packfmt import MAGIC, unpack
 from labswarm.store.packs import list_packs
@@ -43,7 +44,7 @@ def disk_usage(sizes: Mapping[str, int], references: References, packs: PackUsag
     """Per experiment and feature, the arrays of the store it references; then one row ``("(none)", "-")`` for the
     arrays that no experiment references, with ``packs`` one row ``("(packs)", "<n> packs")`` for the copies
     of arrays in packs (:mod:`labswarm.store.packs`), and with ``unindexed`` one row ``("(orphans)", "<n> objects")``
-    for the written packs' objects no reader sees (:meth:`labswarm.store.written.WrittenPacks.orphans`, of any age:
+    for the written packs' objects no reader sees (:func:`labswarm.store.orphans.find_orphans`, of any age:
     a write in progress among them). An array shared by two experiments counts in both rows.
 
     Args:
@@ -142,7 +143,7 @@ def verify(store: FeatureStore, keys: Iterable[str] | None = None, *, threads: i
         if written is not None and (keys is None or wanted):
             result.packs += check_written(store, written, wanted, result.problems, pool, whole=keys is None)
     if written is not None and keys is None:
-        for key, size in store._call(written.orphans).items():
+        for key, size in store._call(partial(find_orphans, written.origin)).items():
             result.problems[f"orphan {key}"] = f"{size:,} bytes no reader sees (its pack or index missing): gc removes"
     return result
 
@@ -196,7 +197,7 @@ class Collected:
     array; ``rewritten`` written packs that held removed and kept arrays, rewritten with the kept ones (those of
     removed arrays only are removed: :meth:`labswarm.store.written.WrittenPacks.remove`); ``orphans`` objects of
     ``orphan_bytes`` bytes, written packs with no index or indexes with no pack, older than
-    :data:`~labswarm.store.written.ORPHAN_S` (:meth:`~labswarm.store.written.WrittenPacks.orphans`). A written pack
+    :data:`~labswarm.store.orphans.ORPHAN_S` (:func:`~labswarm.store.orphans.find_orphans`). A written pack
     left as it is (a kept array damaged in it) counts none of its arrays in ``arrays``; a dry run counts it in
     ``rewritten``."""
 
@@ -241,9 +242,9 @@ def collect_garbage(store: FeatureStore, references: References, *, dry_run: boo
     for name in [] if dry_run else stale:
         store._call(partial(remove_pack, origin, name))
     written = store.written
-    orphans = {} if written is None else store._call(written.orphans)
+    orphans = {} if written is None else store._call(partial(find_orphans, written.origin))
     if written is not None and orphans and not dry_run:
-        store._call(partial(written.remove_orphans, orphans))
+        store._call(partial(remove_orphans, written.origin, orphans))
     return Collected(len(removed), sum(sizes[k] for k in removed), len(sizes) - len(doomed), dry_run, len(stale),
                      sum(stale.values()), rewritten, len(orphans), sum(orphans.values()))
 

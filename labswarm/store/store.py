@@ -41,9 +41,10 @@ from labswarm.store.entries import LAYOUT_VERSION as LAYOUT_VERSION  # re-export
 from labswarm.store.entries import Entries
 from labswarm.store.entries import StoreStats as StoreStats  # re-exported
 from labswarm.store.npy import map_file
+from labswarm.store.pack_batch import PackBatch
 from labswarm.store.packs import PackReader
 from labswarm.store.uploads import UPLOAD_THREADS, Uploads
-from labswarm.store.written import REFRESH_S, PackBatch, WrittenPacks, default_packed, read_packed
+from labswarm.store.written import REFRESH_S, WrittenPacks, default_packed, read_packed
 
 #: Marker file at the store root.
 MARKER = "labswarm-store.json"

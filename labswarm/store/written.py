@@ -22,9 +22,10 @@ arrays. The invariants of the per-key layout hold:
 - **no partial array, no index of a missing pack**: the pack is PUT before its index and readers find packs only
   through their index (S3 makes each object appear whole); a worker killed between the two, or an index whose PUT
   failed for good, leaves a pack no index names, invisible to readers: an **orphan**, which ``gc`` removes once it
-  is :data:`ORPHAN_S` old (an index with no pack too) and ``du`` and ``verify`` report.
+  is an hour old (an index with no pack too) and ``du`` and ``verify`` report (:mod:`labswarm.store.orphans`).
 - **no result lost**: the batch's end waits for the index's PUT (tried again as any upload,
-  :mod:`labswarm.store.uploads`), and the worker reports and acknowledges the message only after it.
+  :mod:`labswarm.store.uploads`; a batch's packs gathered by :mod:`labswarm.store.pack_batch`), and the worker
+  reports and acknowledges the message only after it.
 - **listing and reads**: :class:`WrittenPacks` learns the packed keys from the indexes (one listing of
   ``written/v1`` and one GET of each index not seen before, kept per process), and the store's ``contains``,
   ``sizes``, shard listings, ``get`` and ``fetch`` answer for packed keys as for per-key objects; through a cache a
@@ -59,22 +60,13 @@ from labswarm.storage.cache import CachedStorage
 from labswarm.store.npy import read_at
 from labswarm.store.packfmt import MAGIC, Entry, encode, parse_header, unpack
 from labswarm.store.packs import EMPTY, Catalogue, PackReader, list_packs, load_catalogue
-from labswarm.store.uploads import Uploads
 
 log = logging.getLogger(__name__)
 
 #: Folder of the written packs in the store.
 WRITTEN = "written/v1"
-#: Most bytes of arrays a batch gathers into one pack before it sends it and starts the next (a message of many
-#: samples goes out in several packs while it is computed). A process's packs in memory: the one gathered (up to
-#: this) beside those handed to :mod:`labswarm.store.uploads` (up to its ``UPLOAD_BYTES`` of arrays), each of which
-#: an upload thread encodes into a second copy while it is sent: at most ~2 × UPLOAD_BYTES + PACK_MAX (144 MiB).
-PACK_MAX = 16 * 2**20
 #: Environment variable that chooses a remote store's write layout: ``1`` (default) packs, ``0`` per-key objects.
 ENV = "LABSWARM_STORE_WRITE_PACKS"
-#: Seconds after its last write before a written pack with no index, or an index with no pack, is an orphan ``gc``
-#: removes and ``verify`` reports: longer than any write in progress, and than the clocks' skew with the server's.
-ORPHAN_S = 3600.0
 #: Seconds after a listing of the written packs before a key found in none of them makes a reader list them again
 #: (a key written since by another process); :meth:`WrittenPacks.find` callers may ask for fresher.
 REFRESH_S = 60.0
@@ -189,32 +181,6 @@ class WrittenPacks:
         """The written packs listed now (those whose index is written)."""
         return sorted(list_packs(self.origin, WRITTEN))
 
-    def orphans(self, older_s: float | None = None) -> dict[str, int]:
-        """The objects of :data:`WRITTEN` that readers never see, last written over ``older_s`` (default
-        :data:`ORPHAN_S`) ago (S3's ``LastModified``): a ``.pack`` with no ``.json`` and a ``.json`` with no
-        ``.pack``; their key in the store → bytes.
-
-        Raises:
-            StorageError: the storage cannot be listed.
-        """
-        listed, since = self.origin.modified(WRITTEN), time.time() - (ORPHAN_S if older_s is None else older_s)
-        other = {".pack": ".json", ".json": ".pack"}
-        return {key: size for key, (size, when) in listed.items() if key[-5:] in other
-                and key[:-5] + other[key[-5:]] not in listed and when < since}
-
-    def remove_orphans(self, orphans: Collection[str]) -> int:
-        """Remove ``orphans`` (keys :meth:`orphans` gave) whose other half is still missing; the number removed.
-
-        Raises:
-            StorageError: the storage failed.
-        """
-        removed = 0
-        for key in orphans:
-            if not self.origin.exists(key[:-5] + (".json" if key.endswith(".pack") else ".pack")):
-                self.origin.delete(key)
-                removed += 1
-        return removed
-
     def get(self, key: str, *, mmap: bool = False, fresh_s: float = REFRESH_S) -> np.ndarray | None:
         """``key``'s array from its written pack (:func:`read_packed` through the cache, else the pack read whole
         and checked), ``None`` when it is in none (the packs listed again as :meth:`find` says, and once more when
@@ -318,40 +284,6 @@ class Removed:
     packs: int
     rewritten: int
     keys: frozenset[str]
-
-
-class PackBatch:
-    """The arrays one batch of a remote store writes, gathered into packs: each pack, once :data:`PACK_MAX` bytes
-    are gathered or at :meth:`send`, handed to the batch's uploads (a background thread, tried again as any upload),
-    and each array's ``stored`` callback called once its pack's index is written."""
-
-    def __init__(self, written: WrittenPacks, uploads: Uploads, max_bytes: int = PACK_MAX) -> None:
-        self.written, self.uploads, self.max_bytes = written, uploads, max_bytes
-        self._items: dict[str, tuple[bytes, list[Callable[[], None]]]] = {}
-        self._bytes = 0
-
-    def add(self, key: str, data: bytes, stored: Callable[[], None] | None) -> None:
-        """Gather ``key``'s ``.npy`` bytes (a key put twice: the later bytes, both callbacks)."""
-        _old, calls = self._items.get(key, (b"", []))
-        self._bytes += len(data) - len(_old)
-        self._items[key] = data, calls + ([] if stored is None else [stored])
-        if self._bytes >= self.max_bytes:
-            self.send()
-
-    def send(self) -> None:
-        """Hand what is gathered to the uploads as one pack (nothing when nothing is)."""
-        if not self._items:
-            return
-        items, self._items, self._bytes = self._items, {}, 0
-        pairs = [(key, data) for key, (data, _calls) in items.items()]
-        size = sum(len(d) for _, d in pairs)
-
-        def done() -> None:
-            for _data, calls in items.values():
-                for call in calls:
-                    call()
-
-        self.uploads.submit(f"a pack of {len(pairs)} arrays", size, lambda: self.written.write(pairs), done)
 
 
 class _CachedReader(PackReader):

@@ -1,27 +1,20 @@
 """Written packs of a remote feature store (labswarm/store/written.py) on s3 (moto's server on :9000): a message's
 arrays written as one pack are read back equal by another process and through a cold cache, and listed as per-key
-arrays; a worker killed between a pack's PUT and its index's leaves no index naming a missing pack; gc rewrites a
+arrays; gc rewrites a
 pack holding unreferenced arrays, its referenced ones readable throughout (by readers that listed the packs before,
 with a cache or without, and by the pack's writer)."""
 
 from __future__ import annotations
 
 import multiprocessing
-import os
-import signal
 import threading
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
-import pytest
-from helpers import wait_until
 from jobs.conftest import S3Endpoint
 
-from labswarm.storage.base import Storage
 from labswarm.storage.cache import CachedStorage
 from labswarm.store import FeatureStore
-from labswarm.store import written as written_module
 from labswarm.store.listing import KeyListing
 from labswarm.store.ops import collect_garbage, verify
 from labswarm.store.packer import pack
@@ -98,62 +91,6 @@ def test_a_message_is_one_pack_read_back_equal_elsewhere_and_listed_as_arrays(tm
     assert all(KeyListing(fresh).contains(k) for k in chunk)  # a small store: one page and the packs
     found = verify(fresh)
     assert found.problems == {} and found.checked == len(chunk) and found.packs == 2
-
-
-def _killed_between(spec: dict, arrays: dict[str, np.ndarray], ready: str) -> None:
-    """Write ``arrays`` as a message, stopping for good once the pack's PUT is done and before its index's."""
-    store = FeatureStore.open("/nonexistent-unused", remote=spec, cache_bytes=0, packed=True)
-    origin: Storage = store.origin
-    put = origin.put_bytes
-
-    def put_then_stop(key: str, data: bytes) -> None:
-        put(key, data)
-        if key.endswith(".pack"):
-            Path(ready).write_text(key)
-            signal.pause()  # killed -9 here
-
-    origin.put_bytes = put_then_stop  # type: ignore[method-assign]
-    _write(store, arrays)
-    os._exit(3)  # not reached
-
-
-def test_a_worker_killed_mid_upload_leaves_no_index_of_a_missing_pack(tmp_path: Path, s3_endpoint: S3Endpoint,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = s3_endpoint.spec(prefix=PREFIX)
-    arrays = _message(1)
-    ready = tmp_path / "ready"
-    # spawned, not forked: a child forked from pytest's process could inherit a lock another test's thread held
-    child = multiprocessing.get_context("spawn").Process(target=_killed_between, args=(spec, arrays, str(ready)))
-    child.start()
-    try:
-        wait_until(lambda: ready.exists() or not child.is_alive(),
-                   "the child's pack PUT (the child alive, stuck before it)", timeout=120, interval=0.05)
-        assert ready.exists(), f"the child ended before its pack's PUT: exit code {child.exitcode}"
-    finally:
-        child.kill()  # SIGKILL, while it runs (not a pid it no longer has)
-    child.join(60)
-    assert child.exitcode == -signal.SIGKILL
-    store = FeatureStore.open(tmp_path / "cache", remote=spec, cache_bytes=1 << 30, packed=True)
-    objects = s3_endpoint.objects()
-    packs = [o for o in objects if o.endswith(".pack")]
-    indexes = [o for o in objects if o.endswith(".json") and o.startswith(f"{PREFIX}/{WRITTEN}/")]
-    assert len(packs) == 1 and indexes == []  # the pack PUT, no index: nothing names it
-    assert not any(store.contains(k) for k in arrays) and store.sizes() == {}
-    assert verify(store).problems == {}  # an orphan, but a young one: maybe a write in progress
-    assert store.written is not None and store.written.orphans(0.0) == {packs[0][len(PREFIX) + 1:]: mock.ANY}
-    stray = f"{WRITTEN}/{'e' * 64}.json"  # and an index whose pack is gone
-    store.origin.put_bytes(stray, b"[]")
-    assert collect_garbage(store, {"e": {"m": ["3" * 40]}}).orphans == 0  # younger than ORPHAN_S: kept
-    monkeypatch.setattr(written_module, "ORPHAN_S", 0.0)  # as if an hour had passed
-    assert set(verify(store).problems) == {f"orphan {packs[0][len(PREFIX) + 1:]}", f"orphan {stray}"}
-    assert collect_garbage(store, {"e": {"m": ["3" * 40]}}).orphans == 2
-    assert [o for o in s3_endpoint.objects() if o.startswith(f"{PREFIX}/{WRITTEN}/")] == []
-    # the message redelivered: the same pack (its name is its header's hash), now with its index
-    assert sorted(_write(store, arrays)) == sorted(arrays)
-    assert [o for o in s3_endpoint.objects() if o.endswith(".pack")] == packs  # written again
-    assert list(list_packs(store.origin, WRITTEN)) == [packs[0].rsplit("/", 1)[1][:-5]]
-    for key, array in arrays.items():
-        np.testing.assert_array_equal(FeatureStore.open(tmp_path / "c2", remote=spec, cache_bytes=0).get(key), array)
 
 
 def test_gc_rewrites_a_pack_of_kept_and_removed_arrays_and_removes_one_of_removed_only(

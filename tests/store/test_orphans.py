@@ -1,0 +1,81 @@
+"""The written packs' orphans (labswarm/store/orphans.py) on s3 (moto's server on :9000): a worker killed between a
+pack's PUT and its index's leaves no index naming a missing pack, only an orphan that verify reports and gc removes
+once it is ORPHAN_S old, and a redelivery writes the pack again."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+from helpers import wait_until
+from jobs.conftest import S3Endpoint
+from test_written import PREFIX, _message, _write
+
+from labswarm.storage.base import Storage
+from labswarm.store import FeatureStore
+from labswarm.store import orphans as orphans_module
+from labswarm.store.ops import collect_garbage, verify
+from labswarm.store.orphans import find_orphans
+from labswarm.store.packs import list_packs
+from labswarm.store.written import WRITTEN
+
+
+def _killed_between(spec: dict, arrays: dict[str, np.ndarray], ready: str) -> None:
+    """Write ``arrays`` as a message, stopping for good once the pack's PUT is done and before its index's."""
+    store = FeatureStore.open("/nonexistent-unused", remote=spec, cache_bytes=0, packed=True)
+    origin: Storage = store.origin
+    put = origin.put_bytes
+
+    def put_then_stop(key: str, data: bytes) -> None:
+        put(key, data)
+        if key.endswith(".pack"):
+            Path(ready).write_text(key)
+            signal.pause()  # killed -9 here
+
+    origin.put_bytes = put_then_stop  # type: ignore[method-assign]
+    _write(store, arrays)
+    os._exit(3)  # not reached
+
+
+def test_a_worker_killed_mid_upload_leaves_no_index_of_a_missing_pack(tmp_path: Path, s3_endpoint: S3Endpoint,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = s3_endpoint.spec(prefix=PREFIX)
+    arrays = _message(1)
+    ready = tmp_path / "ready"
+    # spawned, not forked: a child forked from pytest's process could inherit a lock another test's thread held
+    child = multiprocessing.get_context("spawn").Process(target=_killed_between, args=(spec, arrays, str(ready)))
+    child.start()
+    try:
+        wait_until(lambda: ready.exists() or not child.is_alive(),
+                   "the child's pack PUT (the child alive, stuck before it)", timeout=120, interval=0.05)
+        assert ready.exists(), f"the child ended before its pack's PUT: exit code {child.exitcode}"
+    finally:
+        child.kill()  # SIGKILL, while it runs (not a pid it no longer has)
+    child.join(60)
+    assert child.exitcode == -signal.SIGKILL
+    store = FeatureStore.open(tmp_path / "cache", remote=spec, cache_bytes=1 << 30, packed=True)
+    objects = s3_endpoint.objects()
+    packs = [o for o in objects if o.endswith(".pack")]
+    indexes = [o for o in objects if o.endswith(".json") and o.startswith(f"{PREFIX}/{WRITTEN}/")]
+    assert len(packs) == 1 and indexes == []  # the pack PUT, no index: nothing names it
+    assert not any(store.contains(k) for k in arrays) and store.sizes() == {}
+    assert verify(store).problems == {}  # an orphan, but a young one: maybe a write in progress
+    assert store.written is not None and find_orphans(store.origin, 0.0) == {packs[0][len(PREFIX) + 1:]: mock.ANY}
+    stray = f"{WRITTEN}/{'e' * 64}.json"  # and an index whose pack is gone
+    store.origin.put_bytes(stray, b"[]")
+    assert collect_garbage(store, {"e": {"m": ["3" * 40]}}).orphans == 0  # younger than ORPHAN_S: kept
+    monkeypatch.setattr(orphans_module, "ORPHAN_S", 0.0)  # as if an hour had passed
+    assert set(verify(store).problems) == {f"orphan {packs[0][len(PREFIX) + 1:]}", f"orphan {stray}"}
+    assert collect_garbage(store, {"e": {"m": ["3" * 40]}}).orphans == 2
+    assert [o for o in s3_endpoint.objects() if o.startswith(f"{PREFIX}/{WRITTEN}/")] == []
+    # the message redelivered: the same pack (its name is its header's hash), now with its index
+    assert sorted(_write(store, arrays)) == sorted(arrays)
+    assert [o for o in s3_endpoint.objects() if o.endswith(".pack")] == packs  # written again
+    assert list(list_packs(store.origin, WRITTEN)) == [packs[0].rsplit("/", 1)[1][:-5]]
+    for key, array in arrays.items():
+        np.testing.assert_array_equal(FeatureStore.open(tmp_path / "c2", remote=spec, cache_bytes=0).get(key), array)
