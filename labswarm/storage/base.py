@@ -128,6 +128,21 @@ class Storage(ABC):
         full = self._full(key)
         return self._guard("read", full, lambda: self._get_bytes(full))
 
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes of the object ``key`` from byte ``start``: one ranged request of an object store (an HTTP
+        ``Range``, S3's ``GetObject`` with ``Range``), a file's region; fewer bytes where the object ends before
+        (the caller checks the length).
+
+        Raises:
+            MissingObject: no object under ``key``.
+            StorageError: invalid key, ``start`` < 0 or ``length`` < 1, or the backend failed.
+        """
+        full = self._full(key)
+        if start < 0 or length < 1:
+            raise StorageError(f"cannot read {self.describe(key)}: a range starts at 0 or later and holds a byte or "
+                               f"more, got {length} bytes from {start}")
+        return self._guard("read", full, lambda: self._get_range(full, start, length))
+
     def put_file(self, key: str, path: str | Path) -> None:
         """Upload the local file ``path`` under ``key`` (streamed; readers never see a partial object).
 
@@ -315,6 +330,11 @@ class Storage(ABC):
     @abstractmethod
     def _get_bytes(self, full: str) -> bytes:
         """The stored bytes."""
+
+    def _get_range(self, full: str, start: int, length: int) -> bytes:
+        """The bytes ``[start, start + length)`` of the object; by default the whole object read and cut (a backend
+        that reads ranges overrides it)."""
+        return self._get_bytes(full)[start:start + length]
 
     @abstractmethod
     def _put_file(self, full: str, path: Path) -> None:

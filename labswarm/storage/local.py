@@ -160,6 +160,11 @@ class LocalStorage(Storage):
         with self._open(full) as handle:
             return handle.read()
 
+    def _get_range(self, full: str, start: int, length: int) -> bytes:
+        with self._open(full) as handle:
+            handle.seek(start)
+            return handle.read(length)
+
     def _read_into(self, full: str, handle: IO[bytes]) -> None:
         with self._open(full) as source:
             shutil.copyfileobj(source, handle, 1 << 20)

@@ -255,6 +255,19 @@ class S3Storage(Storage):
         with response["Body"] as body:
             return body.read()
 
+    def _get_range(self, full: str, start: int, length: int) -> bytes:
+        try:
+            response = self._s3.get_object(Bucket=self.config.bucket, Key=full,
+                                           Range=f"bytes={start}-{start + length - 1}")  # RFC 9110: inclusive
+        except Exception as exc:
+            if self._code(exc) in _MISSING:
+                raise self._missing(full) from None
+            if self._code(exc) == "InvalidRange":  # starts past the object's end: no byte of it
+                return b""
+            raise
+        with response["Body"] as body:
+            return body.read()
+
     def _put_file(self, full: str, path: Path) -> None:
         self._s3.upload_file(str(path), self.config.bucket, full)
 

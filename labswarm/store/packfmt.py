@@ -90,12 +90,18 @@ def unpack(blob: bytes) -> tuple[list[Entry], dict[str, memoryview], dict[str, s
     bad: dict[str, str] = {}
     for e in entries:
         data = view[start + e.offset:start + e.offset + e.length]
-        if len(data) != e.length:
-            bad[e.key] = f"cut off: {len(data)} of {e.length} bytes"
-        elif crc32c(data) != e.crc:
-            bad[e.key] = "CRC-32C mismatch: the pack is damaged"
-        elif (problem := npy_problem(data)) is not None:
+        if (problem := array_problem(data, e.length, e.crc)) is not None:
             bad[e.key] = problem
         else:
             good[e.key] = data
     return entries, good, bad
+
+
+def array_problem(data: bytes | memoryview, length: int, crc: int) -> str | None:
+    """What is wrong with an array's bytes read from its pack (``length`` and ``crc`` its entry's): cut off, a
+    CRC-32C mismatch, or not an ``.npy`` of its recorded size; ``None`` when they are sound."""
+    if len(data) != length:
+        return f"cut off: {len(data)} of {length} bytes"
+    if crc32c(data) != crc:
+        return "CRC-32C mismatch: the pack is damaged"
+    return npy_problem(data)

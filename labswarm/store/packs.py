@@ -77,8 +77,8 @@ REQUEST_BYTES = 2**17
 class Catalogue:
     """The packs of a store: ``names``, the offset of each one's data (``starts``: after its magic and header), their
     total ``bytes``, and per packed key (``keys``: sorted 20-byte keys) its pack (``packs``, an index into
-    ``names``), ``offsets`` and ``lengths``: 40 bytes a key, 36 MB for the documents' 900,000 arrays; ``largest``:
-    the bytes of the largest pack object."""
+    ``names``), ``offsets``, ``lengths`` and ``crcs`` (each array's CRC-32C, for a ranged read's check): 44 bytes a
+    key, 40 MB for the documents' 900,000 arrays; ``largest``: the bytes of the largest pack object."""
 
     names: list[str]
     starts: list[int]
@@ -87,6 +87,7 @@ class Catalogue:
     packs: np.ndarray
     offsets: np.ndarray
     lengths: np.ndarray
+    crcs: np.ndarray
     largest: int = 0
 
     def find(self, key: str) -> int | None:
@@ -103,7 +104,7 @@ class Catalogue:
 
 #: A catalogue of no pack.
 EMPTY = Catalogue([], [], 0, np.array([], dtype="S20"), np.array([], dtype=np.int32), np.array([], dtype=np.int64),
-                  np.array([], dtype=np.int64))
+                  np.array([], dtype=np.int64), np.array([], dtype=np.uint32))
 
 
 def list_packs(origin: Storage, folder: str = PACKS) -> dict[str, tuple[int, int]]:
@@ -152,13 +153,14 @@ def load_catalogue(origin: Storage, known: dict[str, list[Entry]] | None = None,
             if entries is not None:
                 known[name] = entries
     names = sorted(n for n in sizes if n in known)
-    rows = [(bytes.fromhex(e.key), i, e.offset, e.length) for i, n in enumerate(names) for e in known[n]]
+    rows = [(bytes.fromhex(e.key), i, e.offset, e.length, e.crc) for i, n in enumerate(names) for e in known[n]]
     raw = np.array([r[0] for r in rows], dtype="S20")
     order = np.argsort(raw, kind="stable")
     return Catalogue(names, [len(MAGIC) + 4 + sizes[n][1] for n in names], sum(sizes[n][0] for n in names),
                      raw[order], np.array([r[1] for r in rows], dtype=np.int32)[order],
                      np.array([r[2] for r in rows], dtype=np.int64)[order],
                      np.array([r[3] for r in rows], dtype=np.int64)[order],
+                     np.array([r[4] for r in rows], dtype=np.uint32)[order],
                      max((sizes[n][0] for n in names), default=0))
 
 

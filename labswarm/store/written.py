@@ -30,7 +30,8 @@ arrays. The invariants of the per-key layout hold:
   ``written/v1`` and one GET of each index not seen before, kept per process), and the store's ``contains``,
   ``sizes``, shard listings, ``get`` and ``fetch`` answer for packed keys as for per-key objects; through a cache a
   pack is fetched whole on the first read of one of its arrays (:class:`~labswarm.store.packs.PackReader`, whatever
-  the cache's bound: the arrays are nowhere else), without one the pack is read and the array cut out of it.
+  the cache's bound: the arrays are nowhere else), without one (or while the cache refuses its pack) the array's
+  bytes alone are read from the pack (a ranged GET: the index gives where) and checked (CRC-32C).
 - **removal** (``delete``, ``gc``): a pack whose arrays all go is removed (its index first); a pack holding arrays
   that go and arrays kept is **rewritten**: a new pack of the kept arrays and its index are written first, then the
   old index and pack removed, so a kept array is readable at every moment (a reader holding the old index lists
@@ -58,7 +59,7 @@ from labswarm.errors import StorageError
 from labswarm.storage.base import MissingObject, Storage
 from labswarm.storage.cache import CachedStorage
 from labswarm.store.npy import read_at
-from labswarm.store.packfmt import MAGIC, Entry, encode, parse_header, unpack
+from labswarm.store.packfmt import MAGIC, Entry, array_problem, encode, parse_header, unpack
 from labswarm.store.packs import EMPTY, Catalogue, PackReader, list_packs, load_catalogue
 
 log = logging.getLogger(__name__)
@@ -81,12 +82,13 @@ def default_packed() -> bool:
 @dataclass(frozen=True, slots=True)
 class Located:
     """Where one packed array is: pack ``name``, the offset of the pack's data (``start``: after its magic and
-    header) and the array's ``offset`` from there and ``length``."""
+    header) and the array's ``offset`` from there, ``length`` and ``crc`` (CRC-32C, its index's record)."""
 
     name: str
     start: int
     offset: int
     length: int
+    crc: int
 
 
 class WrittenPacks:
@@ -150,7 +152,7 @@ class WrittenPacks:
             return None if own is None else own[0]
         pack = int(catalogue.packs[row])
         return Located(catalogue.names[pack], catalogue.starts[pack], int(catalogue.offsets[row]),
-                       int(catalogue.lengths[row]))
+                       int(catalogue.lengths[row]), int(catalogue.crcs[row]))
 
     def sizes(self) -> dict[str, int]:
         """Every packed key's ``.npy`` bytes, key → bytes (the packs listed now).
@@ -182,9 +184,10 @@ class WrittenPacks:
         return sorted(list_packs(self.origin, WRITTEN))
 
     def get(self, key: str, *, mmap: bool = False, fresh_s: float = REFRESH_S) -> np.ndarray | None:
-        """``key``'s array from its written pack (:func:`read_packed` through the cache, else the pack read whole
-        and checked), ``None`` when it is in none (the packs listed again as :meth:`find` says, and once more when
-        its pack was found removed since: rewritten by ``gc``).
+        """``key``'s array from its written pack (:func:`read_packed` through the cache, else its bytes alone read
+        from the pack with a ranged GET, :meth:`Storage.get_range <labswarm.storage.base.Storage.get_range>`, and
+        checked against its index's CRC-32C), ``None`` when it is in none (the packs listed again as :meth:`find`
+        says, and once more when its pack was found removed since: rewritten by ``gc``).
 
         Raises:
             StorageError: the packs cannot be listed or the pack read.
@@ -196,16 +199,14 @@ class WrittenPacks:
                 return None
             if self.reader is not None and (array := read_packed(self.reader, key, mmap)) is not None:
                 return array
-            try:
-                blob = self.origin.get_bytes(f"{WRITTEN}/{found.name}.pack")
+            try:  # the array's bytes alone: one ranged GET, not the whole pack (up to PACK_MAX) for one array
+                data = self.origin.get_range(f"{WRITTEN}/{found.name}.pack", found.start + found.offset, found.length)
             except MissingObject:  # rewritten or removed by gc since: listed again (this process's writes too)
                 self.catalogue(reload=True)
                 continue
-            _entries, good, bad = unpack(blob)
-            if key not in good:
-                why = bad.get(key, "not there (its header differs from its index)")
-                raise ValueError(f"in pack {found.name}: {why}")
-            return read_at(bytes(good[key]), 0, found.length, mmap=mmap)
+            if (problem := array_problem(data, found.length, found.crc)) is not None:
+                raise ValueError(f"in pack {found.name}: {problem}")
+            return read_at(data, 0, found.length, mmap=mmap)
         return None
 
     def added(self, name: str, header: bytes) -> None:
@@ -214,7 +215,7 @@ class WrittenPacks:
         entries = parse_header(header)
         with self._own_lock:
             for e in entries:
-                self._own[e.key] = Located(name, start, e.offset, e.length), now
+                self._own[e.key] = Located(name, start, e.offset, e.length, e.crc), now
 
     def _forget_own(self, stale: Callable[[str, float], bool]) -> None:
         """Drop the keys this process wrote for which ``stale(key, when written)`` holds, in place (an upload thread

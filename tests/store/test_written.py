@@ -1,8 +1,8 @@
 """Written packs of a remote feature store (labswarm/store/written.py) on s3 (moto's server on :9000): a message's
 arrays written as one pack are read back equal by another process and through a cold cache, and listed as per-key
-arrays; gc rewrites a
-pack holding unreferenced arrays, its referenced ones readable throughout (by readers that listed the packs before,
-with a cache or without, and by the pack's writer)."""
+arrays; an uncached read of one array gets its bytes alone (a ranged GET), a cache the whole pack; gc rewrites a pack
+holding unreferenced arrays, its referenced ones readable throughout (by readers that listed the packs before, with a
+cache or without, and by the pack's writer)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 from jobs.conftest import S3Endpoint
 
+from labswarm.errors import StoreError
 from labswarm.storage.cache import CachedStorage
 from labswarm.store import FeatureStore
 from labswarm.store.listing import KeyListing
@@ -91,6 +93,37 @@ def test_a_message_is_one_pack_read_back_equal_elsewhere_and_listed_as_arrays(tm
     assert all(KeyListing(fresh).contains(k) for k in chunk)  # a small store: one page and the packs
     found = verify(fresh)
     assert found.problems == {} and found.checked == len(chunk) and found.packs == 2
+
+
+def test_an_uncached_read_gets_the_arrays_bytes_alone_and_a_cache_its_whole_pack(tmp_path: Path,
+                                                                                 s3_endpoint: S3Endpoint) -> None:
+    spec = s3_endpoint.spec(prefix=PREFIX)
+    arrays = _message(7)  # 8 arrays, one pack
+    _write(FeatureStore.open(tmp_path / "w", remote=spec, cache_bytes=0, packed=True), arrays)
+    [pack_key] = [o for o in s3_endpoint.objects() if o.endswith(".pack")]
+    pack_bytes = s3_endpoint.client.head_object(Bucket=s3_endpoint.bucket, Key=pack_key)["ContentLength"]
+    key, small = next(iter(arrays)), list(arrays)[1]
+    for cache_bytes in (0, 1 << 30):
+        reader = FeatureStore.open(tmp_path / f"r{cache_bytes}", remote=spec, cache_bytes=cache_bytes)
+        assert reader.contains(key) and reader.written is not None  # the packs listed, their indexes read
+        found = reader.written.find(key)
+        assert found is not None
+        got: list[int] = []  # the bytes of each GET's body, as the server sent them
+        reader.origin._s3.meta.events.register(  # this client's hooks only
+            "after-call.s3.GetObject", lambda parsed, got=got, **_: got.append(parsed["ContentLength"]))
+        np.testing.assert_array_equal(reader.get(key), arrays[key])
+        if cache_bytes:  # the cache's fill: the whole pack, once, its other arrays read from it
+            np.testing.assert_array_equal(reader.get(small, mmap=True), arrays[small])
+            assert got == [pack_bytes]
+        else:  # one GET of the array's .npy bytes alone (~11 kB of a ~55-kB pack)
+            assert got == [found.length] and found.length == arrays[key].nbytes + 128 < pack_bytes / 4
+            np.testing.assert_array_equal(reader.get(small, mmap=True), arrays[small])
+            assert got[1:] == [arrays[small].nbytes + 128]
+    blob = bytearray(s3_endpoint.client.get_object(Bucket=s3_endpoint.bucket, Key=pack_key)["Body"].read())
+    blob[found.start + found.offset + found.length - 1] ^= 0xFF  # the array's last byte damaged
+    s3_endpoint.client.put_object(Bucket=s3_endpoint.bucket, Key=pack_key, Body=bytes(blob))
+    with pytest.raises(StoreError, match="CRC-32C mismatch"):
+        FeatureStore.open(tmp_path / "r2", remote=spec, cache_bytes=0).get(key)
 
 
 def test_gc_rewrites_a_pack_of_kept_and_removed_arrays_and_removes_one_of_removed_only(

@@ -35,6 +35,20 @@ def test_missing_object(backend: Backend, tmp_path: Path) -> None:
     assert sorted(p.name for p in target.parent.iterdir()) == ["model.pt"]  # no temporary file left
 
 
+def test_a_range_of_an_object(backend: Backend) -> None:
+    storage = backend.make("p")
+    storage.put_bytes("pack", bytes(range(100)))
+    assert storage.get_range("pack", 10, 5) == bytes(range(10, 15))
+    assert storage.get_range("pack", 95, 10) == bytes(range(95, 100))  # the object ends first: fewer bytes
+    assert storage.get_range("pack", 0, 100) == bytes(range(100))
+    with pytest.raises(MissingObject, match="nope"):
+        storage.get_range("nope", 0, 1)
+    with pytest.raises(StorageError, match="a byte or more"):
+        storage.get_range("pack", 0, 0)
+    with pytest.raises(StorageError, match="a byte or more"):
+        storage.get_range("pack", -1, 5)
+
+
 def test_file_round_trip(backend: Backend, tmp_path: Path) -> None:
     source = tmp_path / "checkpoint.bin"
     payload = bytes(range(256)) * 4099  # ~1 MB, not a multiple of any buffer size
