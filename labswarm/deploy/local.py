@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labswarm.deploy.base import Host, Launcher
-from labswarm.deploy.standby import StandbyWorkers, worker_env
+from labswarm.deploy.standby import StandbyWorkers, WorkerProcess, worker_env
 from labswarm.errors import DeployError
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class Restart:
 
 @dataclass
 class _Slot:
-    process: subprocess.Popen | None = None
+    process: WorkerProcess | None = None
     started: float = 0.0
     failures: int = 0  # early deaths in a row
     restart_at: float = 0.0
@@ -92,7 +92,7 @@ class _Slot:
 
 @dataclass
 class _Retiring:
-    process: subprocess.Popen
+    process: WorkerProcess
     deadline: float
 
 
@@ -168,7 +168,7 @@ class LocalLauncher(Launcher):
         cmd += ["--manager", self.manager_url, "--concurrency", str(self.concurrency)]
         return cmd  # secrets (broker URL, token) go through the environment: see _spawn
 
-    def _spawn(self) -> subprocess.Popen:
+    def _spawn(self) -> WorkerProcess:
         env = worker_env()  # the worker ends with this process, however it ends (its own session hides it)
         if self.token:
             env["LABSWARM_API_TOKEN"] = self.token
@@ -177,7 +177,7 @@ class LocalLauncher(Launcher):
         command = self.command()
         n, self._started = self._started, self._started + 1
         log_file = None if self.log_dir is None else self.log_dir / f"{self.log_name}-{n}.log"
-        if self.standby is not None:  # an interpreter started and warmed up ahead of the session
+        if self.standby is not None:  # forked by a warm parent started ahead of the session
             if log_file is not None:
                 log_file.parent.mkdir(parents=True, exist_ok=True)
             process = self.standby.take(command[3:], env, log_file)
@@ -258,7 +258,7 @@ class LocalLauncher(Launcher):
             return sum(s.process is not None and s.process.poll() is None for s in self._slots)
 
     @property
-    def processes(self) -> list[subprocess.Popen]:
+    def processes(self) -> list[WorkerProcess]:
         """The main process of each worker slot (one may be dead, waiting for its replacement)."""
         with self._lock:
             return [s.process for s in self._slots if s.process is not None]
@@ -273,7 +273,7 @@ class LocalLauncher(Launcher):
         self._retiring.append(_Retiring(process, time.monotonic() + self.stop_grace_s))
 
     @staticmethod
-    def _reap(process: subprocess.Popen | None) -> None:
+    def _reap(process: WorkerProcess | None) -> None:
         """Kill what is left of a dead worker's process group (orphaned pool processes)."""
         if process is not None:
             _kill_group(process.pid)
@@ -325,7 +325,10 @@ class LocalLauncher(Launcher):
 
 def _kill_group(pid: int, wait_s: float = 0.0) -> None:
     """SIGKILL the process group ``pid`` leads (a worker and its pool), if any of it is left; with ``wait_s``,
-    wait up to that many seconds until none of its processes runs (a signal is delivered asynchronously)."""
+    wait up to that many seconds until none of its processes runs (a signal is delivered asynchronously). A pid
+    <= 0 (a forked worker that never was: :class:`~labswarm.deploy.standby.ForkedWorker`) names no group."""
+    if pid <= 0:
+        return
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -348,7 +351,7 @@ def _group_alive(pgid: int) -> bool:
     return False
 
 
-def _terminate(procs: list[subprocess.Popen], timeout: float) -> None:
+def _terminate(procs: list[WorkerProcess], timeout: float) -> None:
     """SIGTERM each worker, SIGKILL each one's group after ``timeout`` s in all, and reap them."""
     for p in procs:
         if p.poll() is None:

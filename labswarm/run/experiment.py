@@ -184,8 +184,8 @@ def run_experiment(config: ExperimentConfig, options: RunOptions | None = None, 
     lock = RunLock(settings.home, config.name) if options.manager_url is None else contextlib.nullcontext()
     with contextlib.ExitStack() as stack:
         stack.enter_context(lock)  # first: a run the lock refuses starts nothing
-        # the local workers' interpreters import and warm up while the manager starts (labswarm.deploy.standby);
-        # those not taken (a session taken over with fewer workers) are stopped at the end
+        # the local workers' warm parent imports and warms up while the manager starts, then forks each worker
+        # (labswarm.deploy.standby); it ends with the run, once its workers are stopped
         standby = (StandbyWorkers(options.workers, config.model_dump(mode="json"))
                    if options.launcher == "local" and options.workers > 0 else None)
         if standby is not None:
