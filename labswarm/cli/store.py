@@ -152,7 +152,8 @@ def du(experiment: ExperimentRef = None, store: StorePath = None, manager: Manag
     def work() -> tuple[list[Any], dict[str, str]]:
         feature_store, where, config = _target(experiment, store, manager, token_file)
         references, problems = _references(feature_store, where, manager, token_file, [config] if config else [])
-        orphans = None if feature_store.written is None else find_orphans(feature_store.origin, 0.0)
+        orphans = None if feature_store.written is None else {
+            key: stamp.size for key, stamp in find_orphans(feature_store.origin, 0.0).items()}
         return disk_usage(feature_store.sizes(), references, pack_usage(feature_store.origin), orphans), problems
 
     rows, problems = _run(work)

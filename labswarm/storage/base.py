@@ -30,6 +30,7 @@ from labswarm.registry import STORAGES
 from labswarm.storage.keys import MAX_KEY_BYTES as MAX_KEY_BYTES  # re-exported
 from labswarm.storage.keys import check_key as check_key  # re-exported
 from labswarm.storage.keys import join_keys
+from labswarm.storage.stamps import Stamp
 
 T = TypeVar("T")
 
@@ -226,17 +227,27 @@ class Storage(ABC):
         pairs = self._guard("list", folder, lambda: list(self._sizes(folder)))
         return {key: size for full, size in pairs if (key := self._relative(full)) is not None}
 
-    def modified(self, prefix: str = "") -> dict[str, tuple[int, float]]:
-        """``(size in bytes, last modified in Unix seconds)`` of every object under the folder ``prefix`` (S3's
-        ``LastModified``, a file's mtime; a backend that does not know: the time of the listing), by key as
-        :meth:`sizes` gives.
+    def modified(self, prefix: str = "") -> dict[str, Stamp]:
+        """What a listing sees of every object under the folder ``prefix``: size, last modified and version
+        (:class:`~labswarm.storage.stamps.Stamp`), by key as :meth:`sizes` gives.
 
         Raises:
             StorageError: invalid prefix, or the backend failed.
         """
         folder = self._full(prefix, allow_empty=True)
         rows = self._guard("list", folder, lambda: list(self._modified(folder)))
-        return {key: (size, when) for full, size, when in rows if (key := self._relative(full)) is not None}
+        return {key: stamp for full, stamp in rows if (key := self._relative(full)) is not None}
+
+    def delete_if(self, key: str, version: str) -> bool:
+        """Delete the object ``key`` only if it is still the ``version`` a listing saw (:meth:`modified`), not
+        written since (S3: ``DeleteObject`` with ``If-Match``; a file: taken aside by a rename, put back if it was
+        another); whether it was deleted (``False``: written since, or gone).
+
+        Raises:
+            StorageError: invalid key, or the backend failed.
+        """
+        full = self._full(key)
+        return self._guard("delete", full, lambda: self._delete_if(full, version))
 
     def local_path(self, key: str) -> Path | None:
         """A file of this machine that holds the object ``key``'s bytes, for reading them in place (e.g. memory
@@ -356,9 +367,17 @@ class Storage(ABC):
     def _sizes(self, folder: str) -> Iterator[tuple[str, int]]:
         """``(full key, size in bytes)`` of every object below the folder ``folder`` (``""``: the whole storage)."""
 
-    def _modified(self, folder: str) -> Iterator[tuple[str, int, float]]:
-        """``(full key, size, last modified in Unix seconds)`` below ``folder``; by default the listing's time."""
-        return ((full, size, now) for now in [time.time()] for full, size in self._sizes(folder))
+    def _modified(self, folder: str) -> Iterator[tuple[str, Stamp]]:
+        """``(full key, its stamp)`` below ``folder``; by default the listing's time and no version."""
+        return ((full, Stamp(size, now, "")) for now in [time.time()] for full, size in self._sizes(folder))
+
+    def _delete_if(self, full: str, version: str) -> bool:
+        """Delete ``full`` if its version is ``version``; by default checked, then deleted (not atomic)."""
+        found = dict(self._modified(full.rsplit("/", 1)[0] if "/" in full else "")).get(full)
+        if found is None or found.version != version:
+            return False
+        self._delete_many([full])
+        return True
 
     def _local_path(self, full: str) -> Path | None:
         """The file holding the object ``full``, for a storage of files; ``None`` (the default) otherwise."""

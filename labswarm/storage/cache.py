@@ -42,6 +42,7 @@ from typing import IO, ClassVar
 
 from labswarm.errors import StorageError
 from labswarm.storage.base import MissingObject, Storage, StorageConfig
+from labswarm.storage.stamps import Stamp
 
 #: Seconds after which a file of the cache's ``incoming/`` folder is a killed process's, removed by an eviction.
 STALE_S = 3600.0
@@ -310,8 +311,11 @@ class CachedStorage(Storage):
     def _sizes(self, folder: str) -> Iterator[tuple[str, int]]:
         return iter(self.remote.sizes(folder).items())
 
-    def _modified(self, folder: str) -> Iterator[tuple[str, int, float]]:
-        return ((key, size, when) for key, (size, when) in self.remote.modified(folder).items())
+    def _modified(self, folder: str) -> Iterator[tuple[str, Stamp]]:
+        return iter(self.remote.modified(folder).items())
+
+    def _delete_if(self, full: str, version: str) -> bool:  # what a listing saw is the remote's
+        return self.remote.delete_if(full, version)
 
     def _delete_many(self, fulls: builtins.list[str]) -> None:
         self.remote._delete_many([self.remote._full(full) for full in fulls])

@@ -16,6 +16,7 @@ from typing import IO, ClassVar, Literal
 
 from labswarm.errors import StorageError
 from labswarm.storage.base import Storage, StorageConfig, register_storage
+from labswarm.storage.stamps import Stamp
 
 
 class LocalStorageConfig(StorageConfig):
@@ -31,6 +32,11 @@ class LocalStorageConfig(StorageConfig):
     name: Literal["local"] = "local"
     path: Path
     fsync: bool = True
+
+
+def _stamp(stat: os.stat_result) -> Stamp:
+    """A file's stamp: its version the inode and the modification time in ns (each write is a new file, renamed)."""
+    return Stamp(stat.st_size, stat.st_mtime, f"{stat.st_ino}:{stat.st_mtime_ns}")
 
 
 @register_storage
@@ -181,12 +187,29 @@ class LocalStorage(Storage):
             with contextlib.suppress(FileNotFoundError):  # deleted since it was listed
                 yield key, (base / key).stat().st_size
 
-    def _modified(self, folder: str) -> Iterator[tuple[str, int, float]]:
+    def _modified(self, folder: str) -> Iterator[tuple[str, Stamp]]:
         base = self.config.path
         for key in self._list(folder):
             with contextlib.suppress(FileNotFoundError):  # deleted since it was listed
-                stat = (base / key).stat()
-                yield key, stat.st_size, stat.st_mtime
+                yield key, _stamp((base / key).stat())
+
+    def _delete_if(self, full: str, version: str) -> bool:
+        """Take the file aside by a rename (atomic: a write placed later stays), delete it if it is ``version``,
+        else put it back unless a newer one took its place (a link, which never replaces a file)."""
+        path = self._path(full)
+        aside = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.del"
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return False
+        try:
+            if _stamp(aside.stat()).version == version:
+                return True
+            with contextlib.suppress(FileExistsError):
+                os.link(aside, path)
+            return False
+        finally:
+            aside.unlink()
 
     def _list(self, folder: str) -> Iterator[str]:
         top = self._path(folder)

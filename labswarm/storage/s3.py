@@ -35,6 +35,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from labswarm.errors import StorageError, StorageRefused
 from labswarm.storage.base import Storage, StorageConfig, register_storage
+from labswarm.storage.stamps import Stamp
 
 #: How to install what the ``s3`` storage needs.
 S3_HINT = "the s3 storage needs boto3: pip install 'labswarm[s3]'"
@@ -302,12 +303,21 @@ class S3Storage(Storage):
             for item in page.get("Contents", ()):
                 yield item["Key"], int(item["Size"])
 
-    def _modified(self, folder: str) -> Iterator[tuple[str, int, float]]:
+    def _modified(self, folder: str) -> Iterator[tuple[str, Stamp]]:
         pages = self._s3.get_paginator("list_objects_v2").paginate(
             Bucket=self.config.bucket, Prefix=f"{folder}/" if folder else "")
         for page in pages:
             for item in page.get("Contents", ()):
-                yield item["Key"], int(item["Size"]), item["LastModified"].timestamp()
+                yield item["Key"], Stamp(int(item["Size"]), item["LastModified"].timestamp(), item["ETag"])
+
+    def _delete_if(self, full: str, version: str) -> bool:
+        try:  # If-Match: S3 (general purpose buckets too) and moto answer 412 when the ETag differs
+            self._s3.delete_object(Bucket=self.config.bucket, Key=full, IfMatch=version)
+        except Exception as exc:
+            if self._code(exc) in _MISSING | {"PreconditionFailed", "412"}:
+                return False
+            raise
+        return True
 
     def _delete_many(self, fulls: list[str]) -> None:
         for start in range(0, len(fulls), _DELETE_BATCH):

@@ -143,8 +143,9 @@ def verify(store: FeatureStore, keys: Iterable[str] | None = None, *, threads: i
         if written is not None and (keys is None or wanted):
             result.packs += check_written(store, written, wanted, result.problems, pool, whole=keys is None)
     if written is not None and keys is None:
-        for key, size in store._call(partial(find_orphans, written.origin)).items():
-            result.problems[f"orphan {key}"] = f"{size:,} bytes no reader sees (its pack or index missing): gc removes"
+        for key, stamp in store._call(partial(find_orphans, written.origin)).items():
+            result.problems[f"orphan {key}"] = (f"{stamp.size:,} bytes no reader sees (its pack or index missing): "
+                                                "gc removes")
     return result
 
 
@@ -243,10 +244,11 @@ def collect_garbage(store: FeatureStore, references: References, *, dry_run: boo
         store._call(partial(remove_pack, origin, name))
     written = store.written
     orphans = {} if written is None else store._call(partial(find_orphans, written.origin))
-    if written is not None and orphans and not dry_run:
-        store._call(partial(remove_orphans, written.origin, orphans))
+    if written is not None and orphans and not dry_run:  # counted: those removed (one written again stays)
+        gone_orphans = set(store._call(partial(remove_orphans, written.origin, orphans)))
+        orphans = {key: stamp for key, stamp in orphans.items() if key in gone_orphans}
     return Collected(len(removed), sum(sizes[k] for k in removed), len(sizes) - len(doomed), dry_run, len(stale),
-                     sum(stale.values()), rewritten, len(orphans), sum(orphans.values()))
+                     sum(stale.values()), rewritten, len(orphans), sum(s.size for s in orphans.values()))
 
 
 def require_references(references: References) -> None:

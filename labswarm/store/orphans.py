@@ -6,14 +6,21 @@ pack no index names: readers find packs only through their index, so it is invis
 redelivered is split into single-sample messages whose packs get other names, so nothing completes it. ``gc``
 removes an orphan once it was last written :data:`ORPHAN_S` ago (past any write in progress), ``verify`` reports
 those and ``du`` shows every one (:mod:`labswarm.store.ops`).
+
+A single-sample message redelivered writes the same pack (same name) again, possibly while ``gc`` removes its
+hour-old orphan: the new pack must not go. So an orphan is removed only while it is the very object the listing saw
+(:meth:`Storage.delete_if <labswarm.storage.base.Storage.delete_if>`: S3's ``DeleteObject`` with ``If-Match`` its
+listed ``ETag``; each write of a written pack differs in its header's nonce, so a rewrite has another ETag), and
+only while its other half is missing.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Mapping
 
 from labswarm.storage.base import Storage
+from labswarm.storage.stamps import Stamp
 from labswarm.store.written import WRITTEN
 
 #: Seconds after its last write before a written pack with no index, or an index with no pack, is an orphan ``gc``
@@ -23,28 +30,26 @@ ORPHAN_S = 3600.0
 _OTHER = {".pack": ".json", ".json": ".pack"}
 
 
-def find_orphans(origin: Storage, older_s: float | None = None) -> dict[str, int]:
+def find_orphans(origin: Storage, older_s: float | None = None) -> dict[str, Stamp]:
     """The objects of :data:`~labswarm.store.written.WRITTEN` in ``origin`` that readers never see, last written
     over ``older_s`` (default :data:`ORPHAN_S`) ago (S3's ``LastModified``, a file's mtime): a ``.pack`` with no
-    ``.json`` and a ``.json`` with no ``.pack``; their key in the store → bytes.
+    ``.json`` and a ``.json`` with no ``.pack``; their key in the store → what the listing saw (``size`` in bytes,
+    ``version`` for :func:`remove_orphans`).
 
     Raises:
         StorageError: the storage cannot be listed.
     """
     listed, since = origin.modified(WRITTEN), time.time() - (ORPHAN_S if older_s is None else older_s)
-    return {key: size for key, (size, when) in listed.items() if key[-5:] in _OTHER
-            and key[:-5] + _OTHER[key[-5:]] not in listed and when < since}
+    return {key: stamp for key, stamp in listed.items() if key[-5:] in _OTHER
+            and key[:-5] + _OTHER[key[-5:]] not in listed and stamp.when < since}
 
 
-def remove_orphans(origin: Storage, orphans: Collection[str]) -> int:
-    """Remove ``orphans`` (keys :func:`find_orphans` gave) whose other half is still missing; the number removed.
+def remove_orphans(origin: Storage, orphans: Mapping[str, Stamp]) -> list[str]:
+    """Remove ``orphans`` (what :func:`find_orphans` gave) whose other half is still missing, each only if it is
+    still the version listed (a pack written again since, by a redelivered message, stays); the keys removed.
 
     Raises:
         StorageError: the storage failed.
     """
-    removed = 0
-    for key in orphans:
-        if not origin.exists(key[:-5] + _OTHER[key[-5:]]):
-            origin.delete(key)
-            removed += 1
-    return removed
+    return [key for key, stamp in orphans.items()
+            if not origin.exists(key[:-5] + _OTHER[key[-5:]]) and origin.delete_if(key, stamp.version)]

@@ -1,8 +1,9 @@
 """The pack format (:mod:`labswarm.store.packs`): a pack object's bytes, its header, the CRC-32C of each array.
 
 ``MAGIC``, the header's length (4 bytes, little-endian), the header ``{"layout": 1, "checksum": "crc32c",
-"entries": [[key, offset, length, crc], ...]}``, then the arrays' ``.npy`` bytes back to back, each at ``offset``
-from the end of the header (the layout is described in :mod:`labswarm.store.packs`).
+"entries": [[key, offset, length, crc], ...]}`` (a written pack's adds ``"written": <nonce>``), then the arrays'
+``.npy`` bytes back to back, each at ``offset`` from the end of the header (the layout is described in
+:mod:`labswarm.store.packs`).
 """
 
 from __future__ import annotations
@@ -42,14 +43,19 @@ class Entry:
     crc: int
 
 
-def encode(items: Sequence[tuple[str, bytes]]) -> tuple[str, bytes, bytes]:
-    """The pack of ``items`` (``(key, .npy bytes)``, in that order): ``(name, header, pack object's bytes)``."""
+def encode(items: Sequence[tuple[str, bytes]], nonce: str | None = None) -> tuple[str, bytes, bytes]:
+    """The pack of ``items`` (``(key, .npy bytes)``, in that order): ``(name, header, pack object's bytes)``; the
+    name the SHA-256 of the header without ``nonce`` (a written pack's: each write's header then differs, and so
+    its objects' ETags, its name not: :mod:`labswarm.store.orphans`)."""
     entries, offset = [], 0
     for key, data in items:
         entries.append([key, offset, len(data), crc32c(data)])
         offset += len(data)
-    header = json.dumps({"layout": 1, "checksum": "crc32c", "entries": entries}, separators=(",", ":")).encode()
+    fields = {"layout": 1, "checksum": "crc32c", "entries": entries}
+    header = json.dumps(fields, separators=(",", ":")).encode()
     name = hashlib.sha256(header).hexdigest()[:40]
+    if nonce is not None:
+        header = json.dumps({**fields, "written": nonce}, separators=(",", ":")).encode()
     return name, header, MAGIC + len(header).to_bytes(4, "little") + header + b"".join(d for _, d in items)
 
 

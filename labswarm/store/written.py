@@ -16,9 +16,10 @@ read-side packs (:mod:`labswarm.store.packfmt`), in their own folder::
 Unlike the read-side packs (``packs/v1``: copies of per-key objects), a written pack is the store's only copy of its
 arrays. The invariants of the per-key layout hold:
 
-- **content addressing**: the keys are the same; ``name`` is the SHA-256 of the header, so the same arrays in
-  the same pack get the same name (a message of one sample redelivered after its worker died writes the same
-  objects; one of several is redelivered split into messages of one sample, whose packs get other names).
+- **content addressing**: the keys are the same; ``name`` is the SHA-256 of the header (less the write's nonce,
+  which makes each write's objects, and their ETags, differ), so the same arrays in the same pack get the same
+  name (a message of one sample redelivered after its worker died writes the same pack again; one of several is
+  redelivered split into messages of one sample, whose packs get other names).
 - **no partial array, no index of a missing pack**: the pack is PUT before its index and readers find packs only
   through their index (S3 makes each object appear whole); a worker killed between the two, or an index whose PUT
   failed for good, leaves a pack no index names, invisible to readers: an **orphan**, which ``gc`` removes once it
@@ -47,6 +48,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -230,7 +232,7 @@ class WrittenPacks:
         Raises:
             StorageError: a PUT failed (the index is then not written).
         """
-        name, header, blob = encode(items)
+        name, header, blob = encode(items, uuid.uuid4().hex)  # each write's objects differ: labswarm.store.orphans
         self.origin.put_bytes(f"{WRITTEN}/{name}.pack", blob)  # the pack before its index: never seen partial
         self.origin.put_bytes(f"{WRITTEN}/{name}.json", header)
         self.added(name, header)

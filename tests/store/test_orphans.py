@@ -1,12 +1,14 @@
 """The written packs' orphans (labswarm/store/orphans.py) on s3 (moto's server on :9000): a worker killed between a
 pack's PUT and its index's leaves no index naming a missing pack, only an orphan that verify reports and gc removes
-once it is ORPHAN_S old, and a redelivery writes the pack again."""
+once it is ORPHAN_S old, and a redelivery writes the pack again; gc never removes the pack a redelivery writes again
+in the moment it removes its orphan."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
 import signal
+import threading
 from pathlib import Path
 from unittest import mock
 
@@ -20,7 +22,7 @@ from labswarm.storage.base import Storage
 from labswarm.store import FeatureStore
 from labswarm.store import orphans as orphans_module
 from labswarm.store.ops import collect_garbage, verify
-from labswarm.store.orphans import find_orphans
+from labswarm.store.orphans import find_orphans, remove_orphans
 from labswarm.store.packs import list_packs
 from labswarm.store.written import WRITTEN
 
@@ -79,3 +81,41 @@ def test_a_worker_killed_mid_upload_leaves_no_index_of_a_missing_pack(tmp_path: 
     assert list(list_packs(store.origin, WRITTEN)) == [packs[0].rsplit("/", 1)[1][:-5]]
     for key, array in arrays.items():
         np.testing.assert_array_equal(FeatureStore.open(tmp_path / "c2", remote=spec, cache_bytes=0).get(key), array)
+
+
+def test_gc_keeps_the_pack_a_redelivery_writes_again_while_it_removes_its_orphan(tmp_path: Path,
+                                                                                 s3_endpoint: S3Endpoint) -> None:
+    spec = s3_endpoint.spec(prefix=PREFIX)
+    arrays = _message(5, samples=1)  # a single-sample message: redelivered, it writes the same pack
+    _write(FeatureStore.open(tmp_path / "w1", remote=spec, cache_bytes=0, packed=True), arrays)
+    [index] = [o for o in s3_endpoint.objects() if o.endswith(".json") and f"/{WRITTEN}/" in o]
+    s3_endpoint.client.delete_object(Bucket=s3_endpoint.bucket, Key=index)  # as if killed before the index's PUT
+    gc = FeatureStore.open(tmp_path / "gc", remote=spec, cache_bytes=0).origin
+    orphans = find_orphans(gc, 0.0)  # gc's listing: the pack, an orphan (as if an hour old)
+    assert [k[-5:] for k in orphans] == [".pack"]
+    # the redelivery: a real writer in another thread, held between its pack's PUT and its index's
+    writer = FeatureStore.open(tmp_path / "w2", remote=spec, cache_bytes=0, packed=True)
+    assert writer.written is not None
+    origin: Storage = writer.written.origin
+    put, pack_put, go, stored = origin.put_bytes, threading.Event(), threading.Event(), []
+
+    def put_and_hold(key: str, data: bytes) -> None:
+        put(key, data)
+        if key.endswith(".pack"):
+            pack_put.set()
+            assert go.wait(120), "the test never let the index's PUT go"
+
+    origin.put_bytes = put_and_hold  # type: ignore[method-assign]
+    thread = threading.Thread(target=lambda: stored.extend(_write(writer, arrays)))
+    thread.start()
+    try:
+        assert pack_put.wait(120), "the redelivery's pack PUT never came"
+        assert remove_orphans(gc, orphans) == []  # its index not there yet, but the pack is another write now
+    finally:
+        go.set()
+        thread.join(120)
+    assert not thread.is_alive() and sorted(stored) == sorted(arrays)
+    reader = FeatureStore.open(tmp_path / "r", remote=spec, cache_bytes=0)
+    for key, array in arrays.items():
+        np.testing.assert_array_equal(reader.get(key), array)
+    assert find_orphans(gc, 0.0) == {}

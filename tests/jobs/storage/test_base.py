@@ -49,6 +49,19 @@ def test_a_range_of_an_object(backend: Backend) -> None:
         storage.get_range("pack", -1, 5)
 
 
+def test_a_conditional_delete_spares_an_object_written_since_it_was_listed(backend: Backend) -> None:
+    storage = backend.make("p")
+    storage.put_bytes("d/orphan", b"first write")
+    listed = storage.modified("d")["d/orphan"]
+    assert listed.size == len(b"first write") and listed.version
+    storage.put_bytes("d/orphan", b"written again")  # by another writer, after the listing
+    assert not storage.delete_if("d/orphan", listed.version)
+    assert storage.get_bytes("d/orphan") == b"written again"
+    assert storage.delete_if("d/orphan", storage.modified("d")["d/orphan"].version)
+    assert not storage.exists("d/orphan") and not storage.delete_if("d/orphan", listed.version)  # gone: no error
+    assert backend.raw_keys() == []  # nothing left aside
+
+
 def test_file_round_trip(backend: Backend, tmp_path: Path) -> None:
     source = tmp_path / "checkpoint.bin"
     payload = bytes(range(256)) * 4099  # ~1 MB, not a multiple of any buffer size
