@@ -19,6 +19,10 @@ shared: the load average is printed):
 
     .venv/bin/python bench/store_scale.py [--arrays N] [--rounds R] [--endpoint URL]
     .venv/bin/python bench/store_scale.py --learner examples/music_speech_noise.yml [--steps N] [--rounds R]
+    .venv/bin/python bench/store_scale.py --learner-s3 examples/music_speech_noise.yml [--steps N] [--rounds R]
+                                          [--per-message 8]
+    .venv/bin/python bench/store_scale.py --train-s3 examples/music_speech_noise.yml [--epochs 2] [--rounds R]
+                                          [--keep-bytes 0]
     .venv/bin/python bench/store_scale.py --features examples/music_speech_noise.yml [--clips N] [--rounds R]
                                           [--layouts keys,packs]
     .venv/bin/python bench/store_scale.py --messages 30 [--rounds R] [--layouts keys,packs]
@@ -29,6 +33,9 @@ The second form measures a distributed learner's training inputs (labswarm/train
 computed store: features kept in memory against streamed from the store (memory kept, ``batch()`` samples/s),
 then the learner's training steps (the experiment's model and optimizer, one learner on a real TCPStore cursor):
 in memory, streamed reading each chunk in its step, streamed with the next chunk read ahead (steps.py).
+``--learner-s3`` measures those training steps (streamed, read ahead) reading the local store, s3 through a warm
+cache and s3 through a cold one (bench/learner_stores.py: the issue's read goals in a learner's samples/s).
+``--train-s3``, the same as whole runs of ``labswarm train`` (bench/train_stores.py), samples/s from its metrics.
 The third, feature computation (the local runner, 2 processes) writing to a local store against writing to s3:
 real features of the demo's clips, each worker's chunk of 4 samples in one ``FeatureStore.batch`` as a worker's
 message (one sync of the local store; the s3 uploads sent by background threads while the next sample computes,
@@ -263,7 +270,15 @@ def main() -> None:
     parser.add_argument("--endpoint", default="http://127.0.0.1:9000")
     parser.add_argument("--learner", metavar="EXPERIMENT", help="measure a learner's inputs on this experiment "
                         "(its store computed) instead of the store")
-    parser.add_argument("--steps", type=int, default=30, help="32-sample chunks per round (--learner)")
+    parser.add_argument("--steps", type=int, default=None, help="32-sample chunks per round (--learner: 30; "
+                        "--learner-s3: the whole split, an epoch; --scale: 4)")
+    parser.add_argument("--learner-s3", metavar="EXPERIMENT", help="measure a streaming learner's training steps "
+                        "reading this experiment's store locally and from s3 through a warm and a cold cache")
+    parser.add_argument("--per-message", type=int, default=8, help="samples a written pack holds (--learner-s3, "
+                        "--train-s3)")
+    parser.add_argument("--train-s3", metavar="EXPERIMENT", help="run labswarm train on this experiment with its "
+                        "store local and on s3 through a warm and a cold cache")
+    parser.add_argument("--epochs", type=int, default=2, help="training.epochs of each run (--train-s3)")
     parser.add_argument("--features", metavar="EXPERIMENT", help="measure feature computation into the local "
                         "store and into s3 on this experiment's first --clips clips instead")
     parser.add_argument("--clips", type=int, default=20)
@@ -278,7 +293,7 @@ def main() -> None:
                         "through the manager on this experiment's training split 1x and --factor x "
                         "(bench/job_memory.py)")
     parser.add_argument("--seconds", type=float, default=150.0, help="how long each job is watched (--job)")
-    parser.add_argument("--keep-bytes", type=int, default=None, help="the job's training.keep_bytes (--job)")
+    parser.add_argument("--keep-bytes", type=int, default=None, help="training.keep_bytes (--job, --train-s3)")
     args = parser.parse_args()
     if args.job:
         from job_memory import job_scale  # bench/ is the script's folder, first on sys.path
@@ -288,10 +303,10 @@ def main() -> None:
     if args.scale:
         from learner_memory import scale  # bench/ is the script's folder, first on sys.path
 
-        scale(args.scale, args.factor, args.steps if args.steps != 30 else 4)
+        scale(args.scale, args.factor, args.steps or 4)
         return
     if args.learner:
-        learner(args.learner, args.steps, args.rounds)
+        learner(args.learner, args.steps or 30, args.rounds)
         return
     import boto3
 
@@ -311,6 +326,16 @@ def main() -> None:
     try:
         if args.messages:
             message_writes(spec, args.messages, args.rounds, args.layouts.split(","))
+            return
+        if args.learner_s3:
+            from learner_stores import learner_stores  # bench/ is the script's folder, first on sys.path
+
+            learner_stores(args.learner_s3, spec, args.steps, args.rounds, args.per_message, server_cpu)
+            return
+        if args.train_s3:
+            from train_stores import train_stores  # bench/ is the script's folder, first on sys.path
+
+            train_stores(args.train_s3, spec, args.epochs, args.rounds, args.keep_bytes, args.per_message, server_cpu)
             return
         if args.features:
             features(args.features, args.clips, args.rounds, spec, args.layouts.split(","))
