@@ -25,6 +25,7 @@ import io
 import json
 import os
 import re
+import resource
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +46,7 @@ from labswarm.store.pack_batch import PackBatch
 from labswarm.store.packs import PackReader
 from labswarm.store.uploads import UPLOAD_THREADS, Uploads
 from labswarm.store.written import REFRESH_S, WrittenPacks, default_packed, read_packed
+from labswarm.threads import thread_address_space
 
 #: Marker file at the store root.
 MARKER = "labswarm-store.json"
@@ -227,7 +229,7 @@ class FeatureStore(Entries):
         left to the reads that follow (a missing entry is reported by :meth:`get`).
 
         Memory: it holds at most :meth:`read_bytes` ``(threads, ...)`` bytes at once (packs are held whole until
-        written into the cache); :meth:`fetch_threads` fits ``threads`` to a memory bound.
+        written into the cache); :meth:`fetch_threads` fits ``threads`` to a memory bound (:meth:`read_reserve`).
 
         Returns:
             The number of entries requested.
@@ -275,10 +277,23 @@ class FeatureStore(Entries):
             return array_bytes
         return sum(r.held_bytes(threads) for r in self.readers) + max(1, threads) * array_bytes
 
+    def read_reserve(self, threads: int = 1, array_bytes: int = 0) -> int:
+        """What the store's reads with ``threads`` :meth:`fetch` threads take of a memory limit: what they hold
+        (:meth:`read_bytes`) plus, under an ``RLIMIT_AS`` (a limit on address space, resident or not) and through a
+        remote store's cache (the only reads :meth:`fetch` starts threads for), the address space the threads
+        reserve: their stacks and malloc arenas (:func:`labswarm.threads.thread_address_space`; 8 MiB and up to
+        64 MiB each). A memory cgroup counts resident memory only: no more there."""
+        held = self.read_bytes(threads, array_bytes)
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY or not isinstance(self.storage, CachedStorage):
+            return held
+        return held + thread_address_space(threads)
+
     def fetch_threads(self, max_bytes: int, array_bytes: int = 0, threads: int = FETCH_THREADS) -> int:
-        """The most threads, up to ``threads``, whose :meth:`read_bytes` fit ``max_bytes`` (a memory limit's room
-        for the store's reads); at least 1 (whether even one fits is the caller's check)."""
-        return max([1, *(n for n in range(1, threads + 1) if self.read_bytes(n, array_bytes) <= max_bytes)])
+        """The most threads, up to ``threads``, whose :meth:`read_reserve` fits ``max_bytes`` (a memory limit's
+        room for the store's reads: under ``RLIMIT_AS`` never more threads than its address space leaves room for,
+        "can't start new thread" mid-epoch); at least 1 (whether even one fits is the caller's check)."""
+        return max([1, *(n for n in range(1, threads + 1) if self.read_reserve(n, array_bytes) <= max_bytes)])
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:

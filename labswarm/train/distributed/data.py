@@ -33,9 +33,9 @@ limit leaves, or the learner stops at once with a
 (``tests/train/test_memory_limit.py``: 1.7 GB of features stream under a limit of ~1.1 GiB in all); a job's
 learner then exits with the over-memory code, the user error ``C107`` (``tests/jobs/test_learner_memory_limit.py``:
 a 2-learner job through the manager). A cold cache is filled with as many threads as the rest of the limit holds
-(:func:`fetch_threads_within`; up to 8 by default: ``(2 * 8 + 1)`` packs of up to 32 MiB, 544 MiB, plus 8 arrays;
-under ``RLIMIT_AS`` also each thread's stack, 8 MiB, and malloc arenas, 64 MiB each: one under the launcher's
-``MALLOC_ARENA_MAX=2``).
+(:meth:`FeatureStore.fetch_threads <labswarm.store.store.FeatureStore.fetch_threads>`; up to 8 by default:
+``(2 * 8 + 1)`` packs of up to 32 MiB, 544 MiB, plus 8 arrays; under ``RLIMIT_AS`` also each thread's stack, 8 MiB,
+and malloc arenas, 64 MiB each: one under the launcher's ``MALLOC_ARENA_MAX=2``).
 """
 
 from __future__ import annotations
@@ -57,9 +57,7 @@ from labswarm.pipeline.pipeline import Pipeline
 from labswarm.pipeline.prefetch import PipelineError
 from labswarm.pipeline.torch_data import StoreDataset
 from labswarm.sample import Sample
-from labswarm.storage.cache import CachedStorage
-from labswarm.store.store import FETCH_THREADS, FeatureStore
-from labswarm.threads import thread_address_space
+from labswarm.store.store import FETCH_THREADS
 
 log = logging.getLogger(__name__)
 
@@ -107,29 +105,6 @@ def memory_headroom() -> int | None:
     except (OSError, StopIteration, ValueError):
         return None
     return max(0, soft - used)
-
-
-def read_reserve(store: FeatureStore, threads: int, array_bytes: int) -> int:
-    """Bytes of a learner's headroom the store's reads with ``threads`` fetch threads take: what they hold
-    (:meth:`~labswarm.store.store.FeatureStore.read_bytes`; ``array_bytes``: one array's ``.npy`` bytes) plus,
-    under an ``RLIMIT_AS`` (:func:`memory_headroom`'s address space) and through a remote store's cache (the only
-    reads :meth:`~labswarm.store.store.FeatureStore.fetch` starts threads for), the address space those threads
-    reserve, resident or not: their stacks and malloc arenas (:func:`labswarm.threads.thread_address_space`). A
-    memory cgroup counts resident memory only: no more there."""
-    held = store.read_bytes(threads, array_bytes)
-    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    if soft == resource.RLIM_INFINITY or not isinstance(store.storage, CachedStorage):
-        return held
-    return held + thread_address_space(threads)
-
-
-def fetch_threads_within(store: FeatureStore, max_bytes: int, array_bytes: int,
-                         threads: int = FETCH_THREADS) -> int:
-    """The most fetch threads, up to ``threads``, whose :func:`read_reserve` fits ``max_bytes`` (what a memory
-    limit leaves for the store's reads); at least 1 (whether even one fits is the caller's check). Under an
-    ``RLIMIT_AS`` each thread counts its stack and arenas too, so a learner never starts more fetch threads than
-    its address space leaves room for ("can't start new thread", a ``MemoryError`` mid-epoch)."""
-    return max([1, *(n for n in range(1, threads + 1) if read_reserve(store, n, array_bytes) <= max_bytes)])
 
 
 def _cgroup_headroom(folder: str | None) -> int | None:
@@ -296,7 +271,8 @@ class TrainingSamples(StoreDataset):
         """Under a memory limit, fail unless two batches of samples as large as sample ``i`` (the step's and the one
         read ahead, each sample's full-length array mapped while its crop is copied) and what the store's reads of
         one thread hold (:meth:`~labswarm.store.store.FeatureStore.read_bytes`: a remote store's packs, held whole
-        until cached; under ``RLIMIT_AS``, the fetch thread's own address space too: :func:`fetch_threads_within`)
+        until cached; under ``RLIMIT_AS``, the fetch thread's own address space too:
+        :meth:`~labswarm.store.store.FeatureStore.read_reserve`)
         fit in what the limit left (:attr:`headroom`, measured when the samples were made); then
         :attr:`fetch_threads` fills a cold cache with as many threads as the rest allows.
 
@@ -311,7 +287,7 @@ class TrainingSamples(StoreDataset):
         if features is None:  # streaming from the start: the array's size from its header (a memory map)
             features = {self.output: store.get(self._block.keys[self.samples[i].id], mmap=True)}
         size = sum(a.nbytes for a in features.values())
-        batches, reads = 2 * self.batch_size * size, read_reserve(store, 1, size + NPY_HEADER)
+        batches, reads = 2 * self.batch_size * size, store.read_reserve(1, size + NPY_HEADER)
         if batches + reads > self.headroom:
             raise ConfigError([("resources.memory_mb", (
                 f"leaves the learner {self.headroom / 2**20:.0f} MiB of address space once started, less than "
@@ -321,7 +297,7 @@ class TrainingSamples(StoreDataset):
                 + (f", and {reads / 2**20:.0f} MiB the store's reads hold (its packs, a fetch thread)" if reads
                    else "")
                 + "; raise resources.memory_mb or lower the batch size"))])
-        self.fetch_threads = fetch_threads_within(store, self.headroom - batches, size + NPY_HEADER)
+        self.fetch_threads = store.fetch_threads(self.headroom - batches, size + NPY_HEADER)
 
     def _stream(self) -> None:
         """Switch to streaming: forget the kept features, keep the read samples' keys."""
