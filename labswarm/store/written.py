@@ -186,10 +186,11 @@ class WrittenPacks:
         return sorted(list_packs(self.origin, WRITTEN))
 
     def get(self, key: str, *, mmap: bool = False, fresh_s: float = REFRESH_S) -> np.ndarray | None:
-        """``key``'s array from its written pack (:func:`read_packed` through the cache, else its bytes alone read
-        from the pack with a ranged GET, :meth:`Storage.get_range <labswarm.storage.base.Storage.get_range>`, and
-        checked against its index's CRC-32C), ``None`` when it is in none (the packs listed again as :meth:`find`
-        says, and once more when its pack was found removed since: rewritten by ``gc``).
+        """``key``'s array from its written pack (:func:`read_packed` through the cache, or its own file there if it
+        has one while its pack is not cached, else its bytes alone read from the pack with a ranged GET,
+        :meth:`Storage.get_range <labswarm.storage.base.Storage.get_range>`, and checked against its index's
+        CRC-32C), ``None`` when it is in none (the packs listed again as :meth:`find` says, and once more when its
+        pack was found removed since: rewritten by ``gc``).
 
         Raises:
             StorageError: the packs cannot be listed or the pack read.
@@ -199,7 +200,8 @@ class WrittenPacks:
             found = self.find(key, fresh_s=fresh_s if attempt == 0 else REFRESH_S)
             if found is None:
                 return None
-            if self.reader is not None and (array := read_packed(self.reader, key, mmap)) is not None:
+            if self.reader is not None and ((array := read_packed(self.reader, key, mmap)) is not None
+                                            or (array := self.reader.read_alone(key, mmap)) is not None):
                 return array
             try:  # the array's bytes alone: one ranged GET, not the whole pack (up to PACK_MAX) for one array
                 data = self.origin.get_range(f"{WRITTEN}/{found.name}.pack", found.start + found.offset, found.length)
@@ -296,6 +298,17 @@ class _CachedReader(PackReader):
     def __init__(self, written: WrittenPacks, cache: CachedStorage, relpath: Callable[[str], str]) -> None:
         super().__init__(written.origin, cache, relpath, folder=WRITTEN, bounded=False)
         self._written = written
+
+    def read_alone(self, key: str, mmap: bool) -> np.ndarray | None:
+        """``key``'s array from a file of its own in the cache (cached before its pack was written, by a store whose
+        processes write both layouts: no request then); ``None`` when there is none, or it does not read whole."""
+        path = self.cache.cached_path(self.relpath(key))
+        if not self.cache._touch(path):
+            return None
+        try:
+            return read_at(path, 0, path.stat().st_size, mmap=mmap)
+        except (OSError, ValueError):  # evicted meanwhile, or cut off: read from the pack
+            return None
 
     def catalogue(self, key: str | None = None, *, reload: bool = False) -> Catalogue:
         try:

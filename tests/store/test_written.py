@@ -126,6 +126,25 @@ def test_an_uncached_read_gets_the_arrays_bytes_alone_and_a_cache_its_whole_pack
         FeatureStore.open(tmp_path / "r2", remote=spec, cache_bytes=0).get(key)
 
 
+def test_a_packed_key_cached_alone_is_read_from_its_file_without_a_request(tmp_path: Path,
+                                                                           s3_endpoint: S3Endpoint) -> None:
+    """A store whose processes write both layouts (LABSWARM_STORE_WRITE_PACKS set differently): a key cached alone
+    before a written pack of it appeared is read from its cached file, not from the pack (review #5)."""
+    spec = s3_endpoint.spec(prefix=PREFIX)
+    arrays = _message(9, samples=1)
+    key = next(iter(arrays))
+    FeatureStore.open(tmp_path / "w1", remote=spec, cache_bytes=0, packed=False).put(key, arrays[key])
+    reader = FeatureStore.open(tmp_path / "r", remote=spec, cache_bytes=1 << 30)
+    np.testing.assert_array_equal(reader.get(key), arrays[key])  # cached alone
+    _write(FeatureStore.open(tmp_path / "w2", remote=spec, cache_bytes=0, packed=True), arrays)
+    assert reader.written is not None and reader.written.find(key, fresh_s=0) is not None  # listed: in a pack now
+    got: list[str] = []
+    reader.origin._s3.meta.events.register("before-call.s3", lambda model, **_: got.append(model.name))
+    for mmap in (False, True):
+        np.testing.assert_array_equal(reader.get(key, mmap=mmap), arrays[key])
+    assert got == []  # neither the pack, nor its range, nor the object: the cached file
+
+
 def test_gc_rewrites_a_pack_of_kept_and_removed_arrays_and_removes_one_of_removed_only(
         tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
     spec = s3_endpoint.spec(prefix=PREFIX)
