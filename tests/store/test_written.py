@@ -142,7 +142,8 @@ def test_a_packed_key_cached_alone_is_read_from_its_file_without_a_request(tmp_p
     reader.origin._s3.meta.events.register("before-call.s3", lambda model, **_: got.append(model.name))
     for mmap in (False, True):
         np.testing.assert_array_equal(reader.get(key, mmap=mmap), arrays[key])
-    assert got == []  # neither the pack, nor its range, nor the object: the cached file
+    # neither the pack, nor its range, nor the object: the cached file (a listing, once 60 s passed, may come)
+    assert [name for name in got if name != "ListObjectsV2"] == []
 
 
 def test_gc_rewrites_a_pack_of_kept_and_removed_arrays_and_removes_one_of_removed_only(
