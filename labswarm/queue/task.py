@@ -259,8 +259,7 @@ def compute(task: Task, session_id: str, sample: dict | list, fingerprint: str |
     except StoreError as exc:  # no outcome: the arrays placed stay, reconciliation finds them and publishes the rest
         log.warning("message %s: its %d samples' arrays could not be stored: %s", task.request.id, len(samples), exc)
         return "unstored"
-    for outcome in held:
-        state.outcomes.add(session_id, outcome)
+    state.outcomes.add_many(session_id, held)  # together: one request, as soon as the reporter may send
     return ",".join(statuses)
 
 
