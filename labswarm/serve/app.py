@@ -39,6 +39,7 @@ def create_serving_app(model: Path, name: str, settings: Settings, serving: Serv
     authenticator = Authenticator.from_settings(settings)
     serving = serving or ServeSettings()
     server = ModelServer(FileModel(model, name), serving)
+    server.on_loop = serving.lone_on_loop  # the app serves nothing else: a lone file may hold its event loop
     if preload:
         server.cache.get(name)
         server.features.warm()

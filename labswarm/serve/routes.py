@@ -39,6 +39,7 @@ from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 
 from labswarm.errors import Conflict, NotFound
+from labswarm.serve.cache import Served
 from labswarm.serve.server import IN_MEMORY_BYTES, ModelServer, Upload
 from labswarm.serve.settings import ServeSettings
 from labswarm.train.checkpoint import CheckpointError
@@ -122,25 +123,39 @@ async def predict(job: str, request: Request,
     """Classify audio files with the model of a completed training job, as ``labswarm predict`` does: one result
     per file, in order, each with its HTTP status (see the module's table)."""
     server = _server(request)
-    served = await _served(request, job)
-    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if media == "multipart/form-data":
-        async with request.form() as form:  # closes the parts' temporary files
-            results = await server.predict(served, _parts(form.getlist("files"), server.settings.max_files), top)
-    elif media in ("", "application/octet-stream") or media.startswith("audio/"):
-        upload, spool = await _body(request, name or "file-0", server.settings.max_file_bytes)
-        try:
-            results = await server.predict(served, [upload], top)
-        finally:
-            if spool is not None:
-                await spool.close()
-    else:
-        raise HTTPException(415, f"Content-Type {media}: send multipart/form-data (files), or one audio file "
-                                 "as the body with Content-Type application/octet-stream or audio/* (curl "
-                                 "--data-binary sends application/x-www-form-urlencoded unless told otherwise)")
+    server.requests += 1  # on the event loop: no lock
+    try:
+        served = await _served(request, job)
+        results = await _predicted(request, server, served, top, name)
+    finally:
+        server.requests -= 1
     statuses = {r["status"] for r in results}
     status = 200 if statuses == {200} else 207 if 200 in statuses else statuses.pop() if len(statuses) == 1 else 422
     return JSONResponse({"model": job, "results": results}, status_code=status)
+
+
+async def _predicted(request: Request, server: ModelServer, served: Served, top: int | None, name: str | None
+                     ) -> list[dict[str, Any]]:
+    """The request's files (its multipart form or its whole body) through ``server``; a lone file computed on the
+    event loop where :attr:`ModelServer.on_loop` allows it (see :meth:`ModelServer.predict`'s ``here``: the
+    connection is the client's address and port; none for an address a proxy forwarded without a port, 0)."""
+    client = request.scope.get("client") if server.on_loop else None
+    here = tuple(client) if client and client[1] else None
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media == "multipart/form-data":
+        async with request.form() as form:  # closes the parts' temporary files
+            return await server.predict(served, _parts(form.getlist("files"), server.settings.max_files), top,
+                                        here)
+    if media in ("", "application/octet-stream") or media.startswith("audio/"):
+        upload, spool = await _body(request, name or "file-0", server.settings.max_file_bytes)
+        try:
+            return await server.predict(served, [upload], top, here)
+        finally:
+            if spool is not None:
+                await spool.close()
+    raise HTTPException(415, f"Content-Type {media}: send multipart/form-data (files), or one audio file as the "
+                             "body with Content-Type application/octet-stream or audio/* (curl --data-binary "
+                             "sends application/x-www-form-urlencoded unless told otherwise)")
 
 
 def _parts(files: list[UploadFile | str], limit: int) -> list[Upload]:

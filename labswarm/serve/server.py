@@ -15,10 +15,16 @@ written to a file only for a worker process. Files are written to one folder of 
 cost ~0.15 ms to make and remove on the quiet machine, up to ~5 ms under load, on the event loop), each file
 removed once computed.
 
-A lone file is computed in an upload thread, not on the event loop, though that would spare the two hand-overs
-(to the thread and back, ~0.5 ms quiet): measured under load (2026-11-26, load 5-6, requests alternating between
-the two servers), the event loop computing it answered later (p50 19-24 ms against 14-18 ms), and it would stall
-every other request of the app (the manager's) for the file's whole computation.
+A lone file is computed in an upload thread; in ``labswarm serve`` (:meth:`ModelServer.predict`'s ``here``), a
+short one of a client that waits for each answer before its next request (the same connection twice in a row, no
+other request in progress) is computed on the event loop instead: two thread hand-overs fewer (to the thread and
+back, each a wake-up of a sleeping thread and the interpreter's lock passed: ~0.5 ms quiet, 2026-11-26 spans), and
+the body's bytes computed on the core that received them. The manager never does (it would stall its other routes
+for the file's computation). Under load the event loop computing it answered later (2026-11-26, load 5-6: p50 19-24
+ms against 14-18 ms; 2026-11-27, load 6-8: 27-34 against 20-21 ms, the same CPU: a thread woken for the file is
+favoured by the kernel's scheduler over one that runs on, as the in-process baseline itself, 31-34 ms at that
+load); the goal is a quiet machine's (docs/benchmarks/training.md), and ``LABSWARM_PREDICT_LONE_ON_LOOP=false``
+keeps the thread.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import uuid
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
@@ -51,6 +57,10 @@ from labswarm.serve.sources import ModelSource
 #: part of up to 1 MiB in memory; the one-file body is spooled alike), without writing it to a file first; a larger
 #: one is written to a file of the server's folder and decoded from there.
 IN_MEMORY_BYTES = 1024 * 1024
+
+#: The longest lone file computed on the event loop (``labswarm serve``: :meth:`ModelServer.predict`'s ``here``),
+#: in seconds of audio: ~30 ms of the loop for the bench's model (15 ms a 10-s clip); a longer one in a thread.
+HERE_MAX_S = 20.0
 
 
 @dataclass
@@ -88,7 +98,11 @@ class ModelServer:
         self.features = FeaturePool(self.settings.workers)
         # checking uploads' durations, computing a lone one, writing the others to files for the workers
         self.uploads = Handoff(max(4, self.settings.workers), "labswarm-upload")
-        self.alone = 0  # files computed in the server's own thread (none other in flight)
+        self.alone = 0  # files computed in the server's own process (none other in flight)
+        self.here = 0  # of those, on the event loop (:meth:`predict` given ``here``)
+        self.on_loop = False  # the routes give ``here`` (``labswarm serve`` with ``lone_on_loop``)
+        self.requests = 0  # prediction requests in progress (the routes count them, from before their bodies)
+        self._last: object = None  # the connection of the last request that reached :meth:`predict`
         self._flight = threading.Lock()
         self._busy = 0  # files between their duration check and their last forward pass
         self._limits: ThreadpoolController | None = None
@@ -138,15 +152,24 @@ class ModelServer:
                            "max_files": limits.max_files},
                 "forward": {"passes": served.batched.passes, "rows": served.batched.rows}}
 
-    async def predict(self, served: Served, uploads: list[Upload], top: int | None = None
-                      ) -> list[dict[str, Any]]:
+    async def predict(self, served: Served, uploads: list[Upload], top: int | None = None,
+                      here: object = None) -> list[dict[str, Any]]:
         """One result per upload, in order: ``{path, label, probabilities, windows, error, status}`` (the
         ``labswarm predict --json`` row of the file, ``path`` the name it was sent with, and the row's HTTP
-        status: 200, 413 or 422; 422 also when the worker computing its features died)."""
+        status: 200, 413 or 422; 422 also when the worker computing its features died).
+
+        ``here``: the request's connection (its client address), given where a lone file may be computed on the
+        event loop (``labswarm serve``): one file of at most :data:`IN_MEMORY_BYTES` and :data:`HERE_MAX_S`
+        seconds, the only request in progress (:attr:`requests`), on the connection of the request before it (a
+        client waiting for each answer before its next request: another client's request reaching the server
+        next goes to a thread, as do those arriving beside one), with no other file in flight, is computed on the
+        event loop, sparing the hand-overs to the upload thread and back; any other as without ``here``."""
         folder = self._folder()
         if len(uploads) == 1:  # no task to gather
-            return [await self._file(served, uploads[0], folder / f"{uuid.uuid4().hex}{_suffix(uploads[0].name)}",
-                                     top)]
+            upload, path = uploads[0], folder / f"{uuid.uuid4().hex}{_suffix(uploads[0].name)}"
+            same, self._last = here is not None and here == self._last, here
+            return [await self._file(served, upload, path, top, same and self.requests <= 1)]
+        self._last = here
         return list(await asyncio.gather(*(self._file(served, upload, folder / f"{uuid.uuid4().hex}"
                                                       f"{_suffix(upload.name)}", top) for upload in uploads)))
 
@@ -160,14 +183,17 @@ class ModelServer:
                     self._uploads = Path(tempfile.mkdtemp(prefix="labswarm-upload-"))
         return self._uploads
 
-    async def _file(self, served: Served, upload: Upload, path: Path, top: int | None) -> dict[str, Any]:
+    async def _file(self, served: Served, upload: Upload, path: Path, top: int | None,
+                    here: bool = False) -> dict[str, Any]:
         try:
             if upload.size > self.settings.max_file_bytes:
                 size = f"{upload.size} bytes" if upload.whole else f"at least {upload.size} bytes"
                 raise Refused(413, f"{size}: over the limit of {self.settings.max_file_bytes} (setting "
                                    "predict_max_file_bytes, LABSWARM_PREDICT_MAX_FILE_BYTES)")
-            # one wake-up of the loop when the file is computed, here or in a worker (handoff.py)
-            parts = await self.uploads.settle(self._start, served, upload, path)
+            done = self._begin(served, upload, path, here=True) if here and upload.size <= IN_MEMORY_BYTES else None
+            # else one wake-up of the loop when the file is computed, in a thread or a worker (handoff.py)
+            parts = done.result() if done is not None else await self.uploads.settle(self._start, served, upload,
+                                                                                       path)
         except Refused as exc:
             return {**Prediction(upload.name, None, error=str(exc)).to_dict(), "status": exc.status}
         except Exception as exc:  # as labswarm predict: a file that cannot be classified fails its row
@@ -179,12 +205,19 @@ class ModelServer:
         return {**served.predictor.prediction(upload.name, mean, windows).to_dict(top), "status": 200}
 
     def _start(self, served: Served, upload: Upload, path: Path) -> Future[list[np.ndarray]]:
+        """:meth:`_begin` in an upload thread."""
+        return cast(Future[list[np.ndarray]], self._begin(served, upload, path))
+
+    def _begin(self, served: Served, upload: Upload, path: Path, here: bool = False
+               ) -> Future[list[np.ndarray]] | None:
         """Check the upload's duration, then compute it: here when no other file is in flight
         (:meth:`_compute_alone`), else its features in a worker process and, once computed, its arrays on the
         model's queue (batched with the other requests'). An upload of at most :data:`IN_MEMORY_BYTES` is read
         from memory, written to ``path`` only for a worker process; a larger one is written to ``path`` first.
         The future gives the softmax of each of its input arrays (float64 ``(n, n_classes)``), or the first error.
-        ``path`` is removed once computed. Runs in an upload thread."""
+        ``path`` is removed once computed. Runs in an upload thread; ``here``: on the event loop, for an upload
+        of at most :data:`IN_MEMORY_BYTES`, computed only if alone and at most :data:`HERE_MAX_S` long (else
+        ``None``, nothing done: hand it to a thread; a refused or undecodable file raises as in a thread)."""
         memory = upload.file if upload.size <= IN_MEMORY_BYTES else None
         counted = written = False
         try:
@@ -198,6 +231,8 @@ class ModelServer:
                                    "s (setting predict_max_duration_s, LABSWARM_PREDICT_MAX_DURATION_S)")
             with self._flight:
                 alone = not self._busy and self.settings.compute_alone
+                if here and not (alone and seconds <= HERE_MAX_S):
+                    return None
                 self._busy += 1
             counted = True
             if memory is not None and not alone:  # a worker process reads a file
@@ -212,7 +247,7 @@ class ModelServer:
             raise
         if alone:
             try:
-                return self._compute_alone(served, path, memory)
+                return self._compute_alone(served, path, memory, here)
             finally:
                 self._landed(path, written)
         try:
@@ -230,7 +265,8 @@ class ModelServer:
         if written:
             path.unlink(missing_ok=True)
 
-    def _compute_alone(self, served: Served, path: Path, data: IO[bytes] | None) -> Future[list[np.ndarray]]:
+    def _compute_alone(self, served: Served, path: Path, data: IO[bytes] | None, here: bool = False
+                       ) -> Future[list[np.ndarray]]:
         """The file's features (from ``data`` if given, else from ``path``) and forward passes in this thread,
         its maths libraries on one thread meanwhile (as a feature worker's): the lone request spares the
         hand-overs to a worker process, the arrays pickled back, and the model's thread."""
@@ -245,6 +281,7 @@ class ModelServer:
         except Exception as exc:
             done.set_exception(exc)
         self.alone += 1
+        self.here += here
         return done
 
     def close(self) -> None:

@@ -34,6 +34,10 @@ class ServeSettings(BaseSettings):
         compute_alone: compute a file in the server's own process when no other file is in flight (true), sparing
             the hand-overs to a worker process and back; false: always in a worker process (the server's process
             computes no features).
+        lone_on_loop: ``labswarm serve`` only (the manager's other routes must not wait): a lone file of a
+            client that waits for each answer before sending its next request (the same connection twice in a
+            row, no other request in progress) is computed on the server's event loop, sparing two thread
+            hand-overs (:meth:`labswarm.serve.server.ModelServer.predict`); false: in an upload thread.
     """
 
     model_config = SettingsConfigDict(env_prefix="LABSWARM_PREDICT_", extra="ignore")
@@ -48,3 +52,4 @@ class ServeSettings(BaseSettings):
     threads: int = Field(1, ge=1)
     runners: int = Field(2, ge=1)
     compute_alone: bool = True
+    lone_on_loop: bool = True

@@ -93,3 +93,54 @@ def test_a_lone_file_is_computed_in_the_server_and_one_beside_it_in_a_worker(mod
     assert bad[0]["status"] == 422 and bad[0]["error"].startswith("AudioError: corrupt.wav"), bad
     assert str(server._uploads) not in bad[0]["error"]
     assert server._uploads is not None and not server._uploads.exists()  # removed with the server
+
+
+def test_a_lone_clients_next_file_is_computed_on_the_event_loop(model: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """~1-3 s (no worker process): ``here`` (labswarm serve's routes give the request's connection) computes a
+    file on the event loop only when the request before it came on the same connection and no other request is in
+    progress, and the file is short; the rows are those of the upload threads (probabilities, a corrupt file's
+    422 naming it)."""
+    from labswarm.serve import server as module
+
+    clip = model.parents[2] / "data" / "low" / "low_1.wav"  # 1 s
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(range(256)) * 4)
+    expected = predict(model, [clip])[0].to_dict()["probabilities"]
+    server = ModelServer(FileModel(model, "three"), ServeSettings(workers=1))
+    threads: list[str] = []
+    try:
+        served = server.model("three", None)
+        forward = served.batched.forward
+
+        def traced(x: np.ndarray) -> np.ndarray:
+            threads.append(threading.current_thread().name)
+            return forward(x)
+
+        served.batched.forward = traced
+        one, other = ("127.0.0.1", 50001), ("127.0.0.1", 50002)
+
+        async def requests() -> list[dict[str, Any]]:
+            rows = []
+            for file, connection, in_progress in ((clip, one, 0), (clip, one, 0), (corrupt, one, 1),
+                                                  (clip, other, 1), (clip, other, 2), (clip, None, 0),
+                                                  (clip, None, 0), (clip, other, 0), (clip, other, 1)):
+                server.requests = in_progress  # the routes count the requests in progress, this one included
+                rows += await server.predict(served, [_upload(file)], here=connection)
+            monkeypatch.setattr(module, "HERE_MAX_S", 0.5)  # a longer file: in a thread
+            rows += await server.predict(served, [_upload(clip)], here=other)
+            return rows
+
+        main = threading.current_thread().name
+        rows = asyncio.run(requests())
+    finally:
+        server.close()
+    # the first of its connection: a thread; its second: here; the corrupt file: here (its 422, no pass); another
+    # connection: a thread; two in progress: a thread; no connection (the manager): threads; a connection after
+    # none: a thread, its second here; over HERE_MAX_S: a thread
+    assert [t == main for t in threads] == [False, True, False, False, False, False, False, True, False], threads
+    assert server.here == 2 and server.alone == 9 and not server.features.pids, (server.here, server.alone)
+    for row in rows[:2] + rows[3:]:
+        assert row["status"] == 200 and row["probabilities"] == pytest.approx(expected, rel=0, abs=1e-6), row
+    assert rows[2]["status"] == 422 and rows[2]["error"].startswith("AudioError: corrupt.wav"), rows[2]
+    assert str(server._uploads) not in rows[2]["error"]
