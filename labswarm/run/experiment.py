@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -224,7 +224,8 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
         if options.health:
             controller = HealthThread(manager_url, settings.api_token, options.rabbitmq_api,
                                       max(1, options.workers * options.concurrency), settings.home / "health").start()
-        progress = _wait(client, session["id"], options.poll, hooks, session.get("follow", options.follow), ended)
+        progress = _wait(client, session["id"], options.poll, hooks, session.get("follow", options.follow), ended,
+                         controller.prepare_figure if controller is not None else None)
         mark(f"session {session['id']} seen {progress['status']}")
         failures = client.failures(session["id"]) if progress["failed"] else []
         drawn, controller = controller, None
@@ -357,11 +358,12 @@ def _start_session(client: ManagerClient, experiment: str, options: RunOptions, 
 
 
 def _wait(client: ManagerClient, session_id: str, poll: float, hooks: RunHooks, follow: bool = False,
-          ended: threading.Event | None = None) -> dict[str, Any]:
+          ended: threading.Event | None = None, started: Callable[[], None] | None = None) -> dict[str, Any]:
     """The session's progress once its status is final, polled every ``poll`` seconds (each given to
     :meth:`RunHooks.on_progress`) or as soon as ``ended`` is set (the embedded manager's publisher ended a
-    session: the end is seen at once, not at the next poll). A followed session ends only when cancelled: a
-    KeyboardInterrupt cancels it (not left active in the manager's database), then goes on up."""
+    session: the end is seen at once, not at the next poll); ``started`` is called once, when the first outcomes
+    are in (the run's start is over). A followed session ends only when cancelled: a KeyboardInterrupt cancels it
+    (not left active in the manager's database), then goes on up."""
     ended = ended or threading.Event()
     try:
         while True:
@@ -369,6 +371,9 @@ def _wait(client: ManagerClient, session_id: str, poll: float, hooks: RunHooks, 
             hooks.on_progress(progress)
             if progress["status"] in FINAL:
                 return progress
+            if started is not None and any(progress.get(k) for k in ("done", "failed", "cached")):
+                started()
+                started = None
             if ended.wait(poll):
                 ended.clear()  # another session's end (none in a run of one experiment) is looked at once
     except KeyboardInterrupt:

@@ -29,6 +29,7 @@ class HealthThread:
         self._loop = asyncio.new_event_loop()
         self._stop: Any = None
         self._thread = threading.Thread(target=self._run, name="labswarm-health", daemon=True)
+        self._plotting: threading.Thread | None = None
 
     def _run(self) -> None:
         from labswarm.health.loop import HealthLoop
@@ -54,13 +55,21 @@ class HealthThread:
         self._loop.close()
 
     def start(self) -> HealthThread:
+        self._thread.start()
+        return self
+
+    def prepare_figure(self) -> None:
+        """Import what the figure is drawn with, in a thread, once (later calls do nothing). The figure is drawn
+        once the session ends, on the run's critical path: matplotlib's import there took 3-4 s of wall time on a
+        loaded 2-core machine (0.35-0.45 s of CPU), so the run imports it while the session runs; but not at the
+        session's start, where that CPU (and this process's GIL) delayed the manager's serving of the session and
+        the workers' start (issue 27: the first task of a short run): ``labswarm run`` calls this once the first
+        outcomes are in."""
         import threading
 
-        self._thread.start()
-        # the figure is drawn once the session ends, on the run's critical path: matplotlib's import there took
-        # 3-4 s of wall time on a loaded 2-core machine (0.45 s of CPU), so it is imported while the session runs
-        threading.Thread(target=_import_plotting, name="labswarm-plot-import", daemon=True).start()
-        return self
+        if self._plotting is None:
+            self._plotting = threading.Thread(target=_import_plotting, name="labswarm-plot-import", daemon=True)
+            self._plotting.start()
 
     def stop(self) -> None:
         if self._stop is not None:

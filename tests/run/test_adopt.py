@@ -58,14 +58,16 @@ def test_a_killed_run_leaves_no_worker_and_the_next_run_completes_its_session(tm
         assert first.poll() is None, first.communicate()[0]
         with pytest.raises(LabswarmError, match=f"another labswarm run .*process {first.pid}"):
             RunLock(home, "killed").__enter__()
-        launched = [p.ppid() for p in workers_of(home)]  # 2 workers (children of the run) and their pools
+        # the run's warm parent (its child, labelled a worker), the 2 workers it forked, and their pools
+        launched = [(p.pid, p.ppid()) for p in workers_of(home)]
         first.kill()
         out = first.communicate(timeout=30)[0]
     finally:
         if first.poll() is None:
             first.kill()
             first.communicate()
-    assert launched.count(first.pid) == 2, out
+    [warm] = [pid for pid, parent in launched if parent == first.pid]
+    assert [parent for _, parent in launched].count(warm) == 2, out
     at_kill = store.stats().entries
     assert 0 < at_kill < 80
     wait_until(lambda: not workers_of(home), "the killed run's workers to end", 60)
