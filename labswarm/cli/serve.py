@@ -30,7 +30,8 @@ def serve_command(
     manager: Manager = DEFAULT_MANAGER,
     token_file: TokenFile = None,
     access_log: Annotated[bool, typer.Option(
-        "--access-log/--no-access-log", help="Log a line per request on stderr (uvicorn's access log).")] = True,
+        "--access-log/--no-access-log", help="Log a line per request on stderr (uvicorn's access log; off by "
+        "default: ~0.15 ms of the event loop a request, before its answer is written).")] = False,
 ) -> None:
     """Serve one trained model over HTTP: POST /v1/models/NAME/predict with audio files (multipart `files`, or
     one file as the whole body with ?name=) answers each file's label and class probabilities, as `labswarm

@@ -28,7 +28,7 @@ def test_labswarm_serve_answers_over_http_as_labswarm_predict(model: Path, tmp_p
     log = tmp_path / "serve.log"
     with open(log, "wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "labswarm.cli", "serve", str(model), "--port", str(port),
-                                    "--name", "three", "--no-access-log"], env=env, stdout=out,
+                                    "--name", "three"], env=env, stdout=out,
                                    stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     data = model.parents[2] / "data"
@@ -92,7 +92,7 @@ def test_labswarm_serve_answers_over_http_as_labswarm_predict(model: Path, tmp_p
     assert no_file.status_code == 422 and no_file.json()["detail"][0]["path"] == "files.0", no_file.text
     assert process.returncode == 0, log.read_text()[-3000:]
     logged = log.read_text()
-    assert "Application startup complete" in logged and "POST /v1/models" not in logged  # --no-access-log
+    assert "Application startup complete" in logged and "POST /v1/models" not in logged  # no access log by default
 
 
 def _declared_only(port: int, target: str, token: str, length: int) -> bytes:
