@@ -2,7 +2,7 @@
 side on one model and one 10-s clip.
 
     .venv/bin/python bench/serve.py [--model MODEL.pt] [--requests 32] [--clients 1,4,16] [--rounds 3]
-                                    [--upload raw|multipart] [--client http.client]
+                                    [--upload raw|multipart] [--client http.client] [--versus VAR=VALUE]
 
 Without ``--model`` a small model is trained first on a synthetic three-class set of 10-s clips (tones and noise,
 1 epoch, ~half a minute). The endpoint runs as its own process (``python -m labswarm.cli serve``: uvicorn, the
@@ -26,8 +26,12 @@ bench's process for the in-process runs, the endpoint's processes (server and fe
 issue's goals, each ratio with met / NOT met. ``--client http.client`` adds, at one client, the endpoint's
 latency through the standard library's ``http.client`` (~0.6 ms of client CPU a request against httpx's 0.7-1.4 ms:
 closer to the server's own cost), printed on a line of its own beside the httpx figures, which stay the goal's
-(httpx is the client labswarm's own ``ManagerClient`` uses). ~20 s on the quiet 2-core machine with its model
-trained (~1 min under load 10; several minutes at load 30).
+(httpx is the client labswarm's own ``ManagerClient`` uses). ``--versus VAR=VALUE`` starts a second ``labswarm
+serve`` with that environment variable and times it in the same rounds, right after the first endpoint at each
+client count (an A/B in one run, e.g. ``LABSWARM_PREDICT_LONE_ON_LOOP=false``: a lone client's file in an upload
+thread instead of on the event loop): its lines come last, its one-client p50 ratio beside the default's from the
+same rounds. ~20 s on the quiet 2-core machine with its model trained, ~35 s with ``--versus`` (~1 min under load
+10; several minutes at load 30).
 """
 
 from __future__ import annotations
@@ -101,9 +105,10 @@ def _run(clients: int, requests: int, call: Callable[[int], None]) -> tuple[list
     return latencies, time.perf_counter() - started
 
 
-def _serve(model: Path, port: int, log: Path) -> subprocess.Popen:
+def _serve(model: Path, port: int, log: Path, extra: dict[str, str] | None = None) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items()  # no token: open to loopback clients
            if k not in ("LABSWARM_API_TOKEN", "LABSWARM_API_TOKEN_FILE", "LABSWARM_TOKENS_FILE")}
+    env.update(extra or {})
     with open(log, "wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "labswarm.cli", "serve", str(model), "--port", str(port),
                                     "--name", "bench"], env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -147,8 +152,12 @@ def main(argv: list[str]) -> None:
                         help="the clip as the request's whole body (raw, default) or as a multipart form")
     parser.add_argument("--client", choices=("http.client",), help="also time one client through http.client "
                         "(the server's own cost, printed beside the httpx figures, which stay the goal's)")
+    parser.add_argument("--versus", metavar="VAR=VALUE", help="also time a second labswarm serve started with "
+                        "this environment variable, its requests right after the first one's in each round (an "
+                        "A/B in one run: e.g. LABSWARM_PREDICT_LONE_ON_LOOP=false); printed on lines of its own")
     args = parser.parse_args(argv)
     counts = [int(c) for c in args.clients.split(",")]
+    versus = dict([args.versus.split("=", 1)]) if args.versus else None
 
     from labswarm.manager.server import free_port
     from labswarm.predict import Predictor
@@ -169,6 +178,7 @@ def main(argv: list[str]) -> None:
         process = _serve(model, port, folder / "serve.log")
         me, server = psutil.Process(), psutil.Process(process.pid)
         https = [httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) for _ in range(max(counts))]
+        other = _Other(model, folder, versus, max(counts)) if versus else None
         expected = predictor.predict_file(clip)
 
         def local(_index: int) -> None:
@@ -179,11 +189,11 @@ def main(argv: list[str]) -> None:
         else:
             sent = {"files": [("files", ("clip.wav", body, "audio/wav"))]}
 
-        def remote(index: int) -> None:
+        def remote(index: int, clients: list[httpx.Client] = https) -> None:
             try:
-                answer = https[index].post("/v1/models/bench/predict", **sent)  # type: ignore[arg-type]
+                answer = clients[index].post("/v1/models/bench/predict", **sent)  # type: ignore[arg-type]
             except (httpx.ReadError, httpx.RemoteProtocolError):  # a keep-alive connection the server closed
-                answer = https[index].post("/v1/models/bench/predict", **sent)  # type: ignore[arg-type]
+                answer = clients[index].post("/v1/models/bench/predict", **sent)  # type: ignore[arg-type]
             row = answer.json()["results"][0]
             assert answer.status_code == 200 and row["label"] == expected.label, answer.text
 
@@ -214,6 +224,8 @@ def main(argv: list[str]) -> None:
         try:
             for call in (local, remote):  # warm both: first decode, first forward pass, connections
                 _run(max(counts), max(counts), call)
+            if other:
+                _run(max(counts), max(counts), other.call(remote))
             if args.client:
                 _run(1, 4, remote_plain)
             for _ in range(args.rounds):
@@ -226,6 +238,8 @@ def main(argv: list[str]) -> None:
                     lat_remote, wall_remote = _run(clients, n, remote)
                     cpu_clients, cpu_server = _cpu(me, False) - cpu, _cpu(server) - cpu_server
                     after = _passes(https[0])
+                    if other:
+                        other.measure(clients, n, remote, me)
                     if args.client and clients == counts[0]:  # one client: the one connection is not shared
                         plain_latencies += _run(1, n, remote_plain)[0]
                     runs[clients].append((n, lat_local, wall_local, lat_remote, wall_remote,
@@ -237,14 +251,66 @@ def main(argv: list[str]) -> None:
                 client.close()
             plain.close()
             process.terminate()
+            if other:
+                other.close()
             process.wait(60)
     _report(model, counts, runs, loads, args.upload, plain_latencies)
+    if other:
+        other.report(counts, runs)
+
+
+class _Other:
+    """The ``--versus`` endpoint: a second ``labswarm serve`` with one more environment variable, its own clients."""
+
+    def __init__(self, model: Path, folder: Path, env: dict[str, str], clients: int) -> None:
+        from labswarm.manager.server import free_port
+
+        self.env = env
+        port = free_port()
+        self.process = _serve(model, port, folder / "serve-versus.log", env)
+        self.server = psutil.Process(self.process.pid)
+        self.https = [httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=300) for _ in range(clients)]
+        self.runs: dict[int, list[tuple]] = {}
+
+    def call(self, remote: Callable[..., None]) -> Callable[[int], None]:
+        return lambda index: remote(index, self.https)
+
+    def measure(self, clients: int, n: int, remote: Callable[..., None], me: psutil.Process) -> None:
+        cpu, cpu_server = _cpu(me, False), _cpu(self.server)
+        latencies, wall = _run(clients, n, self.call(remote))
+        self.runs.setdefault(clients, []).append((n, latencies, wall, _cpu(self.server) - cpu_server,
+                                                  _cpu(me, False) - cpu))
+
+    def report(self, counts: list[int], runs: dict) -> None:
+        name = ", ".join(f"{k}={v}" for k, v in self.env.items())
+        one = counts[0]
+        p50 = float(np.percentile([x for run in self.runs[one] for x in run[1]], 50)) * 1000
+        first = float(np.percentile([x for run in runs[one] for x in run[3]], 50)) * 1000
+        local = float(np.percentile([x for run in runs[one] for x in run[1]], 50)) * 1000
+        rate = {c: sum(r[0] for r in self.runs[c]) / sum(r[2] for r in self.runs[c]) for c in counts}
+        for clients in counts:
+            n = sum(run[0] for run in self.runs[clients])
+            cpu = [1000 * sum(run[i] for run in self.runs[clients]) / n for i in (3, 4)]
+            print(f"versus {name}, {clients:>2} clients: endpoint {rate[clients]:.2f} clips/s | vs 1 client "
+                  f"{rate[clients] / rate[one]:.2f}x | CPU ms a clip: endpoint's processes {cpu[0]:.1f} + its "
+                  f"clients {cpu[1]:.1f}")
+        print(f"versus {name}: endpoint p50 / in-process p50, {one} client: {p50 / local:.2f}x (p50 {p50:.1f} ms; "
+              f"the default's {first / local:.2f}x, {first:.1f} ms, in the same rounds); {counts[-1]} clients / "
+              f"{one} client: {rate[counts[-1]] / rate[one]:.2f}x")
+
+    def close(self) -> None:
+        for client in self.https:
+            client.close()
+        self.process.terminate()
+        self.process.wait(60)
 
 
 def _report(model: Path, counts: list[int], runs: dict, loads: list[float], upload: str,
             plain: list[float]) -> None:
     alone = os.environ.get("LABSWARM_PREDICT_COMPUTE_ALONE", "true")
-    print(f"model {model.name}; LABSWARM_PREDICT_COMPUTE_ALONE={alone}; one 10-s clip a request ({upload} upload); "
+    loop = os.environ.get("LABSWARM_PREDICT_LONE_ON_LOOP", "true")
+    print(f"model {model.name}; LABSWARM_PREDICT_COMPUTE_ALONE={alone}, LABSWARM_PREDICT_LONE_ON_LOOP={loop}; one "
+          f"10-s clip a request ({upload} upload); "
           f"{len(runs[counts[0]])} interleaved rounds; load average (1 min) at start and after each round: "
           f"{', '.join(f'{x:.1f}' for x in loads)}; {os.cpu_count()} cores")
     one = counts[0]
