@@ -48,6 +48,7 @@ def test_labswarm_train_streams_like_a_learner_and_trains_as_it_does_in_memory(t
     assert "MB of features in memory" in lines[0]
     n = len(hooks.samples.positions)
     assert [r["samples"] for r in kept.metrics] == [n, n]  # every training sample once per epoch
+    assert all(r["data_wait_s"] > 0 for r in kept.metrics)  # each chunk's crops read in its step
     piped = Trainer(config, tmp_path / "home-piped").fit()  # the pipeline's reading: other crops and order
     assert _losses(piped.metrics) != pytest.approx(_losses(kept.metrics))
 
@@ -62,4 +63,5 @@ def test_labswarm_train_streams_like_a_learner_and_trains_as_it_does_in_memory(t
     [metrics] = (tmp_path / "home-cli" / "train").glob("*/metrics.jsonl")
     streamed = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [r["samples"] for r in streamed] == [n, n]
+    assert all(r["data_wait_s"] > 0 for r in streamed)  # each epoch's first chunk read in its step, not ahead
     assert _losses(streamed) == pytest.approx(_losses(kept.metrics), rel=1e-6)

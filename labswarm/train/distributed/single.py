@@ -20,6 +20,7 @@ it trains the others.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,6 +87,7 @@ class _Steps(EpochSteps):
         if stop:
             self.halted = True
             return None
+        started = time.perf_counter()  # the metrics' data_wait_s: the chunk's crops, read now or awaited
         if self.reader is None:
             chunk = self.cursor.claim_fresh(self.epoch)
             if chunk is None:
@@ -97,6 +99,7 @@ class _Steps(EpochSteps):
                 return None
             x, y = self.reader.batch(chunk.samples)
             self.reader.ahead()  # the next step's chunk, read while this one trains
+        self.sums["waited"] += time.perf_counter() - started
         return x.to(self.device), y.to(self.device)
 
     def after_epoch(self, record: dict[str, Any]) -> None:
