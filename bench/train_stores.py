@@ -16,7 +16,8 @@ memory, so the store is read once at the trainer's start):
   first epoch reads s3 (each written pack fetched once), its later epochs the cache.
 
 Per form and round: each epoch's ``samples_per_s`` (training samples per second of its steps; validation and the
-start excluded: the trainer's metrics, :meth:`labswarm.train.trainer.Trainer.fit`) and ``data_wait_s``, and the
+start excluded: the trainer's metrics, ``<home>/train/<run>/metrics.jsonl``, :meth:`labswarm.train.trainer.Trainer.fit`)
+and ``data_wait_s``, and the
 process's whole wall time (start, load, every epoch's steps and validation, the model saved).
 
     .venv/bin/python bench/store_scale.py --train-s3 examples/music_speech_noise.yml [--epochs 2] [--rounds R]
@@ -98,16 +99,16 @@ def train_stores(experiment: str, spec: dict, epochs: int, rounds: int, keep_byt
                 path = files.get(name) or experiment_file(
                     experiment, work, f"cold-{r}", {"root": str(work / f"cold-{r}"), "remote": spec}, epochs,
                     keep_bytes)
-                server = server_cpu()
-                done, seconds, cpu = labswarm("train", "--no-compute", "--retrain", str(path),
-                                              home=work / f"home-{r}-{name.replace(' ', '-')}")
+                server, home = server_cpu(), work / f"home-{r}-{name.replace(' ', '-')}"
+                _, seconds, cpu = labswarm("train", "--no-compute", "--retrain", str(path), home=home)
                 after = server_cpu()
-                records = [json.loads(line) for line in done.stdout.splitlines()
-                           if line.startswith("{") and '"samples_per_s"' in line]
+                records = [json.loads(line) for metrics in sorted(home.glob("train/*/metrics.jsonl"))
+                           for line in metrics.read_text().splitlines() if '"samples_per_s"' in line]
+                assert len(records) == epochs, f"{name}: {len(records)} epochs' metrics in {home}, not {epochs}"
                 results[name].append({"epochs": records, "wall_s": seconds, "cpu_s": cpu,
                                       "server_s": None if server is None or after is None else after - server})
                 shutil.rmtree(work / f"cold-{r}", ignore_errors=True)
-                shutil.rmtree(work / f"home-{r}-{name.replace(' ', '-')}", ignore_errors=True)
+                shutil.rmtree(home, ignore_errors=True)
                 print(f"round {r + 1}: {name}: " + ", ".join(
                     f"epoch {e['epoch']} {e['samples_per_s']:.1f} samples/s (data wait {e['data_wait_s']:.1f} s)"
                     for e in records) + f"; the run {seconds:.1f} s, CPU {cpu:.1f} s, load {os.getloadavg()[0]:.1f}",
