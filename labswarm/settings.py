@@ -55,7 +55,8 @@ class Settings(BaseSettings):
             controller runs. 20 by default: a few tasks for each of a few consumers, so a session cannot flood
             its queue before its workers start, and a bigger pool gets its tasks after a few task times of
             slow start (the window doubles every task time).
-        report_interval: seconds a worker batches outcomes before sending them to the manager.
+        report_interval: the least seconds between two outcome reports of a worker process (outcomes queued
+            meanwhile go together; one queued when the last report is older leaves at once).
         samples_per_message: samples one task message carries (``LABSWARM_SAMPLES_PER_MESSAGE``); ``None``
             (unset): chosen by each session's publisher from the measured task time, tiny tasks packed up to 32
             to a message, tasks over 0.25 s alone (:mod:`labswarm.sessions.packing`); 1: always
