@@ -95,12 +95,12 @@ def test_a_worker_backlog_is_reported_in_requests_under_the_default_limit() -> N
     server = EmbeddedServer(app).start()
     try:
         with ManagerClient(server.url) as client:
-            reporter = Reporter(client, interval=3600.0)  # flushed by hand only
+            reporter = Reporter(client, interval=3600.0)
             reason = "AudioError: " + "r" * 400  # a long failure reason: ~0.5 kB per outcome
             n = 5 * MAX_PER_REQUEST + 7
-            for i in range(n):
-                reporter.add("s1", {"sample_id": f"clips/clip_{i:06d}.wav#3", "status": "failed", "reason": reason,
-                                    "seconds": 0.5})
+            # the backlog queued at once (its thread sends it as it comes, or the flush below does)
+            reporter.add_many("s1", [{"sample_id": f"clips/clip_{i:06d}.wav#3", "status": "failed",
+                                      "reason": reason, "seconds": 0.5} for i in range(n)])
             assert len(json.dumps({"outcomes": [{"reason": reason}] * n})) > MAX_BODY_BYTES  # one request: 413
             assert reporter.flush()
             reporter.close()
