@@ -154,8 +154,8 @@ def check_written(store: FeatureStore, written: WrittenPacks, wanted: set[str], 
     """Check the written packs (:mod:`labswarm.store.written`): with ``whole`` every one and each of its arrays,
     else those holding a key of ``wanted`` and those arrays. An array's problem (CRC-32C, cut off, not a sound
     ``.npy``: :func:`check_entry`) is recorded under its key in ``problems``, a pack's own (unreadable, not a pack, a
-    header unlike its index, bytes after its last array) under ``written pack <name>`` and under each key it should
-    hold that is checked.
+    header unlike its index or of another length, bytes after its last array) under ``written pack <name>`` and
+    under each key it should hold that is checked.
 
     Returns:
         The packs checked.
@@ -165,6 +165,7 @@ def check_written(store: FeatureStore, written: WrittenPacks, wanted: set[str], 
     """
     catalogue = store._call(lambda: written.catalogue(reload=True))
     index = {name: written._known.get(name, []) for name in catalogue.names}
+    starts = dict(zip(catalogue.names, catalogue.starts, strict=True))  # from each index's size
     names = list(index) if whole else sorted({n for n, es in index.items() if any(e.key in wanted for e in es)})
 
     def one(name: str) -> tuple[str, str | None, dict[str, str]]:
@@ -181,6 +182,8 @@ def check_written(store: FeatureStore, written: WrittenPacks, wanted: set[str], 
         start = len(MAGIC) + 4 + int.from_bytes(blob[len(MAGIC):len(MAGIC) + 4], "little")
         end = start + max((e.offset + e.length for e in entries), default=0)
         problem = ("its header differs from its .json index" if entries != index[name] else
+                   "its header length differs from its index (readers locate its arrays by the index)"
+                   if start != starts[name] else
                    f"{len(blob) - end} bytes after its last array" if len(blob) != end else None)
         return name, problem, found
 

@@ -103,6 +103,21 @@ def unpack(blob: bytes) -> tuple[list[Entry], dict[str, memoryview], dict[str, s
     return entries, good, bad
 
 
+def array_by_own_header(blob: bytes, key: str) -> bytes:
+    """``key``'s sound ``.npy`` bytes in the pack object ``blob``, found through ``blob``'s own header, not through
+    its index's length (the failure path of a read located by the index: a written pack whose pack and index come
+    from writers of two versions, one header with the nonce and one without, differ by the nonce's 45 bytes; both
+    are sound and their entries equal).
+
+    Raises:
+        ValueError: ``blob`` is not a pack, ``key`` is not in it, or its bytes there are damaged (the reason).
+    """
+    _entries, good, bad = unpack(blob)
+    if key in good:
+        return bytes(good[key])
+    raise ValueError(bad.get(key, f"{key} is not in it"))
+
+
 def array_problem(data: bytes | memoryview, length: int, crc: int) -> str | None:
     """What is wrong with an array's bytes read from its pack (``length`` and ``crc`` its entry's): cut off, a
     CRC-32C mismatch, or not an ``.npy`` of its recorded size; ``None`` when they are sound."""

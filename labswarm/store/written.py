@@ -44,6 +44,7 @@ by default (``LABSWARM_STORE_WRITE_PACKS=0``: per-key objects); both layouts are
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -61,7 +62,7 @@ from labswarm.errors import StorageError
 from labswarm.storage.base import MissingObject, Storage
 from labswarm.storage.cache import CachedStorage
 from labswarm.store.npy import read_at
-from labswarm.store.packfmt import MAGIC, Entry, array_problem, encode, parse_header, unpack
+from labswarm.store.packfmt import MAGIC, Entry, array_by_own_header, array_problem, encode, parse_header, unpack
 from labswarm.store.packs import EMPTY, Catalogue, PackReader, list_packs, load_catalogue
 
 log = logging.getLogger(__name__)
@@ -189,8 +190,9 @@ class WrittenPacks:
         """``key``'s array from its written pack (:func:`read_packed` through the cache, or its own file there if it
         has one while its pack is not cached, else its bytes alone read from the pack with a ranged GET,
         :meth:`Storage.get_range <labswarm.storage.base.Storage.get_range>`, and checked against its index's
-        CRC-32C), ``None`` when it is in none (the packs listed again as :meth:`find` says, and once more when its
-        pack was found removed since: rewritten by ``gc``).
+        CRC-32C; bytes that fail the check make one GET of the whole pack, the array then found by the pack's own
+        header: :func:`~labswarm.store.packfmt.array_by_own_header`), ``None`` when it is in none (the packs listed
+        again as :meth:`find` says, and once more when its pack was found removed since: rewritten by ``gc``).
 
         Raises:
             StorageError: the packs cannot be listed or the pack read.
@@ -203,14 +205,17 @@ class WrittenPacks:
             if self.reader is not None and ((array := read_packed(self.reader, key, mmap)) is not None
                                             or (array := self.reader.read_alone(key, mmap)) is not None):
                 return array
+            pack = f"{WRITTEN}/{found.name}.pack"
             try:  # the array's bytes alone: one ranged GET, not the whole pack (up to PACK_MAX) for one array
-                data = self.origin.get_range(f"{WRITTEN}/{found.name}.pack", found.start + found.offset, found.length)
+                data = self.origin.get_range(pack, found.start + found.offset, found.length)
+                if array_problem(data, found.length, found.crc) is not None:  # the pack whole, by its own header
+                    data = array_by_own_header(self.origin.get_bytes(pack), key)
             except MissingObject:  # rewritten or removed by gc since: listed again (this process's writes too)
                 self.catalogue(reload=True)
                 continue
-            if (problem := array_problem(data, found.length, found.crc)) is not None:
-                raise ValueError(f"in pack {found.name}: {problem}")
-            return read_at(data, 0, found.length, mmap=mmap)
+            except ValueError as exc:
+                raise ValueError(f"in pack {found.name}: {exc}") from None
+            return read_at(data, 0, len(data), mmap=mmap)
         return None
 
     def added(self, name: str, header: bytes) -> None:
@@ -321,7 +326,10 @@ class _CachedReader(PackReader):
 def read_packed(reader: PackReader, key: str, mmap: bool) -> np.ndarray | None:
     """``key``'s array read through ``reader`` from its pack in the cache (fetched whole at a miss); ``None`` when
     the reader has it in no usable pack (then it is read otherwise). A pack file evicted by another process meanwhile
-    is fetched again; one found cut off (a crash before its bytes reached the disk) is removed from the cache.
+    is fetched again. The region its index gives failing to parse, the array is found by the pack's own header
+    (:func:`~labswarm.store.packfmt.array_by_own_header`: a pack and index written by two versions differ in
+    length), and when it is not there sound the cached pack is removed (cut off: a crash before its bytes reached
+    the disk).
 
     Raises:
         ValueError: the array's bytes, fetched and checked (CRC-32C) but not yet in the cache, do not parse.
@@ -334,6 +342,9 @@ def read_packed(reader: PackReader, key: str, mmap: bool) -> np.ndarray | None:
         except FileNotFoundError:  # its pack evicted since this process last used it: fetched again
             reader.forget(found[0])
         except (OSError, ValueError) as exc:
+            with contextlib.suppress(OSError, ValueError):  # the whole pack (a local file, or bytes held)
+                blob = found[0] if isinstance(found[0], bytes) else found[0].read_bytes()
+                return read_at(array_by_own_header(blob, key), 0, found[2], mmap=False)
             if not isinstance(found[0], Path):
                 raise ValueError(f"in its pack: {exc}") from exc
             reader.discard(found[0], exc)  # its cached file cut off: this array read otherwise

@@ -20,7 +20,7 @@ from labswarm.store import FeatureStore
 from labswarm.store.listing import KeyListing
 from labswarm.store.ops import collect_garbage, verify
 from labswarm.store.packer import pack
-from labswarm.store.packfmt import encode
+from labswarm.store.packfmt import MAGIC, encode, unpack
 from labswarm.store.packs import list_packs
 from labswarm.store.written import WRITTEN
 
@@ -267,3 +267,38 @@ def test_a_missing_key_lists_the_written_packs_again_at_most_once_a_refresh(tmp_
     assert not any(reader.contains(k) for k in later) and written._loaded == listed  # not listed again per miss
     assert all(reader.contains(k, fresh_s=1.0) for k in later)  # a caller to whom it must not read missing
     assert written._loaded > listed
+
+
+def test_a_pack_and_its_index_from_writers_of_two_versions_read_by_the_packs_own_header(
+        tmp_path: Path, s3_endpoint: S3Endpoint) -> None:
+    """A single-sample message redelivered during a rolling upgrade: an older writer's pack (its header without the
+    nonce, 45 bytes shorter) beside a newer writer's index, or the other way round. Every array reads back, cached
+    or not (the index's length locates nothing: the pack read whole, by its own header), and verify reports the
+    pack (review #1)."""
+    spec = s3_endpoint.spec(prefix=PREFIX)
+    for case in ("older pack", "older index"):
+        arrays = _message(60 if case == "older pack" else 61, samples=1)
+        writer = FeatureStore.open(tmp_path / f"w{case}", remote=spec, cache_bytes=0, packed=True)
+        before = set(list_packs(writer.origin, WRITTEN))
+        _write(writer, arrays)
+        (name,) = set(list_packs(writer.origin, WRITTEN)) - before
+        blob = writer.origin.get_bytes(f"{WRITTEN}/{name}.pack")
+        entries, good, _bad = unpack(blob)
+        older_name, older_header, older = encode([(e.key, bytes(good[e.key])) for e in entries])  # no nonce
+        assert older_name == name and len(older) == len(blob) - 45
+        if case == "older pack":
+            writer.origin.put_bytes(f"{WRITTEN}/{name}.pack", older)
+        else:
+            writer.origin.put_bytes(f"{WRITTEN}/{name}.json", older_header)
+        for cache_bytes in (0, 1 << 30):
+            reader = FeatureStore.open(tmp_path / f"r{case}{cache_bytes}", remote=spec, cache_bytes=cache_bytes)
+            for mmap in (False, True):
+                for key, array in arrays.items():
+                    np.testing.assert_array_equal(reader.get(key, mmap=mmap), array)
+        problems = verify(FeatureStore.open(tmp_path / "v", remote=spec, cache_bytes=0)).problems
+        assert problems == {f"written pack {name}": "its header length differs from its index (readers locate "
+                                                    "its arrays by the index)"}, problems
+        writer.origin.put_bytes(f"{WRITTEN}/{name}.pack", blob)  # both of one writer: nothing to report
+        header_end = len(MAGIC) + 4 + int.from_bytes(blob[len(MAGIC):len(MAGIC) + 4], "little")
+        writer.origin.put_bytes(f"{WRITTEN}/{name}.json", blob[len(MAGIC) + 4:header_end])
+        assert verify(FeatureStore.open(tmp_path / "v2", remote=spec, cache_bytes=0)).problems == {}
