@@ -11,10 +11,10 @@ MFCC) into fresh stores, in this one process run, side by side:
 - `labswarm run --workers 2` over RabbitMQ, and over the embedded SQLite broker.
 
 For the distributed runs two figures are printed: the wall time of the whole command (worker start-up included:
-~3 s of imports and warm-up per worker, started while the manager starts) and the steady rate, from the first to
-the last outcome recorded in the ledger. The pool forks from this process, warm since the plain loop: like it, a
-session on workers started and warm before the timed part (a deployed swarm's, bench/warm_session.py) is timed
-from the session's start to its end.
+~1.7 s of CPU of imports and warm-up in the workers' one warm parent, started while the manager starts, which then
+forks them) and the steady rate, from the first to the last outcome recorded in the ledger. The pool forks from
+this process, warm since the plain loop: like it, a session on workers started and warm before the timed part (a
+deployed swarm's, bench/warm_session.py) is timed from the session's start to its end.
 The trivial-task run sends tiny samples (0.05-s clips, one small STFT) through the same path, at an unlimited
 publish rate, to measure tasks/s and the system's wall time per task; its store is on disk (each write is
 fsynced: several ms a task on a busy disk) and, to see the path's own cost, on tmpfs (/dev/shm). Beside it, the
