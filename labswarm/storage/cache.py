@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import fcntl
-import json
 import math
 import os
 import time
@@ -42,6 +40,7 @@ from typing import IO, ClassVar
 
 from labswarm.errors import StorageError
 from labswarm.storage.base import MissingObject, Storage, StorageConfig
+from labswarm.storage.cachefiles import Ledger, write_synced
 from labswarm.storage.stamps import Stamp
 
 #: Seconds after which a file of the cache's ``incoming/`` folder is a killed process's, removed by an eviction.
@@ -136,7 +135,7 @@ class CachedStorage(Storage):
             incoming.mkdir(parents=True, exist_ok=True)
             for _path, data in chosen:
                 tmps.append(tmp := incoming / f"{uuid.uuid4().hex}.tmp")
-                _write_synced(tmp, data)  # outside the lock, as a single fill
+                write_synced(tmp, data)  # outside the lock, as a single fill
             with self._locked() as state:
                 new = [(path, len(data), tmp) for (path, data), tmp in zip(chosen, tmps, strict=True)
                        if not path.is_file()]
@@ -175,7 +174,7 @@ class CachedStorage(Storage):
         self._guard("discard", self._full(key), remove)
 
     def _locked(self) -> contextlib.AbstractContextManager[dict[str, int]]:
-        return _Ledger(self.folder)
+        return Ledger(self.folder)
 
     def _touch(self, path: Path | str, *, remembered: bool = False) -> bool:
         """Mark a cached file as just used; ``False`` when it is not (or no longer) there. With ``remembered``, a
@@ -210,7 +209,7 @@ class CachedStorage(Storage):
         incoming.mkdir(parents=True, exist_ok=True)
         tmp = incoming / f"{uuid.uuid4().hex}.tmp"
         try:
-            _write_synced(tmp, data)  # outside the lock: the fetching threads and processes write at once
+            write_synced(tmp, data)  # outside the lock: the fetching threads and processes write at once
             with self._locked() as state:
                 if path.is_file():  # another process fetched it meanwhile
                     return path, data if keep_bytes else None
@@ -332,63 +331,3 @@ class CachedStorage(Storage):
         self.folder.mkdir(parents=True, exist_ok=True)
         if not os.access(self.folder, os.W_OK | os.X_OK):
             raise StorageError(f"the cache folder {self.folder} is not writable")
-
-
-class _Ledger(contextlib.AbstractContextManager):
-    """The cache's exclusive lock (``flock`` on ``.lock``) with its usage record, read on entry and written back
-    on a clean exit."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def __enter__(self) -> dict[str, int]:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self._fd, fcntl.LOCK_EX)
-        try:
-            self.state = {"bytes": int(json.loads((self.folder / ".usage.json").read_text())["bytes"])}
-        except (OSError, ValueError, KeyError, TypeError):
-            self.state = {"bytes": -1}  # unknown: recounted below
-        if self.state["bytes"] < 0:
-            self.state["bytes"] = _count(self.folder / "objects")
-        self._before = dict(self.state)
-        return self.state
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        try:
-            if self.state != self._before:
-                tmp = self.folder / f".usage.{os.getpid()}.tmp"
-                tmp.write_text(json.dumps(self.state))
-                os.replace(tmp, self.folder / ".usage.json")
-        finally:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-
-
-def _count(folder: Path) -> int:
-    """Bytes of the files below ``folder`` (temporary files included: they will be removed or renamed)."""
-    total = 0
-    for dirpath, _dirs, names in os.walk(folder):
-        for name in names:
-            with contextlib.suppress(FileNotFoundError):
-                total += os.stat(os.path.join(dirpath, name)).st_size
-    return total
-
-
-def _write_synced(path: Path, data: bytes | memoryview) -> None:
-    """Write ``data`` into the new file ``path`` and sync it to the disk (``fsync``) before it is renamed into
-    place: without, a host crash could leave the rename on disk but not all the bytes, a short file under the
-    object's name (read back as a corrupt array, never fetched again while cached). The fills' writes run outside
-    the cache's lock, so a sync delays only its own fill.
-
-    Raises:
-        OSError: the file cannot be created (it exists: ``O_EXCL``), written or synced.
-    """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -12,7 +12,8 @@ import pytest
 
 from labswarm.errors import StorageError
 from labswarm.storage import LocalStorage, LocalStorageConfig, MissingObject
-from labswarm.storage.cache import CachedStorage, _Ledger
+from labswarm.storage.cache import CachedStorage
+from labswarm.storage.cachefiles import Ledger
 
 SIZE = 1000  # bytes of each test object
 
@@ -27,7 +28,7 @@ def remote_with(tmp_path: Path, n: int) -> LocalStorage:
 
 def cached_bytes(folder: Path) -> int:
     """The bytes of the files in the cache, counted under its lock (no addition half done)."""
-    with _Ledger(folder):
+    with Ledger(folder):
         return sum(p.stat().st_size for p in (folder / "objects").rglob("*") if p.is_file())
 
 
