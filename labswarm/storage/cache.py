@@ -313,11 +313,20 @@ class CachedStorage(Storage):
     def _modified(self, folder: str) -> Iterator[tuple[str, Stamp]]:
         return iter(self.remote.modified(folder).items())
 
-    def _delete_if(self, full: str, version: str) -> bool:  # what a listing saw is the remote's
-        return self.remote.delete_if(full, version)
+    def _delete_if(self, full: str, version: str) -> bool:
+        """Delete the remote's object if it is ``version`` (what a listing saw is the remote's), then its cached
+        copy, as :meth:`_delete_many` does."""
+        if not self.remote.delete_if(full, version):
+            return False
+        self._uncache([full])
+        return True
 
     def _delete_many(self, fulls: builtins.list[str]) -> None:
         self.remote._delete_many([self.remote._full(full) for full in fulls])
+        self._uncache(fulls)
+
+    def _uncache(self, fulls: builtins.list[str]) -> None:
+        """Remove the cached copies of ``fulls`` (full keys) and their bytes from the usage record."""
         with self._locked() as state:
             for full in fulls:
                 path = self._objects / full

@@ -9,9 +9,10 @@ import random
 from pathlib import Path
 
 import pytest
+from jobs.conftest import s3_endpoint, s3_url  # noqa: F401 - fixtures (moto's server on :9000)
 
 from labswarm.errors import StorageError
-from labswarm.storage import LocalStorage, LocalStorageConfig, MissingObject
+from labswarm.storage import LocalStorage, LocalStorageConfig, MissingObject, Storage
 from labswarm.storage.cache import CachedStorage
 from labswarm.storage.cachefiles import Ledger
 
@@ -161,3 +162,23 @@ def test_a_cached_file_is_synced_before_it_is_renamed_into_place(tmp_path: Path,
     assert cache.insert([("p/whole", b"x" * SIZE)]) == 1
     assert [(Path(dst).name, was) for dst, was in placed] == [("1", True), ("2", True), ("whole", True)], placed
     assert (tmp_path / "cache" / "objects" / "p" / "whole").read_bytes() == b"x" * SIZE
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_a_conditional_delete_drops_the_cached_copy_and_its_bytes(tmp_path: Path, backend: str,
+                                                                  request: pytest.FixtureRequest) -> None:
+    """delete_if through the cache (gc's removal of an orphan) removes the cached copy and its bytes from the usage
+    record when the remote's object goes, as delete does (review #8), and keeps both when it stays."""
+    remote = (remote_with(tmp_path, 2) if backend == "local"
+              else Storage.from_spec(request.getfixturevalue("s3_endpoint").spec()))
+    for i in range(2):
+        remote.put_bytes(f"o/{i}", bytes([i]) * SIZE)
+    cache = CachedStorage(remote, tmp_path / "cache", 10 * SIZE)
+    assert [cache.get_bytes(f"o/{i}") for i in range(2)] == [bytes([i]) * SIZE for i in range(2)]
+    listed = cache.modified("o")
+    remote.put_bytes("o/1", b"written again")  # after the listing: spared
+    assert not cache.delete_if("o/1", listed["o/1"].version) and cache.usage() == 2 * SIZE
+    assert cache.delete_if("o/0", listed["o/0"].version)
+    assert not cache.cached_path("o/0").exists() and cache.usage() == SIZE == cached_bytes(tmp_path / "cache")
+    with pytest.raises(MissingObject):
+        cache.get_bytes("o/0")
