@@ -267,7 +267,9 @@ class S3Storage(Storage):
                 return b""
             raise
         with response["Body"] as body:
-            return body.read()
+            data = body.read()
+        # a 200 (no Content-Range): the whole object, from a server or proxy that ignores Range (RFC 9110 14.2 allows)
+        return data if response.get("ContentRange") else data[start:start + length]
 
     def _put_file(self, full: str, path: Path) -> None:
         self._s3.upload_file(str(path), self.config.bucket, full)
