@@ -9,6 +9,7 @@ import functools
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -194,22 +195,30 @@ class LocalStorage(Storage):
                 yield key, _stamp((base / key).stat())
 
     def _delete_if(self, full: str, version: str) -> bool:
-        """Take the file aside by a rename (atomic: a write placed later stays), delete it if it is ``version``,
-        else put it back unless a newer one took its place (a link, which never replaces a file)."""
+        """Delete the file if it is ``version``. Its stamp is checked first (a file written since stays in place:
+        a reader never misses it), then it is taken aside by a rename (atomic: a write placed later stays) and
+        checked again (a write between the two): deleted if it is ``version``, else put back, by a link (which never
+        replaces a file written meanwhile) or, where the filesystem has no hard links, a rename while the name is
+        free; never deleted unless it is ``version`` or a newer file took its place. The folder is synced after
+        when the config says ``fsync``; a crash between leaves ``.<name>.<random>.del``
+        (:func:`remove_aside`)."""
         path = self._path(full)
-        aside = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.del"
         try:
+            if _stamp(path.stat()).version != version:
+                return False
+            aside = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.del"
             os.rename(path, aside)
         except FileNotFoundError:
             return False
         try:
-            if _stamp(aside.stat()).version == version:
-                return True
-            with contextlib.suppress(FileExistsError):
-                os.link(aside, path)
-            return False
+            if deleted := _stamp(aside.stat()).version == version:
+                aside.unlink()
+            else:
+                _put_back(aside, path)
         finally:
-            aside.unlink()
+            if self.config.fsync:
+                _fsync_folder(path.parent)
+        return deleted
 
     def _list(self, folder: str) -> Iterator[str]:
         top = self._path(folder)
@@ -300,3 +309,45 @@ def _remove_leftovers(folder: Path, prefix: str) -> None:
     for path in stale:
         with contextlib.suppress(OSError):
             os.unlink(path)
+
+
+def _put_back(aside: Path, path: Path) -> None:
+    """Put the file ``aside`` back at ``path`` unless another file took its place (then ``aside`` goes): a link, or
+    where links fail (no hard links: EPERM, ENOTSUP, EXDEV) a rename while ``path`` is free (the one case where a
+    write landing in between is replaced: both are writes of the same content-addressed object)."""
+    try:
+        os.link(aside, path)
+    except FileExistsError:
+        pass
+    except OSError:
+        if not path.exists():
+            os.rename(aside, path)
+            return
+    aside.unlink()
+
+
+def _fsync_folder(folder: Path) -> None:
+    """``fsync`` of ``folder`` itself: its entries' renames and removals made durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def remove_aside(folder: Path, older_s: float) -> int:
+    """Remove the files a conditional delete (:meth:`LocalStorage.delete_if`) took aside in ``folder`` over
+    ``older_s`` seconds ago (their ``ctime``: the rename's) and a crash left there (``.<name>.<random>.del``); the
+    number removed (none when ``folder`` does not exist or cannot be read: a sweep, best effort)."""
+    since, removed = time.time() - older_s, 0
+    try:
+        with os.scandir(folder) as entries:
+            stale = [e.path for e in entries if e.name.startswith(".") and e.name.endswith(".del")
+                     and e.stat(follow_symlinks=False).st_ctime < since]
+    except OSError:  # no such folder (or unreadable): nothing to sweep, as best effort
+        return 0
+    for path in stale:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed += 1
+    return removed

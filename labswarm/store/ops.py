@@ -17,7 +17,7 @@ from functools import partial
 import numpy as np
 
 from labswarm.errors import StorageError, StoreError
-from labswarm.store.orphans import find_orphans, remove_orphans
+from labswarm.store.orphans import find_orphans, remove_orphans, remove_stale_aside
 from labswarm.store.packer import PackUsage, check_pack, remove_pack, stale_packs
 from labswarm.store.packfmt import MAGIC, unpack
 from labswarm.store.packs import list_packs
@@ -246,6 +246,8 @@ def collect_garbage(store: FeatureStore, references: References, *, dry_run: boo
     for name in [] if dry_run else stale:
         store._call(partial(remove_pack, origin, name))
     written = store.written
+    if not dry_run:
+        store._call(partial(remove_stale_aside, origin))
     orphans = {} if written is None else store._call(partial(find_orphans, written.origin))
     if written is not None and orphans and not dry_run:  # counted: those removed (one written again stays)
         gone_orphans = set(store._call(partial(remove_orphans, written.origin, orphans)))

@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping
 
 from labswarm.storage.base import Storage
+from labswarm.storage.local import remove_aside
 from labswarm.storage.stamps import Stamp
 from labswarm.store.written import WRITTEN
 
@@ -53,3 +54,15 @@ def remove_orphans(origin: Storage, orphans: Mapping[str, Stamp]) -> list[str]:
     """
     return [key for key, stamp in orphans.items()
             if not origin.exists(key[:-5] + _OTHER[key[-5:]]) and origin.delete_if(key, stamp.version)]
+
+
+def remove_stale_aside(origin: Storage) -> int:
+    """Remove what a crash left of :func:`remove_orphans` on a storage of files: a file taken aside by a
+    conditional delete (:meth:`LocalStorage.delete_if <labswarm.storage.local.LocalStorage.delete_if>`) over
+    :data:`ORPHAN_S` ago, never removed or put back; the number removed (0 on an object store).
+
+    Raises:
+        StorageError: invalid key (never: :data:`~labswarm.store.written.WRITTEN` is one).
+    """
+    folder = origin.local_path(WRITTEN)
+    return 0 if folder is None else remove_aside(folder, ORPHAN_S)

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,49 @@ def test_fsync_can_be_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert calls == []
     make(tmp_path).put_bytes("b", b"1")
     assert len(calls) == 1
+
+
+def test_a_conditional_delete_checks_first_puts_back_without_links_syncs_and_gc_sweeps_leftovers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LocalStorage.delete_if (review #3): a file written since it was listed is never taken aside (a reader would
+    miss it meanwhile), the folder is synced when fsync is on, a file taken aside is renamed back where hard links
+    fail (never removed), and gc removes the '.*.del' files a crash left."""
+    storage = make(tmp_path / "s")
+    storage.put_bytes("w/p", b"listed")
+    listed = storage.modified("w")["w/p"].version
+    storage.put_bytes("w/p", b"written again")
+    renames: list[str] = []
+    syncs: list[Path] = []
+    rename = os.rename
+    monkeypatch.setattr(local_module.os, "rename", lambda a, b: (renames.append(str(b)), rename(a, b))[1])
+    monkeypatch.setattr(local_module, "_fsync_folder", syncs.append)
+    assert not storage.delete_if("w/p", listed) and storage.get_bytes("w/p") == b"written again"
+    assert renames == []  # checked before any rename
+    assert storage.delete_if("w/p", storage.modified("w")["w/p"].version) and not storage.exists("w/p")
+    assert syncs == [tmp_path / "s" / "w"]
+    assert make(tmp_path / "s", fsync=False).delete_if("w/q", "x") is False and syncs == [tmp_path / "s" / "w"]
+    folder = tmp_path / "s" / "w"
+
+    def no_links(src: object, dst: object) -> None:
+        raise PermissionError(1, "Operation not permitted")  # a filesystem without hard links
+
+    monkeypatch.setattr(local_module.os, "link", no_links)
+    (aside := folder / ".p.0123456789ab.del").write_bytes(b"newer")
+    local_module._put_back(aside, folder / "p")  # the name free: renamed back, not removed
+    assert (folder / "p").read_bytes() == b"newer" and not aside.exists()
+    aside.write_bytes(b"older")
+    local_module._put_back(aside, folder / "p")  # a file took its place: that one stays
+    assert (folder / "p").read_bytes() == b"newer" and not aside.exists()
+    # a crash between the rename and the removal: gc's sweep (files taken aside over an hour ago)
+    from labswarm.store import FeatureStore, orphans
+    from labswarm.store.ops import collect_garbage
+    store = FeatureStore.open(tmp_path / "store")
+    (left := tmp_path / "store" / "written" / "v1" / ".p.0123456789ab.del").parent.mkdir(parents=True)
+    left.write_bytes(b"left by a crash")
+    collect_garbage(store, {})
+    assert left.exists()  # taken aside just now: may be a delete in progress
+    while time.time() <= left.stat().st_ctime:  # a clock tick past its rename
+        time.sleep(0.01)
+    monkeypatch.setattr(orphans, "ORPHAN_S", 0.0)
+    collect_garbage(store, {})
+    assert not left.exists()
