@@ -17,7 +17,7 @@ from functools import partial
 import numpy as np
 
 from labswarm.errors import StorageError, StoreError
-from labswarm.store.orphans import find_orphans, remove_orphans, remove_stale_aside
+from labswarm.store.orphans import find_orphans, honours_conditional_delete, remove_orphans, remove_stale_aside
 from labswarm.store.packer import PackUsage, check_pack, remove_pack, stale_packs
 from labswarm.store.packfmt import MAGIC, unpack
 from labswarm.store.packs import list_packs
@@ -201,7 +201,8 @@ class Collected:
     array; ``rewritten`` written packs that held removed and kept arrays, rewritten with the kept ones (those of
     removed arrays only are removed: :meth:`labswarm.store.written.WrittenPacks.remove`); ``orphans`` objects of
     ``orphan_bytes`` bytes, written packs with no index or indexes with no pack, older than
-    :data:`~labswarm.store.orphans.ORPHAN_S` (:func:`~labswarm.store.orphans.find_orphans`). A written pack
+    :data:`~labswarm.store.orphans.ORPHAN_S` (:func:`~labswarm.store.orphans.find_orphans`; none where the server
+    ignores conditional deletes: :func:`~labswarm.store.orphans.honours_conditional_delete`). A written pack
     left as it is (a kept array damaged in it) counts none of its arrays in ``arrays``; a dry run counts it in
     ``rewritten``."""
 
@@ -223,7 +224,9 @@ def collect_garbage(store: FeatureStore, references: References, *, dry_run: boo
     while this runs (its key listed after the listing here) is never removed. A pack that holds a removed entry (or
     one no longer stored) goes too (:mod:`labswarm.store.packs`: a copy for reading; the entries it held that
     are kept are read one by one until packed again); a pack made while this runs goes only if it holds a removed
-    entry.
+    entry. The written packs' orphans go last, each only while it is the object listed, and only after a probe
+    shows the server honours conditional deletes (:mod:`labswarm.store.orphans`; otherwise left, with a warning);
+    a storage of files has its crash leftovers of such deletes removed.
 
     Raises:
         StoreError: the store cannot be listed, or an entry cannot be removed.
@@ -250,7 +253,8 @@ def collect_garbage(store: FeatureStore, references: References, *, dry_run: boo
         store._call(partial(remove_stale_aside, origin))
     orphans = {} if written is None else store._call(partial(find_orphans, written.origin))
     if written is not None and orphans and not dry_run:  # counted: those removed (one written again stays)
-        gone_orphans = set(store._call(partial(remove_orphans, written.origin, orphans)))
+        honoured = store._call(partial(honours_conditional_delete, written.origin))
+        gone_orphans = set(store._call(partial(remove_orphans, written.origin, orphans))) if honoured else set()
         orphans = {key: stamp for key, stamp in orphans.items() if key in gone_orphans}
     return Collected(len(removed), sum(sizes[k] for k in removed), len(sizes) - len(doomed), dry_run, len(stale),
                      sum(stale.values()), rewritten, len(orphans), sum(s.size for s in orphans.values()))

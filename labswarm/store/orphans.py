@@ -11,12 +11,17 @@ A single-sample message redelivered writes the same pack (same name) again, poss
 hour-old orphan: the new pack must not go. So an orphan is removed only while it is the very object the listing saw
 (:meth:`Storage.delete_if <labswarm.storage.base.Storage.delete_if>`: S3's ``DeleteObject`` with ``If-Match`` its
 listed ``ETag``; each write of a written pack differs in its header's nonce, so a rewrite has another ETag), and
-only while its other half is missing.
+only while its other half is missing. A server that ignores ``If-Match`` on ``DeleteObject`` would delete
+unconditionally (AWS S3 honours it on general-purpose buckets only since 2025-09-16; RustFS parses it without
+applying it): ``gc`` first checks that the store's server honours it (:func:`honours_conditional_delete`, once a
+run) and leaves the orphans, with a warning naming the server, when it does not.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+import uuid
 from collections.abc import Mapping
 
 from labswarm.storage.base import Storage
@@ -24,9 +29,13 @@ from labswarm.storage.local import remove_aside
 from labswarm.storage.stamps import Stamp
 from labswarm.store.written import WRITTEN
 
+log = logging.getLogger(__name__)
+
 #: Seconds after its last write before a written pack with no index, or an index with no pack, is an orphan ``gc``
 #: removes and ``verify`` reports: longer than any write in progress, and than the clocks' skew with the server's.
 ORPHAN_S = 3600.0
+#: Folder of the scratch object of :func:`honours_conditional_delete` (outside ``written/v1``: no reader lists it).
+PROBE = "gc-probe"
 #: A half of a written pack → its other half's suffix.
 _OTHER = {".pack": ".json", ".json": ".pack"}
 
@@ -66,3 +75,25 @@ def remove_stale_aside(origin: Storage) -> int:
     """
     folder = origin.local_path(WRITTEN)
     return 0 if folder is None else remove_aside(folder, ORPHAN_S)
+
+
+def honours_conditional_delete(origin: Storage) -> bool:
+    """Whether ``origin`` deletes conditionally, as :func:`remove_orphans` needs: a scratch object (under
+    :data:`PROBE`) is written, then :meth:`delete_if <labswarm.storage.base.Storage.delete_if>` with a version it
+    is not must leave it (a server that ignores ``If-Match`` deletes it), then it is removed. ``False`` is logged as
+    a warning naming the server.
+
+    Raises:
+        StorageError: the storage failed.
+    """
+    key = f"{PROBE}/{uuid.uuid4().hex}"
+    origin.put_bytes(key, b"is If-Match honoured?")
+    try:
+        honoured = not origin.delete_if(key, '"not-its-version"')
+    finally:
+        origin.delete(key)
+    if not honoured:
+        log.warning("leaving the written packs' orphans: %s ignores conditional deletes (If-Match on DeleteObject), "
+                    "so removing one could remove the pack a redelivered message writes again in that moment",
+                    origin.describe())
+    return honoured

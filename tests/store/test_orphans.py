@@ -10,6 +10,7 @@ import os
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -119,3 +120,33 @@ def test_gc_keeps_the_pack_a_redelivery_writes_again_while_it_removes_its_orphan
     for key, array in arrays.items():
         np.testing.assert_array_equal(reader.get(key), array)
     assert find_orphans(gc, 0.0) == {}
+
+
+def test_gc_leaves_the_orphans_when_the_server_ignores_conditional_deletes(tmp_path: Path, s3_endpoint: S3Endpoint,
+                                                                           monkeypatch: pytest.MonkeyPatch,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """A server that ignores If-Match on DeleteObject (here: moto, the client's If-Match dropped before it is sent)
+    would make each orphan's removal unconditional: gc probes it once and leaves the orphans with a warning naming
+    the server (review #2); the same store with the header sent removes them."""
+    spec = s3_endpoint.spec(prefix=PREFIX)
+    _write(FeatureStore.open(tmp_path / "w", remote=spec, cache_bytes=0, packed=True), _message(8, samples=1))
+    [index] = [o for o in s3_endpoint.objects() if o.endswith(".json") and f"/{WRITTEN}/" in o]
+    s3_endpoint.client.delete_object(Bucket=s3_endpoint.bucket, Key=index)  # an orphan pack
+    monkeypatch.setattr(orphans_module, "ORPHAN_S", 0.0)  # as if an hour old
+    store = FeatureStore.open(tmp_path / "gc", remote=spec, cache_bytes=0)
+    deletes: list[str] = []
+
+    def drop_if_match(request: Any, **_: Any) -> None:
+        deletes.append(request.headers.get("If-Match", ""))
+        del request.headers["If-Match"]
+
+    store.origin._s3.meta.events.register("before-sign.s3.DeleteObject", drop_if_match)
+    with caplog.at_level("WARNING", logger="labswarm.store.orphans"):
+        assert collect_garbage(store, {"exp": {"mfcc": []}}).orphans == 0
+    assert len(deletes) == 1  # the probe's, not the orphan's
+    assert "ignores conditional deletes" in caplog.text and "127.0.0.1:9000" in caplog.text
+    pack = [o for o in s3_endpoint.objects() if o.endswith(".pack")]
+    assert len(pack) == 1 and not [o for o in s3_endpoint.objects() if "gc-probe" in o]  # the probe's object gone
+    store.origin._s3.meta.events.unregister("before-sign.s3.DeleteObject", drop_if_match)
+    assert collect_garbage(store, {"exp": {"mfcc": []}}).orphans == 1
+    assert [o for o in s3_endpoint.objects() if f"/{WRITTEN}/" in o] == []
