@@ -1,6 +1,6 @@
 """Python's cyclic garbage collector paused while a process builds what it keeps for good (imports, a warm-up),
-the one way labswarm's processes do it (``labswarm worker``, a standby worker's interpreter, ``labswarm run``'s
-manager start)."""
+the one way labswarm's processes do it (``labswarm worker``, ``labswarm run``'s manager start; the workers' warm
+parent, :mod:`labswarm.cli.standby`, freezes without the collection first)."""
 
 from __future__ import annotations
 
