@@ -29,8 +29,8 @@ class Host:
             ``None`` while it is not served.
         concurrency: pool processes per local worker (``labswarm run --concurrency``); 1 by default.
         log_dir: folder of the local workers' logs; ``None``: ``<home>/logs`` (``LABSWARM_HOME``).
-        standby: local worker interpreters started ahead of the session (``labswarm run``: while its manager
-            starts), which the local launcher takes before spawning any (:mod:`labswarm.deploy.standby`).
+        standby: the local workers' warm parent, started ahead of the session (``labswarm run``: while its manager
+            starts), which forks the local launcher's workers while it runs (:mod:`labswarm.deploy.standby`).
     """
 
     manager_url: str | None = None
