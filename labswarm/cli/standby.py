@@ -2,7 +2,8 @@
 (:mod:`labswarm.deploy.standby`): it imports what ``labswarm worker`` imports and warms up the experiment it is
 given, once, then forks a worker for each command line it reads and runs that command in the child (the protocol:
 :mod:`labswarm.deploy.standby`). It exits 0 when its stdin ends (the run ended or did not need it); the workers it
-forked go on (each ends with its launcher, :mod:`labswarm.deploy.lifeline`).
+forked go on (each ends with its launcher, :mod:`labswarm.deploy.lifeline`). Its stderr is the run's
+``standby.log`` (a warm-up that failed: its traceback), its stdout the answers alone.
 
 Fork-safety: this process stays single-threaded (the maths libraries get one thread each from the launcher's
 environment, nothing here starts a thread or opens a connection before it forks), and the objects of its imports
@@ -19,6 +20,7 @@ import os
 import select
 import signal
 import sys
+import traceback
 from typing import Any
 
 #: A child's exit status should its own code fail before the command runs (sysexits' EX_SOFTWARE).
@@ -191,8 +193,10 @@ def main() -> int:
     # garbage, kept (frozen) for the parent's life instead, their pages shared by its workers
     gc.disable()
     try:
-        with contextlib.suppress(Exception):  # the worker's own start reports a broken config or library, in its log
-            _warm(first.get("config") or {})
+        _warm(first.get("config") or {})
+    except Exception:  # the worker's own start reports it too, in its log; the parent still forks
+        traceback.print_exc(file=sys.stderr)
+        print("the standby workers' warm-up failed: their own start warms them up", file=sys.stderr, flush=True)
     finally:
         gc.freeze()
         gc.enable()

@@ -276,7 +276,7 @@ class LocalLauncher(Launcher):
     def _reap(process: WorkerProcess | None) -> None:
         """Kill what is left of a dead worker's process group (orphaned pool processes)."""
         if process is not None:
-            _kill_group(process.pid)
+            _kill(process)
 
     def _supervise(self) -> None:
         while not self._stopping.is_set():
@@ -319,8 +319,19 @@ class LocalLauncher(Launcher):
                 self._reap(retiring.process)
                 self._retiring.remove(retiring)
             elif now >= retiring.deadline:
-                _kill_group(retiring.process.pid)
+                _kill(retiring.process)
         return next_due
+
+
+def _kill(process: WorkerProcess, wait_s: float = 0.0) -> None:
+    """SIGKILL a worker's process group (:func:`_kill_group`); a forked worker not yet forked
+    (:class:`~labswarm.deploy.standby.ForkedWorker`, pid -1) gets SIGKILL once it is (its queued signals), and
+    this does not wait for that."""
+    pid = process.pid
+    if pid > 0:
+        _kill_group(pid, wait_s)
+    elif process.poll() is None:
+        process.send_signal(signal.SIGKILL)
 
 
 def _kill_group(pid: int, wait_s: float = 0.0) -> None:
@@ -352,7 +363,8 @@ def _group_alive(pgid: int) -> bool:
 
 
 def _terminate(procs: list[WorkerProcess], timeout: float) -> None:
-    """SIGTERM each worker, SIGKILL each one's group after ``timeout`` s in all, and reap them."""
+    """SIGTERM each worker, SIGKILL each one's group after ``timeout`` s in all, and reap them (a worker the warm
+    parent has not forked yet gets its SIGKILL once it is: not waited for)."""
     for p in procs:
         if p.poll() is None:
             p.send_signal(signal.SIGTERM)
@@ -360,6 +372,8 @@ def _terminate(procs: list[WorkerProcess], timeout: float) -> None:
     for p in procs:
         with contextlib.suppress(subprocess.TimeoutExpired):
             p.wait(max(0.0, deadline - time.monotonic()))
-        _kill_group(p.pid)  # the worker if it is still there, its orphaned pool processes if it is not
+        _kill(p)  # the worker if it is still there, its orphaned pool processes if it is not
+        if p.pid <= 0:  # not forked yet: killed at its fork
+            continue
         p.wait(5)
-        _kill_group(p.pid, wait_s=5.0)  # and those of its processes that were starting meanwhile, until gone
+        _kill(p, wait_s=5.0)  # and those of its processes that were starting meanwhile, until gone

@@ -20,6 +20,11 @@ the warm parent's child, not the launcher's: the parent reports its end and exit
 gives the launcher the part of :class:`subprocess.Popen` it supervises with). The warm parent ends when its stdin
 closes (:meth:`StandbyWorkers.close`, or this process's end, however it ends); its workers go on until their
 launcher stops them or ends. Secrets (the API token, a broker URL) travel through the pipe, never a command line.
+Its own errors (a warm-up that failed, a crash) go to ``standby.log`` in the run's log folder.
+
+Linux only (:func:`forking_supported`): a forked worker's lifeline finds its launcher as its grandparent through
+``/proc``, and the parent's end is seen through pidfds. Elsewhere no warm parent starts and the launcher spawns
+each worker as before.
 
 The protocol, one JSON object a line. On the warm parent's stdin: first ``{"config": {...}}`` (the experiment to
 warm up, or ``{}``), then for each worker ``{"argv": [...], "env": {...}, "log": path | null}``: the ``labswarm``
@@ -50,14 +55,22 @@ log = logging.getLogger(__name__)
 
 #: The module a standby process runs.
 MODULE = "labswarm.cli.standby"
-#: Seconds :attr:`ForkedWorker.pid` waits for the warm parent's answer (its warm-up first: seconds; minutes on a
-#: machine under heavy load).
-ANSWER_S = 300.0
+#: Where a forked worker's lifeline reads its parent's parent (:func:`~labswarm.deploy.lifeline.launched_by`).
+PROC_STAT = "/proc/self/stat"
+#: The warm parent's own stdout and stderr, in the run's log folder (its workers' output goes to their own logs).
+LOG_NAME = "standby.log"
 #: A forked worker's exit status when the warm parent ended before it could report it (the worker was forked, or
 #: asked for, and its end was seen without a status).
 EXIT_UNKNOWN = 1
 #: Maths libraries' thread counts, set before they are imported: one thread a pool process (see RUNBOOK, "Audio").
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def forking_supported() -> bool:
+    """Whether workers may be forked from a warm parent here: Linux with ``/proc`` (:data:`PROC_STAT`), which a
+    forked worker's lifeline needs to accept its grandparent as its launcher (without it the lifeline would end
+    every forked worker at once, and the launcher fork another, for ever)."""
+    return sys.platform.startswith("linux") and os.path.exists(PROC_STAT)
 
 
 def worker_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -91,9 +104,11 @@ class ForkedWorker:
 
     The parent answers a fork once its warm-up is done (seconds after the run's start: the session's start, which
     asks for the workers, does not wait for it). Until then the worker counts as running (:meth:`poll` is
-    ``None``) and a signal sent to it is delivered once it is forked; :attr:`pid` waits for the fork. A worker the
-    parent never forked (it ended first) ends with :data:`EXIT_UNKNOWN` and :attr:`pid` ``-1`` (no process:
-    nothing is signalled, no group is killed).
+    ``None``) and a signal sent to it is delivered once it is forked; :attr:`pid` is ``-1`` (it never waits:
+    a launcher asks it under its lock). A worker the parent never forked (it ended first) ends with
+    :data:`EXIT_UNKNOWN` and :attr:`pid` ``-1`` (no process: nothing is signalled, no group is killed). Signals
+    go through a pidfd of the worker while the launcher has one (until the parent reports its end): never to
+    another process that reuses its pid.
 
     Args:
         args: the ``labswarm`` arguments it runs (for :class:`subprocess.TimeoutExpired`).
@@ -111,10 +126,10 @@ class ForkedWorker:
 
     @property
     def pid(self) -> int:
-        """The worker's process id, once forked (waits for the parent's answer, up to :data:`ANSWER_S`); -1 when
-        it never was, or not within that time (no process: nothing to signal, no group to kill)."""
-        self._forked.wait(ANSWER_S)
-        return -1 if self._pid is None else self._pid
+        """The worker's process id once forked; -1 until then, and for good when it never was (no process:
+        nothing to signal, no group to kill: :meth:`send_signal` queues a signal for it instead). Never waits."""
+        pid = self._pid
+        return -1 if pid is None else pid
 
     def poll(self) -> int | None:
         """The exit status once it has ended (negative: the signal that ended it), else ``None``."""
@@ -133,17 +148,21 @@ class ForkedWorker:
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
-        """Send ``sig`` to the worker: now, or once it is forked; nothing once it has ended."""
+        """Send ``sig`` to the worker: now, or once it is forked; nothing once it has ended. Through its pidfd
+        where one is open (``signal.pidfd_send_signal``: the process itself, even if it ended and its pid was
+        taken by another), else by pid."""
         with self._lock:
             if self.returncode is not None:
                 return
             if not self._forked.is_set():
                 self._pending.append(sig)
                 return
-            pid = self._pid
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
+            pid, fd = self._pid, self._pidfd
+            with contextlib.suppress(ProcessLookupError):  # ended, not yet reported
+                if fd is not None:  # under the lock: _end closes it
+                    signal.pidfd_send_signal(fd, sig)
+                elif pid is not None:
+                    os.kill(pid, sig)
 
     def terminate(self) -> None:
         """SIGTERM: Celery's warm shutdown."""
@@ -198,8 +217,11 @@ class StandbyWorkers:
     """The warm parent of a run's local workers, started ahead of their session (see the module).
 
     Args:
-        count: the workers it is started for; 0 starts nothing (:meth:`take` then returns ``None``).
+        count: the workers it is started for; 0 starts nothing (:meth:`take` then returns ``None``), nor does a
+            system where forking is not supported (:func:`forking_supported`).
         config: the experiment they warm up (``ExperimentConfig.model_dump(mode="json")``); ``None``: imports only.
+        log_dir: the folder of its own stdout and stderr (:data:`LOG_NAME`, appended: a warm-up error, a crash);
+            ``None``: discarded.
 
     Raises:
         OSError: the process could not be started (``subprocess.Popen``'s errors).
@@ -207,7 +229,7 @@ class StandbyWorkers:
     Thread safety: :meth:`take` and :meth:`close` may be called from any thread.
     """
 
-    def __init__(self, count: int, config: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, count: int, config: Mapping[str, Any] | None = None, log_dir: Path | None = None) -> None:
         self.env = worker_env()
         self.taken = 0
         self._lock = threading.Lock()
@@ -216,13 +238,22 @@ class StandbyWorkers:
         self._exits: dict[int, int] = {}  # reported before their pid's answer was read (not in practice)
         self._process: subprocess.Popen | None = None
         self._reader: threading.Thread | None = None
-        if count <= 0:
+        if count <= 0 or not forking_supported():
             return
         line = json.dumps({"config": dict(config) if config is not None else {}}) + "\n"
         # what `ps` shows: a worker of the experiment (the module reads its commands from stdin, not these)
         label = ["worker", "--experiment", str(config["name"])] if config and config.get("name") else ["worker"]
-        self._process = subprocess.Popen([sys.executable, "-m", MODULE, *label], env=self.env, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        err: IO[bytes] | int = subprocess.DEVNULL
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            err = open(log_dir / LOG_NAME, "ab")  # noqa: SIM115 - the child's copy outlives ours, closed below
+        try:
+            self._process = subprocess.Popen([sys.executable, "-m", MODULE, *label], env=self.env,
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                             start_new_session=True)
+        finally:
+            if not isinstance(err, int):
+                err.close()
         assert self._process.stdin is not None and self._process.stdout is not None
         with contextlib.suppress(OSError):  # it died at once: its reader ends, take() returns None
             self._process.stdin.write(line.encode())
@@ -285,8 +316,8 @@ class StandbyWorkers:
                 process.stdout.close()
 
     def _read(self, stdout: IO[bytes]) -> None:
-        """The warm parent's answers, until it ends; then every worker asked for and not forked ends, and those
-        forked are watched through their pidfds."""
+        """The warm parent's answers, until it ends; then every worker asked for and not forked ends (logged once:
+        the launcher spawns their replacements), and those forked are watched through their pidfds."""
         try:
             for raw in stdout:
                 try:
@@ -303,10 +334,22 @@ class StandbyWorkers:
         with self._lock:
             asked, self._asked = list(self._asked), deque()
             forked, self._forked = list(self._forked.values()), {}
+        if asked:
+            self._ended_early(len(asked))
         for worker in asked:
             worker._fork_seen(None)
         for worker in forked:
             worker._orphaned()
+
+    def _ended_early(self, pending: int) -> None:
+        """Log the warm parent's end with ``pending`` workers asked for and not forked (its status: within 2 s)."""
+        process = self._process
+        code: int | str = "unknown"
+        if process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = process.wait(2.0)
+        log.warning("the standby workers' warm parent ended (rc %s) with %d worker(s) not forked: they are spawned "
+                    "instead (its errors: %s in the run's log folder)", code, pending, LOG_NAME)
 
     def _forked_one(self, pid: int) -> None:
         with self._lock:

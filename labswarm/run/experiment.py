@@ -186,7 +186,8 @@ def run_experiment(config: ExperimentConfig, options: RunOptions | None = None, 
         stack.enter_context(lock)  # first: a run the lock refuses starts nothing
         # the local workers' warm parent imports and warms up while the manager starts, then forks each worker
         # (labswarm.deploy.standby); it ends with the run, once its workers are stopped
-        standby = (StandbyWorkers(options.workers, config.model_dump(mode="json"))
+        standby = (StandbyWorkers(options.workers, config.model_dump(mode="json"),
+                                  log_dir=options.log_dir or settings.home / "logs")
                    if options.launcher == "local" and options.workers > 0 else None)
         if standby is not None:
             stack.callback(standby.close)
