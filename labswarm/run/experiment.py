@@ -222,11 +222,15 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
         session, local = _start_session(client, config.name, options, settings, manager_url, server is None,
                                         hooks, standby=standby)
         mark(f"session {session['id']} started")
+        # the run's own loops read its own manager in-process, not over HTTP (labswarm.run.direct, issue 27)
+        service = server.app.state.sessions if server is not None else None
         if options.health:
             controller = HealthThread(manager_url, settings.api_token, options.rabbitmq_api,
-                                      max(1, options.workers * options.concurrency), settings.home / "health").start()
+                                      max(1, options.workers * options.concurrency), settings.home / "health",
+                                      service).start()
         progress = _wait(client, session["id"], options.poll, hooks, session.get("follow", options.follow), ended,
-                         controller.prepare_figure if controller is not None else None)
+                         controller.prepare_figure if controller is not None else None,
+                         read=_progress_reader(service) if service is not None else client.session)
         mark(f"session {session['id']} seen {progress['status']}")
         failures = client.failures(session["id"]) if progress["failed"] else []
         drawn, controller = controller, None
@@ -358,17 +362,26 @@ def _start_session(client: ManagerClient, experiment: str, options: RunOptions, 
                                 follow=options.follow), None
 
 
+def _progress_reader(service: Any) -> Callable[[str], dict[str, Any]]:
+    """A session's progress from the run's own manager's sessions in-process (:mod:`labswarm.run.direct`)."""
+    from labswarm.run.direct import ServiceProgress  # with the manager: imported once it runs
+
+    return ServiceProgress(service).session
+
+
 def _wait(client: ManagerClient, session_id: str, poll: float, hooks: RunHooks, follow: bool = False,
-          ended: threading.Event | None = None, started: Callable[[], None] | None = None) -> dict[str, Any]:
+          ended: threading.Event | None = None, started: Callable[[], None] | None = None, *,
+          read: Callable[[str], dict[str, Any]] | None = None) -> dict[str, Any]:
     """The session's progress once its status is final, polled every ``poll`` seconds (each given to
     :meth:`RunHooks.on_progress`) or as soon as ``ended`` is set (the embedded manager's publisher ended a
     session: the end is seen at once, not at the next poll); ``started`` is called once, when the first outcomes
-    are in (the run's start is over). A followed session ends only when cancelled: a KeyboardInterrupt cancels it
-    (not left active in the manager's database), then goes on up."""
-    ended = ended or threading.Event()
+    are in (the run's start is over); ``read`` reads the progress (default ``client.session``). A followed
+    session ends only when cancelled: a KeyboardInterrupt cancels it (not left active in the manager's
+    database), then goes on up."""
+    ended, read = ended or threading.Event(), read or client.session
     try:
         while True:
-            progress = client.session(session_id)
+            progress = read(session_id)
             hooks.on_progress(progress)
             if progress["status"] in FINAL:
                 return progress

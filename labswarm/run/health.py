@@ -4,7 +4,10 @@ session, and the session's health figure at the end."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from labswarm.sessions.service import SessionService
 
 
 class HealthThread:
@@ -16,16 +19,19 @@ class HealthThread:
         rabbitmq_api: the RabbitMQ management API, or ``None`` to take depth from the ledger.
         consumers: worker processes (ledger mode).
         log_dir: where decisions are logged.
+        service: the sessions of the run's own manager (``app.state.sessions``) when it runs in this process: the
+            loop reads and steers them in-process (:class:`~labswarm.run.direct.ServiceMonitor`), not over HTTP.
     """
 
     def __init__(self, manager_url: str, token: str | None, rabbitmq_api: str | None, consumers: int,
-                 log_dir: Path) -> None:
+                 log_dir: Path, service: SessionService | None = None) -> None:
         import asyncio
         import threading
 
         self._asyncio = asyncio
         self.log_dir = log_dir
         self._args = (manager_url, token, rabbitmq_api, consumers)
+        self._service = service
         self._loop = asyncio.new_event_loop()
         self._stop: Any = None
         self._thread = threading.Thread(target=self._run, name="labswarm-health", daemon=True)
@@ -34,6 +40,7 @@ class HealthThread:
     def _run(self) -> None:
         from labswarm.health.loop import HealthLoop
         from labswarm.health.monitors import ManagerMonitor, RabbitMQMonitor
+        from labswarm.run.direct import ServiceMonitor
 
         manager_url, token, rabbitmq_api, consumers = self._args
         asyncio = self._asyncio
@@ -41,7 +48,8 @@ class HealthThread:
 
         async def main() -> None:
             self._stop = asyncio.Event()
-            loop = HealthLoop(ManagerMonitor(manager_url, token),
+            manager = ManagerMonitor(manager_url, token) if self._service is None else ServiceMonitor(self._service)
+            loop = HealthLoop(manager,
                               RabbitMQMonitor(rabbitmq_api) if rabbitmq_api else None,
                               consumers=consumers, log_dir=self.log_dir)
             try:
