@@ -23,8 +23,9 @@ the body's bytes computed on the core that received them. The manager never does
 for the file's computation). Under load the event loop computing it answered later (2026-11-26, load 5-6: p50 19-24
 ms against 14-18 ms; 2026-11-27, load 6-8: 27-34 against 20-21 ms, the same CPU: a thread woken for the file is
 favoured by the kernel's scheduler over one that runs on, as the in-process baseline itself, 31-34 ms at that
-load); the goal is a quiet machine's (docs/benchmarks/training.md), and ``LABSWARM_PREDICT_LONE_ON_LOOP=false``
-keeps the thread.
+load). With the bench's processes served before any other (``chrt -f 10``, 2026-11-27): one client's p50 1.07-1.13x
+the in-process call on the loop against 1.17-1.20x in the thread, in the same rounds. The goal is a quiet machine's
+(docs/benchmarks/training.md); ``LABSWARM_PREDICT_LONE_ON_LOOP=false`` keeps the thread.
 """
 
 from __future__ import annotations
