@@ -14,7 +14,6 @@ from fastapi import Depends, FastAPI
 from labswarm.auth.authenticator import Authenticator, BearerAuth
 from labswarm.auth.limits import BodyLimit
 from labswarm.serve import routes
-from labswarm.serve.fast import FastPredict
 from labswarm.serve.server import ModelServer
 from labswarm.serve.settings import ServeSettings
 from labswarm.serve.sources import FileModel
@@ -44,11 +43,9 @@ def create_serving_app(model: Path, name: str, settings: Settings, serving: Serv
     if preload:
         server.cache.get(name)
         server.features.warm()
-    auth = BearerAuth(authenticator)
-    app = FastAPI(title="labswarm model server", version="0.1.0", dependencies=[Depends(auth)],
+    app = FastAPI(title="labswarm model server", version="0.1.0", dependencies=[Depends(BearerAuth(authenticator))],
                   description=f"Predictions of the model {name} ({model.name}).")
     app.state.auth = authenticator
-    app.add_middleware(FastPredict, auth=auth)  # inside BodyLimit (added next: the outer one)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, routes=routes.body_limits(serving))
 
     @app.get("/health")
