@@ -27,9 +27,10 @@ from labswarm.store import FeatureStore
 
 
 def workers_of(home: Path) -> list[psutil.Process]:
-    """The ``labswarm worker`` processes (and their pool processes) of runs on ``home`` that are not zombies."""
+    """The ``labswarm worker`` processes (and their pool processes) of runs on ``home`` that are not zombies (each
+    one's parent read as it was found: ``info["ppid"]``)."""
     found = []
-    for process in psutil.process_iter(["cmdline", "status"]):
+    for process in psutil.process_iter(["cmdline", "status", "ppid"]):  # read here, where an end is caught
         try:
             if (process.info["status"] != psutil.STATUS_ZOMBIE and "worker" in (process.info["cmdline"] or [])
                     and process.environ().get("LABSWARM_HOME") == str(home)):
@@ -59,7 +60,7 @@ def test_a_killed_run_leaves_no_worker_and_the_next_run_completes_its_session(tm
         with pytest.raises(LabswarmError, match=f"another labswarm run .*process {first.pid}"):
             RunLock(home, "killed").__enter__()
         # the run's warm parent (its child, labelled a worker), the 2 workers it forked, and their pools
-        launched = [(p.pid, p.ppid()) for p in workers_of(home)]
+        launched = [(p.pid, p.info["ppid"]) for p in workers_of(home)]
         first.kill()
         out = first.communicate(timeout=30)[0]
     finally:
