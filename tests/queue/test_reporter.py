@@ -19,11 +19,13 @@ from labswarm.queue.reporter import Reporter
 
 class Manager:
     """A stand-in for the manager's outcomes route over real HTTP: records each request's session and outcomes;
-    answers 503 to the first ``failures`` requests (recording nothing of them)."""
+    answers 503 to the first ``failures`` requests, then 200 with a body that is not JSON (a proxy's page) to the
+    next ``garbled`` ones (recording nothing of them)."""
 
-    def __init__(self, failures: int = 0) -> None:
+    def __init__(self, failures: int = 0, garbled: int = 0) -> None:
         self.requests: list[tuple[str, list[str]]] = []
         self.failures = failures
+        self.garbled = garbled
         manager = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -34,6 +36,15 @@ class Manager:
                 if manager.failures > 0:
                     manager.failures -= 1
                     self._answer(503, {"detail": "busy"})
+                    return
+                if manager.garbled > 0:
+                    manager.garbled -= 1
+                    page = b"<html>proxy says hello</html>"
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Length", str(len(page)))
+                    self.end_headers()
+                    self.wfile.write(page)
                     return
                 session = self.path.split("/")[2]
                 manager.requests.append((session, [o["sample_id"] for o in body["outcomes"]]))
@@ -101,3 +112,46 @@ def test_a_failed_request_is_sent_again_once() -> None:
         reporter.client.close()
         manager.close()
     assert manager.requests == [("s1", ["a#0", "a#1"]), ("s1", ["b#0"])]  # in order, each once
+
+
+def test_an_answer_that_is_not_json_or_a_closed_client_does_not_kill_the_thread(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A 200 whose body is not JSON (a decode error, not a ManagerError): the outcomes are kept and sent again an
+    interval later, and the thread goes on sending the next ones (was: the thread died, the batch was lost and every
+    later outcome stayed queued until the process ended). A flush on a closed client keeps them too."""
+    manager = Manager(garbled=1)
+    reporter = Reporter(ManagerClient(manager.url), interval=0.05)
+    try:
+        reporter.add_many("s1", [outcome("a#0"), outcome("a#1")])
+        wait_until(lambda: manager.requests, "the outcomes sent again after a garbled answer", timeout=30)
+        reporter.add("s1", outcome("b#0"))
+        wait_until(lambda: len(manager.requests) == 2, "the next outcome sent by the same thread", timeout=30)
+        assert reporter._thread.is_alive()
+        assert any("cannot report 2 outcomes of session s1" in r.getMessage() and r.exc_info
+                   for r in caplog.records), caplog.text
+        reporter.stop()
+        reporter.client.close()
+        reporter.add("s1", outcome("c#0"))
+        assert not reporter.flush()  # RuntimeError of the closed client: kept, not raised
+        assert [o["sample_id"] for o in reporter._pending["s1"]] == ["c#0"]
+    finally:
+        reporter.close()
+        reporter.client.close()
+        manager.close()
+    assert manager.requests == [("s1", ["a#0", "a#1"]), ("s1", ["b#0"])]
+
+
+def test_a_round_that_sends_nothing_does_not_hold_the_next_outcome(manager: Manager) -> None:
+    """The wake left set by an outcome queued between a round's wake-up and its taking the queue (it went with that
+    round): the next round finds nothing to send, and must not count as a request, else the next outcome would wait
+    a whole interval (here an hour) instead of leaving at once."""
+    reporter = Reporter(ManagerClient(manager.url), interval=3600.0)
+    try:
+        reporter._wake.set()  # that left-over wake, with nothing queued
+        wait_until(lambda: not reporter._wake.is_set(), "the empty round", timeout=30, interval=0.01)
+        reporter.add("s1", outcome("a#0"))
+        wait_until(lambda: manager.requests, "the outcome sent at once", timeout=30)
+        assert manager.requests == [("s1", ["a#0"])]
+    finally:
+        reporter.close()
+        reporter.client.close()
