@@ -39,6 +39,7 @@ def test_a_single_sample_message_is_stored_by_its_batch(tmp_path: Path, s3_endpo
         storage = state.blocks["single"].store.storage
         assert isinstance(storage, CachedStorage)
         reporter = state.outcomes
+        reporter.stop()  # the outcomes stay queued, read below (its thread would send them meanwhile, to a dead port)
         puts: list[tuple[str, int]] = []  # (thread, outcomes reported by then) per PUT of an array
         refuse = threading.Event()
 
