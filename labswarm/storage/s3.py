@@ -23,6 +23,7 @@ never stored in the config, so dumps and messages cannot show them.
 from __future__ import annotations
 
 import configparser
+import logging
 import os
 import threading
 from collections.abc import Iterator
@@ -36,6 +37,8 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from labswarm.errors import StorageError, StorageRefused
 from labswarm.storage.base import Storage, StorageConfig, register_storage
 from labswarm.storage.stamps import Stamp
+
+log = logging.getLogger(__name__)
 
 #: How to install what the ``s3`` storage needs.
 S3_HINT = "the s3 storage needs boto3: pip install 'labswarm[s3]'"
@@ -212,6 +215,7 @@ class S3Storage(Storage):
     def __init__(self, config: S3StorageConfig, *, scope: str = "") -> None:
         super().__init__(config, scope=scope)
         self._conn = _Connection(config)
+        self._whole_warned = False  # a 200 answered to a Range GetObject was logged (once per storage)
 
     @property
     def _s3(self) -> Any:
@@ -268,8 +272,15 @@ class S3Storage(Storage):
             raise
         with response["Body"] as body:
             data = body.read()
-        # a 200 (no Content-Range): the whole object, from a server or proxy that ignores Range (RFC 9110 14.2 allows)
-        return data if response.get("ContentRange") else data[start:start + length]
+        if response["ResponseMetadata"]["HTTPStatusCode"] != 200:
+            return data  # a 206: the bytes asked for
+        # a 200: the whole object, from a server or proxy that ignores Range (RFC 9110 14.2 allows), whatever
+        # headers came with it
+        if not self._whole_warned:
+            self._whole_warned = True
+            log.warning("%s answered a range request with the whole object (HTTP 200): every uncached read of part "
+                        "of an object downloads all of it (a proxy that drops Range?)", self._describe(full))
+        return data[start:start + length]
 
     def _put_file(self, full: str, path: Path) -> None:
         self._s3.upload_file(str(path), self.config.bucket, full)
