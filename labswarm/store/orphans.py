@@ -14,7 +14,8 @@ listed ``ETag``; each write of a written pack differs in its header's nonce, so 
 only while its other half is missing. A server that ignores ``If-Match`` on ``DeleteObject`` would delete
 unconditionally (AWS S3 honours it on general-purpose buckets only since 2025-09-16; RustFS parses it without
 applying it): ``gc`` first checks that the store's server honours it (:func:`honours_conditional_delete`, once a
-run) and leaves the orphans, with a warning naming the server, when it does not.
+run) and leaves the orphans, with a warning naming the server, when it does not, or refuses such a delete (an
+error answer, e.g. 501 Not Implemented: the rest of ``gc`` is done all the same).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import time
 import uuid
 from collections.abc import Mapping
 
+from labswarm.errors import StorageError
 from labswarm.storage.base import Storage
 from labswarm.storage.local import remove_aside
 from labswarm.storage.stamps import Stamp
@@ -80,20 +82,29 @@ def remove_stale_aside(origin: Storage) -> int:
 def honours_conditional_delete(origin: Storage) -> bool:
     """Whether ``origin`` deletes conditionally, as :func:`remove_orphans` needs: a scratch object (under
     :data:`PROBE`) is written, then :meth:`delete_if <labswarm.storage.base.Storage.delete_if>` with a version it
-    is not must leave it (a server that ignores ``If-Match`` deletes it), then it is removed. ``False`` is logged as
-    a warning naming the server.
+    is not must leave it (a server that ignores ``If-Match`` deletes it; one that refuses it answers an error,
+    also ``False``), then it is removed. The scratch objects of earlier probes last written over :data:`ORPHAN_S`
+    ago (a ``gc`` that died mid-probe) are removed first. ``False`` is logged as a warning naming the server (and
+    its answer).
 
     Raises:
-        StorageError: the storage failed.
+        StorageError: the storage failed (listing, writing or removing the scratch objects).
     """
+    stale = time.time() - ORPHAN_S
+    for old, stamp in origin.modified(PROBE).items():
+        if stamp.when < stale:
+            origin.delete(old)
     key = f"{PROBE}/{uuid.uuid4().hex}"
     origin.put_bytes(key, b"is If-Match honoured?")
     try:
-        honoured = not origin.delete_if(key, '"not-its-version"')
+        try:
+            honoured = not origin.delete_if(key, '"not-its-version"')
+            why = "ignores conditional deletes (If-Match on DeleteObject)"
+        except StorageError as exc:
+            honoured, why = False, f"refuses conditional deletes (If-Match on DeleteObject: {exc})"
     finally:
         origin.delete(key)
     if not honoured:
-        log.warning("leaving the written packs' orphans: %s ignores conditional deletes (If-Match on DeleteObject), "
-                    "so removing one could remove the pack a redelivered message writes again in that moment",
-                    origin.describe())
+        log.warning("leaving the written packs' orphans: %s %s, so removing one could remove the pack a redelivered "
+                    "message writes again in that moment", origin.describe(), why)
     return honoured
