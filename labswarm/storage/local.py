@@ -200,13 +200,13 @@ class LocalStorage(Storage):
         checked again (a write between the two): deleted if it is ``version``, else put back, by a link (which never
         replaces a file written meanwhile) or, where the filesystem has no hard links, a rename while the name is
         free; never deleted unless it is ``version`` or a newer file took its place. The folder is synced after
-        when the config says ``fsync``; a crash between leaves ``.<name>.<random>.del``
-        (:func:`remove_aside`)."""
+        when the config says ``fsync``; a crash between leaves ``.<name>.<time_ns>-<random>.del`` (the rename's
+        wall-clock time in ns), which :func:`remove_aside` puts back or removes."""
         path = self._path(full)
         try:
             if _stamp(path.stat()).version != version:
                 return False
-            aside = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.del"
+            aside = path.parent / f".{path.name}.{time.time_ns()}-{uuid.uuid4().hex[:12]}.del"
             os.rename(path, aside)
         except FileNotFoundError:
             return False
@@ -311,19 +311,23 @@ def _remove_leftovers(folder: Path, prefix: str) -> None:
             os.unlink(path)
 
 
-def _put_back(aside: Path, path: Path) -> None:
+def _put_back(aside: Path, path: Path) -> bool:
     """Put the file ``aside`` back at ``path`` unless another file took its place (then ``aside`` goes): a link, or
     where links fail (no hard links: EPERM, ENOTSUP, EXDEV) a rename while ``path`` is free (the one case where a
-    write landing in between is replaced: both are writes of the same content-addressed object)."""
+    write landing in between is replaced: both are writes of the same content-addressed object); whether it was put
+    back."""
+    back = True
     try:
         os.link(aside, path)
     except FileExistsError:
-        pass
+        back = False
     except OSError:
         if not path.exists():
             os.rename(aside, path)
-            return
+            return True
+        back = False
     aside.unlink()
+    return back
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -336,18 +340,30 @@ def _fsync_folder(folder: Path) -> None:
 
 
 def remove_aside(folder: Path, older_s: float) -> int:
-    """Remove the files a conditional delete (:meth:`LocalStorage.delete_if`) took aside in ``folder`` over
-    ``older_s`` seconds ago (their ``ctime``: the rename's) and a crash left there (``.<name>.<random>.del``); the
-    number removed (none when ``folder`` does not exist or cannot be read: a sweep, best effort)."""
+    """Settle the files a conditional delete (:meth:`LocalStorage.delete_if`) took aside in ``folder`` over
+    ``older_s`` seconds ago and a crash left there (``.<name>.<time_ns>-<random>.del``, aged by the time in their
+    name; the older ``.<name>.<random>.del`` by their ``ctime``): each is put back as ``<name>`` while that name is
+    free (it may be a newer file written between the delete's check and its rename; an orphan put back is removed
+    by the next ``gc``), else removed (a newer file took its place). The number removed, those put back not
+    counted (none when ``folder`` does not exist or cannot be read: a sweep, best effort)."""
     since, removed = time.time() - older_s, 0
     try:
         with os.scandir(folder) as entries:
-            stale = [e.path for e in entries if e.name.startswith(".") and e.name.endswith(".del")
-                     and e.stat(follow_symlinks=False).st_ctime < since]
+            stale = [(Path(e.path), name) for e in entries if (name := _aside_of(e, since)) is not None]
     except OSError:  # no such folder (or unreadable): nothing to sweep, as best effort
         return 0
-    for path in stale:
+    for aside, name in stale:
         with contextlib.suppress(OSError):
-            os.unlink(path)
-            removed += 1
+            removed += not _put_back(aside, folder / name)
     return removed
+
+
+def _aside_of(entry: os.DirEntry, since: float) -> str | None:
+    """The name ``entry`` was taken aside from when it is a conditional delete's leftover taken aside before
+    ``since`` (s since the epoch); else ``None``."""
+    if not (entry.name.startswith(".") and entry.name.endswith(".del")):
+        return None
+    name, _, tag = entry.name[1:-4].rpartition(".")
+    stamp = tag.partition("-")[0]
+    when = int(stamp) / 1e9 if "-" in tag and stamp.isdigit() else entry.stat(follow_symlinks=False).st_ctime
+    return name if name and when < since else None

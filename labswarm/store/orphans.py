@@ -68,9 +68,11 @@ def remove_orphans(origin: Storage, orphans: Mapping[str, Stamp]) -> list[str]:
 
 
 def remove_stale_aside(origin: Storage) -> int:
-    """Remove what a crash left of :func:`remove_orphans` on a storage of files: a file taken aside by a
+    """Settle what a crash left of :func:`remove_orphans` on a storage of files: a file taken aside by a
     conditional delete (:meth:`LocalStorage.delete_if <labswarm.storage.local.LocalStorage.delete_if>`) over
-    :data:`ORPHAN_S` ago, never removed or put back; the number removed (0 on an object store).
+    :data:`ORPHAN_S` ago, never removed or put back, is put back while its name is free (an orphan put back goes
+    with the next ``gc``), else removed (:func:`~labswarm.storage.local.remove_aside`); the number removed (0 on
+    an object store).
 
     Raises:
         StorageError: invalid key (never: :data:`~labswarm.store.written.WRITTEN` is one).

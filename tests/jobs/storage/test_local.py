@@ -173,16 +173,49 @@ def test_a_conditional_delete_checks_first_puts_back_without_links_syncs_and_gc_
     aside.write_bytes(b"older")
     local_module._put_back(aside, folder / "p")  # a file took its place: that one stays
     assert (folder / "p").read_bytes() == b"newer" and not aside.exists()
-    # a crash between the rename and the removal: gc's sweep (files taken aside over an hour ago)
+    # a crash between the rename and the removal: gc's sweep (files taken aside over an hour ago, by the time in
+    # their name) puts each back while its name is free, else removes it
     from labswarm.store import FeatureStore, orphans
     from labswarm.store.ops import collect_garbage
     store = FeatureStore.open(tmp_path / "store")
-    (left := tmp_path / "store" / "written" / "v1" / ".p.0123456789ab.del").parent.mkdir(parents=True)
-    left.write_bytes(b"left by a crash")
+    (written := tmp_path / "store" / "written" / "v1").mkdir(parents=True)
+    (left := written / f".p.{time.time_ns()}-0123456789ab.del").write_bytes(b"left by a crash")
+    (taken := written / f".q.{time.time_ns()}-0123456789ab.del").write_bytes(b"older")
+    (written / "q").write_bytes(b"newer")
     collect_garbage(store, {})
-    assert left.exists()  # taken aside just now: may be a delete in progress
-    while time.time() <= left.stat().st_ctime:  # a clock tick past its rename
-        time.sleep(0.01)
+    assert left.exists() and taken.exists()  # taken aside just now: may be a delete in progress
     monkeypatch.setattr(orphans, "ORPHAN_S", 0.0)
     collect_garbage(store, {})
-    assert not left.exists()
+    assert not left.exists() and (written / "p").read_bytes() == b"left by a crash"  # the name free: put back
+    assert not taken.exists() and (written / "q").read_bytes() == b"newer"  # the name taken: removed
+
+
+def test_a_crash_mid_delete_after_a_rewrite_keeps_the_newer_file(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rewrite lands between delete_if's version check and its rename, and the process dies before putting the
+    newer file back (rev2 #6): the sweep puts it back (was: removed as a leftover, the pack gone), ageing it by
+    the time in its name, not the file's ctime (a rename need not update it)."""
+    storage = make(tmp_path / "s")
+    storage.put_bytes("w/p", b"listed")
+    listed = storage.modified("w")["w/p"].version
+    rename = os.rename
+
+    def rewritten_first(src: object, dst: object) -> None:
+        if str(dst).endswith(".del"):
+            storage.put_bytes("w/p", b"written again")  # a redelivered message, just after the check
+        rename(src, dst)
+
+    def crash(aside: Path, path: Path) -> bool:
+        raise RuntimeError("killed before putting it back")
+
+    monkeypatch.setattr(local_module.os, "rename", rewritten_first)
+    monkeypatch.setattr(local_module, "_put_back", crash)
+    with pytest.raises(StorageError, match="killed before putting it back"):
+        storage.delete_if("w/p", listed)
+    monkeypatch.undo()
+    assert not storage.exists("w/p")
+    [aside] = [f for f in (tmp_path / "s" / "w").iterdir() if f.name.endswith(".del")]
+    os.utime(aside, (0, 0))  # an old mtime: the sweep must not age it by the file's own times
+    assert local_module.remove_aside(tmp_path / "s" / "w", 3600.0) == 0 and aside.exists()  # just now: left
+    assert local_module.remove_aside(tmp_path / "s" / "w", -1.0) == 0  # "over -1 s ago": every one
+    assert storage.get_bytes("w/p") == b"written again" and not aside.exists()
