@@ -228,8 +228,8 @@ def _run(config: ExperimentConfig, options: RunOptions, settings: Settings, hook
             controller = HealthThread(manager_url, settings.api_token, options.rabbitmq_api,
                                       max(1, options.workers * options.concurrency), settings.home / "health",
                                       service).start()
+        # the figure's import: started by the health loop when it first logs (labswarm.run.health.figure_loop)
         progress = _wait(client, session["id"], options.poll, hooks, session.get("follow", options.follow), ended,
-                         controller.prepare_figure if controller is not None else None,
                          read=_progress_reader(service) if service is not None else client.session)
         mark(f"session {session['id']} seen {progress['status']}")
         failures = client.failures(session["id"]) if progress["failed"] else []

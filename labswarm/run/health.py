@@ -3,10 +3,12 @@ session, and the session's health figure at the end."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from labswarm.health.loop import HealthLoop
     from labswarm.sessions.service import SessionService
 
 
@@ -38,7 +40,6 @@ class HealthThread:
         self._plotting: threading.Thread | None = None
 
     def _run(self) -> None:
-        from labswarm.health.loop import HealthLoop
         from labswarm.health.monitors import ManagerMonitor, RabbitMQMonitor
         from labswarm.run.direct import ServiceMonitor
 
@@ -49,9 +50,9 @@ class HealthThread:
         async def main() -> None:
             self._stop = asyncio.Event()
             manager = ManagerMonitor(manager_url, token) if self._service is None else ServiceMonitor(self._service)
-            loop = HealthLoop(manager,
-                              RabbitMQMonitor(rabbitmq_api) if rabbitmq_api else None,
-                              consumers=consumers, log_dir=self.log_dir)
+            loop = figure_loop(self.prepare_figure, manager,
+                               RabbitMQMonitor(rabbitmq_api) if rabbitmq_api else None,
+                               consumers=consumers, log_dir=self.log_dir)
             try:
                 await loop.run(self._stop)
             finally:
@@ -71,8 +72,10 @@ class HealthThread:
         once the session ends, on the run's critical path: matplotlib's import there took 3-4 s of wall time on a
         loaded 2-core machine (0.35-0.45 s of CPU), so the run imports it while the session runs; but not at the
         session's start, where that CPU (and this process's GIL) delayed the manager's serving of the session and
-        the workers' start (issue 27: the first task of a short run): ``labswarm run`` calls this once the first
-        outcomes are in."""
+        the workers' start (issue 27: the first task of a short run): the loop calls this when it first logs a
+        decision (:func:`figure_loop`; from its second tick with outcomes, so not at the start), the one case where a
+        figure is drawn (was: when a progress poll before the final one saw outcomes, which a short or cached
+        session skips, leaving the import to the end)."""
         import threading
 
         if self._plotting is None:
@@ -83,6 +86,20 @@ class HealthThread:
         if self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join(10)
+
+
+def figure_loop(on_log: Callable[[], None], *args: Any, **kwargs: Any) -> HealthLoop:
+    """A :class:`~labswarm.health.loop.HealthLoop` (``args``, ``kwargs`` its own) that calls ``on_log`` after each
+    decision it writes to its log (``log_dir`` set): the health figure's data exists from then on."""
+    from labswarm.health.loop import HealthLoop
+
+    class _FigureLoop(HealthLoop):
+        def _record(self, *record: Any) -> None:
+            super()._record(*record)
+            if self.log_dir is not None:
+                on_log()
+
+    return _FigureLoop(*args, **kwargs)
 
 
 def _import_plotting() -> None:
