@@ -299,16 +299,19 @@ class StandbyWorkers:
 
     def close(self) -> None:
         """End the warm parent and reap it (its stdin closed: it exits at once; SIGTERM then SIGKILL to its group
-        if it lingers); the workers it forked go on (their launcher stops them)."""
+        if it lingers, SIGTERM 2 s after its stdin closed, e.g. while it still warms up); the workers it forked go
+        on (their launcher stops them)."""
         process = self._process
         if process is None:
             return
         with self._lock, contextlib.suppress(OSError, ValueError):
             if process.stdin is not None:
                 process.stdin.close()
+        grace = 2.0
         if self._reader is not None:  # its stdout ends with it: no polling of its status meanwhile (Popen.wait's
-            self._reader.join(2.0)  # sleeps, up to 50 ms each, were ~65 ms of a run's end at load ~6)
-        _end(process)
+            self._reader.join(grace)  # sleeps, up to 50 ms each, were ~65 ms of a run's end at load ~6)
+            grace = 0.0 if self._reader.is_alive() else grace  # those 2 s spent: SIGTERM at once (one deadline)
+        _end(process, grace)
         if self._reader is not None:
             self._reader.join(10)
         if process.stdout is not None:
@@ -373,10 +376,10 @@ class StandbyWorkers:
         worker._end(code)
 
 
-def _end(process: subprocess.Popen) -> None:
-    """Stop the warm parent, whose stdin is closed (it exits by itself then: 2 s; SIGTERM to its group, SIGKILL
-    after 5 s more) and reap it."""
-    for sig, wait_s in ((None, 2.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+def _end(process: subprocess.Popen, grace: float = 2.0) -> None:
+    """Stop the warm parent, whose stdin is closed (it exits by itself then: ``grace`` s; SIGTERM to its group,
+    SIGKILL after 5 s more) and reap it."""
+    for sig, wait_s in ((None, grace), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         if process.poll() is not None:
             return
         if sig is not None:

@@ -208,3 +208,38 @@ def test_no_warm_parent_starts_without_proc(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(standby_module, "PROC_STAT", "/no/such/proc/self/stat")
     standby = StandbyWorkers(2)
     assert standby.pids == [] and standby.take(["--help"], worker_env(), None) is None
+
+
+def test_close_sends_sigterm_two_seconds_after_stdin_closes_not_four(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm parent that does not exit when its stdin closes (here: stopped, as one busy warming up): close()
+    waits 2 s for its stdout's end, then SIGTERMs it at once (rev2 #8: it waited 2 s more in _end first)."""
+    standby = StandbyWorkers(1)
+    [parent] = standby.pids
+    process = standby._process
+    assert process is not None
+    events: list[tuple[str, float | None]] = []
+    wait, killpg = process.wait, os.killpg
+
+    def waited(timeout: float | None = None) -> int:
+        events.append(("wait", timeout))
+        return wait(timeout)
+
+    def signalled(pgid: int, sig: int) -> None:
+        events.append(("signal", sig))
+        killpg(pgid, sig)
+        if sig == signal.SIGTERM:
+            killpg(pgid, signal.SIGCONT)  # stopped: the SIGTERM acts once it runs again
+
+    monkeypatch.setattr(process, "wait", waited)
+    monkeypatch.setattr(standby_module.os, "killpg", signalled)
+    os.kill(parent, signal.SIGSTOP)
+    try:
+        standby.close()
+    finally:
+        monkeypatch.undo()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(parent, signal.SIGKILL)
+        standby.close()
+    before = events[:events.index(("signal", signal.SIGTERM))]
+    assert all(t == 0.0 for _, t in before), events  # no wait of its own before the SIGTERM
+    assert process.poll() is not None
