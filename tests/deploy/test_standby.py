@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from dataclasses import replace
@@ -91,8 +92,11 @@ def test_a_session_forks_its_worker_from_the_warm_parent_and_forks_a_killed_one_
             launcher = app.state.sessions.launchers.get(session["id"])  # until the session's end
             assert isinstance(launcher, LocalLauncher)
             deadline = time.monotonic() + DEADLINE
-            while not (forked := forked_by(parent)):  # forked once the parent's warm-up is done
-                assert time.monotonic() < deadline, "the warm parent forked no worker"
+            first_log = tmp_path / "home" / "logs" / f"worker-{session['id']}-0.log"
+            # forked once the parent's warm-up is done; its log is opened after its setsid (a kill in between, the
+            # child preempted there under load, left no log: 1 run in ~30)
+            while not (forked := forked_by(parent)) or not first_log.is_file():
+                assert time.monotonic() < deadline, f"the warm parent forked no worker logging to {first_log}"
                 time.sleep(0.02)
             [killed] = forked
             os.killpg(killed, signal.SIGKILL)  # kill -9 of the worker and its pool: the launcher forks another
@@ -146,10 +150,14 @@ def test_a_worker_not_yet_forked_is_stopped_at_once_and_the_parents_errors_are_l
     while a worker is asked for and not forked, its end is logged with its status and that worker ends
     :data:`EXIT_UNKNOWN`."""
     logs = tmp_path / "logs"
+    # a manager that never answers: the forked worker waits for its config (10 s) instead of exiting 3 at once on a
+    # refused connection, ~0.2 s after its fork, before the queued signals reach it when this reader runs late
+    silent = socket.create_server(("127.0.0.1", 0))
     standby = StandbyWorkers(1, {"name": "broken"}, log_dir=logs)
     [parent] = standby.pids
     os.kill(parent, signal.SIGSTOP)  # nothing it is asked for is forked until SIGCONT
-    launcher = LocalLauncher("broken", "http://127.0.0.1:9", log_dir=logs, stop_grace_s=0.0, standby=standby)
+    launcher = LocalLauncher("broken", f"http://127.0.0.1:{silent.getsockname()[1]}", log_dir=logs,
+                             stop_grace_s=0.0, standby=standby)
     try:
         launcher.scale(1)
         [worker] = launcher.processes
@@ -175,6 +183,7 @@ def test_a_worker_not_yet_forked_is_stopped_at_once_and_the_parents_errors_are_l
             os.kill(parent, signal.SIGCONT)
         launcher.stop(1.0)
         standby.close()
+        silent.close()
     assert standby.pids == []
 
 
