@@ -5,12 +5,14 @@ restarted). Real producer processes, the three-class set."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -19,6 +21,7 @@ from train.three_classes import training_experiment, write_three_classes
 from labswarm.config.experiment import parse_experiment
 from labswarm.pipeline.base import Block
 from labswarm.pipeline.pipeline import Pipeline
+from labswarm.pipeline.prefetch import Prefetcher
 from labswarm.train.distributed.context import LearnerContext
 from labswarm.train.distributed.producers import unforked
 from labswarm.train.distributed.training import DistributedTraining
@@ -48,10 +51,24 @@ def test_the_fork_server_hands_its_producers_loaded_plugin_registries() -> None:
 
 
 @pytest.mark.slow
-def test_the_validation_producers_of_a_learner_with_other_threads_are_not_its_children(tmp_path: Path) -> None:
+def test_the_validation_producers_of_a_learner_with_other_threads_are_not_its_children(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A learner of 2 (nothing joined: the pipelines need no peer) builds the trainer's pipelines; its validation
     epoch delivers every batch while another thread of this process holds a lock, from producers whose parent is
-    the fork server, not this process. The single-process trainer's producers are still forked (its children)."""
+    the fork server, not this process. The single-process trainer's producers are still forked (its children).
+    Each producer's parent is read as it is started: a small shard's producers can finish before the first batch
+    is read on a loaded machine (they were looked for while alive during the epoch, and none was, once in CI)."""
+    parents: set[int] = set()
+    recording = threading.Event()  # set during the learner's validation epoch only
+    spawn = Prefetcher._spawn
+
+    def spawned(self: Prefetcher, slot: Any) -> None:
+        spawn(self, slot)
+        if recording.is_set():
+            with contextlib.suppress(psutil.NoSuchProcess):  # done and reaped already: nothing to read
+                parents.add(psutil.Process(slot.process.pid).ppid())
+
+    monkeypatch.setattr(Prefetcher, "_spawn", spawned)
     experiment = parse_experiment(training_experiment(write_three_classes(tmp_path / "data"), tmp_path / "store"))
     learner = DistributedTraining({"name": "allreduce"}, LearnerContext(rank=0, world_size=2))
     _, validation = Trainer(experiment, tmp_path / "home", distributed=learner)._pipelines((0, 2))
@@ -65,11 +82,12 @@ def test_the_validation_producers_of_a_learner_with_other_threads_are_not_its_ch
     holder = threading.Thread(target=hold, daemon=True)
     holder.start()
     try:
-        samples, parents = 0, set()
+        samples = 0
+        recording.set()
         with validation.epoch(0) as batches:
             for batch in batches:
                 samples += len(batch)
-                parents |= {psutil.Process(s.process.pid).ppid() for s in batches.slots if s.process.is_alive()}
+        recording.clear()
     finally:
         release.set()
         holder.join(10)
