@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from distributed import CpuMeter  # noqa: E402 (bench/ on the path)
+from steady_cpu import count_routes  # noqa: E402
 
 MESSAGES: list[tuple[float, int]] = []  # (monotonic time, samples) of each message confirmed by the broker
 REQUESTS: collections.Counter[str] = collections.Counter()  # "METHOD /route" -> requests
@@ -46,7 +47,6 @@ REQUESTS: collections.Counter[str] = collections.Counter()  # "METHOD /route" ->
 
 def instrument() -> None:
     """Count the messages the publisher sends and the manager's HTTP requests (wrappers, no behaviour change)."""
-    import labswarm.manager.api as api
     import labswarm.sessions.broker as broker
 
     publish_many = broker.BrokerClient.publish_many
@@ -61,23 +61,7 @@ def instrument() -> None:
         return sent
 
     broker.BrokerClient.publish_many = counted
-    create_app = api.create_app
-
-    class Count:
-        def __init__(self, app) -> None:
-            self.app = app
-
-        async def __call__(self, scope, receive, send) -> None:
-            if scope["type"] == "http":
-                REQUESTS[f"{scope['method']} {re.sub(r'/[0-9a-f]{8,}', '/{id}', scope['path'])}"] += 1
-            await self.app(scope, receive, send)
-
-    def counting_app(*args, **kwargs):
-        app = create_app(*args, **kwargs)
-        app.add_middleware(Count)
-        return app
-
-    api.create_app = counting_app
+    count_routes(REQUESTS)
 
 
 class Ledger(CpuMeter):

@@ -160,8 +160,9 @@ def figures(a: dict, b: dict, requests: dict, samples: int) -> dict:
             "requests_s": {k: round(v / max(seconds, 1e-9), 2) for k, v in sorted(requests.items())}}
 
 
-def count_routes() -> None:
-    """Count the manager's HTTP requests by route (an ASGI wrapper; no behaviour change)."""
+def count_routes(requests: collections.Counter[str] = REQUESTS) -> None:
+    """Count the manager's HTTP requests by route into ``requests`` ("METHOD /route" -> requests; an ASGI wrapper
+    around every app ``create_app`` builds from now on, no behaviour change). Also bench/packing_ab.py's."""
     import labswarm.manager.api as api
 
     create_app = api.create_app
@@ -172,7 +173,7 @@ def count_routes() -> None:
 
         async def __call__(self, scope, receive, send) -> None:
             if scope["type"] == "http":
-                REQUESTS[f"{scope['method']} {re.sub(r'/[0-9a-f]{8,}', '/{id}', scope['path'])}"] += 1
+                requests[f"{scope['method']} {re.sub(r'/[0-9a-f]{8,}', '/{id}', scope['path'])}"] += 1
             await self.app(scope, receive, send)
 
     def counting_app(*args, **kwargs):
